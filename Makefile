@@ -1,0 +1,52 @@
+# gpufleet — two commands for a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager chromium chromium-driver
+
+.PHONY: help demo test unit lint typecheck importlint bench system-deps clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(STAMP): pyproject.toml
+	@echo ">> creating $(VENV) and installing gpufleet with its dev tools"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip
+	@$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+system-deps:  ## install the Debian packages the tests use, when missing
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo ">> installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+demo: $(STAMP)  ## run the whole product on a simulated fleet
+	$(BIN)/gpufleet demo
+
+lint: $(STAMP)  ## ruff
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)  ## mypy over the whole tree
+	$(BIN)/mypy observer detectors remediations alerts dashboards gpufleet
+
+importlint: $(STAMP)  ## layer and adapter contracts
+	$(BIN)/lint-imports
+
+unit: $(STAMP) system-deps  ## the test suite only
+	$(BIN)/pytest -q
+
+test: $(STAMP) system-deps lint typecheck importlint  ## everything CI runs
+	$(BIN)/pytest -q
+
+bench: $(STAMP) system-deps  ## benchmarks (slow; figures go to docs/performance.md)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""One module per `gpufleet` subcommand; each exposes `register(subparsers)`."""

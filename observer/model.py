@@ -1,0 +1,218 @@
+"""The fleet model: one frozen, typed snapshot of the fleet that every later stage reads.
+
+Per-GPU data is columnar (numpy arrays indexed by GPU position) so that a 100k-GPU fleet is a
+handful of arrays rather than 100k objects; nodes, pods and jobs are small frozen records because
+there are far fewer of them and people read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NewType
+
+import numpy as np
+import numpy.typing as npt
+
+NodeName = NewType("NodeName", str)
+GpuUuid = NewType("GpuUuid", str)
+JobKey = NewType("JobKey", str)
+"""`namespace/name` of a training or inference job."""
+PodKey = NewType("PodKey", str)
+"""`namespace/name` of a pod."""
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int32]
+BoolArray = npt.NDArray[np.bool_]
+StrArray = npt.NDArray[np.object_]
+
+NO_INDEX = -1
+"""Marks "none" in integer index columns (GPU without pod, pod without job, ...)."""
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def frozen_map(items: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """A read-only copy, so a snapshot cannot be changed through a label dict."""
+    return MappingProxyType(dict(items)) if items else _EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: NodeName
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    taints: tuple[Taint, ...] = ()
+    schedulable: bool = True
+    conditions: Mapping[str, str] = field(default_factory=frozen_map)
+    """Condition type -> status ("True" / "False" / "Unknown"), e.g. {"Ready": "True"}."""
+
+    @property
+    def ready(self) -> bool:
+        return self.conditions.get("Ready", "Unknown") == "True"
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    node: NodeName | None
+    phase: str = "Running"
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    priority_class: str | None = None
+    job_index: int = NO_INDEX
+    """Position of the pod's job in `FleetSnapshot.jobs`, or NO_INDEX."""
+    rank: int = NO_INDEX
+
+    @property
+    def key(self) -> PodKey:
+        return PodKey(f"{self.namespace}/{self.name}")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A distributed job: its ranks in rank order, each a pod on a node with its GPUs."""
+
+    key: JobKey
+    kind: str
+    """The label key that named the job (e.g. `training.kubeflow.org/job-name`)."""
+    pod_indices: tuple[int, ...]
+    """Positions in `FleetSnapshot.pods`, in rank order."""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTable:
+    """All GPUs of the fleet, one row per GPU, as parallel columns."""
+
+    uuid: StrArray
+    node_index: IntArray
+    """Position in `FleetSnapshot.nodes`."""
+    device_index: IntArray
+    """The `gpu` label: the device's index on its node."""
+    model_index: IntArray
+    """Position in `models`."""
+    models: tuple[str, ...]
+    pod_index: IntArray
+    """Position in `FleetSnapshot.pods` of the pod the GPU is allocated to, or NO_INDEX."""
+    job_index: IntArray
+    """Position in `FleetSnapshot.jobs`, or NO_INDEX (derived from the pod, stored for speed)."""
+    mig_instance: StrArray
+    """`GPU_I_ID` for MIG slices, "" for a whole GPU."""
+    mig_profile: StrArray
+    pci_bus_id: StrArray
+
+    def __len__(self) -> int:
+        return int(self.uuid.shape[0])
+
+    def position(self, uuid: str) -> int:
+        """Row of a GPU by UUID (O(n); hot paths work on positions, not UUIDs)."""
+        hits = np.flatnonzero(self.uuid == uuid)
+        if hits.size == 0:
+            raise KeyError(uuid)
+        return int(hits[0])
+
+
+@dataclass(frozen=True, slots=True)
+class MetricColumn:
+    """One metric across all GPUs: the latest value and its sample time (NaN where absent).
+
+    For counters, `increase` holds the reset-aware increase over the collector's window and
+    `window_seconds` its length; both are NaN/0 for gauges.
+    """
+
+    value: FloatArray
+    timestamp: FloatArray
+    increase: FloatArray | None = None
+    window_seconds: float = 0.0
+
+    def present(self) -> BoolArray:
+        return ~np.isnan(self.value)
+
+    def rate(self) -> FloatArray:
+        """Per-second rate of a counter over the window (NaN without a window)."""
+        if self.increase is None or self.window_seconds <= 0:
+            return np.full_like(self.value, np.nan)
+        return self.increase / self.window_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryHealth:
+    """How fresh each node's exporter is, so that "no data" is never read as "GPU gone"."""
+
+    node_last_sample: FloatArray
+    """Per node (same order as nodes): newest DCGM sample time, NaN if the node never reported."""
+    node_up: BoolArray
+    """Per node: the exporter answered its last scrape (`up == 1`), as far as we know."""
+    scrape_interval: float
+    """Inferred exporter scrape interval in seconds (15 or 30 for dcgm-exporter)."""
+    source_ok: bool = True
+    """False when the source itself (Prometheus, the scrape round) failed or was partial."""
+    degraded_reason: str = ""
+
+    def node_age(self, now: float) -> FloatArray:
+        return now - self.node_last_sample
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Warning event (or exporter-side XID line) that concerns a node or a GPU."""
+
+    time: float
+    reason: str
+    message: str
+    node: NodeName | None = None
+    gpu_uuid: GpuUuid | None = None
+    source: str = ""
+    involved_kind: str = "Node"
+    involved_name: str = ""
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """Everything the detectors may know about the fleet at `taken_at` (unix seconds)."""
+
+    taken_at: float
+    nodes: tuple[Node, ...]
+    gpus: GpuTable
+    pods: tuple[Pod, ...]
+    jobs: tuple[Job, ...]
+    metrics: Mapping[str, MetricColumn]
+    """DCGM field name (e.g. `DCGM_FI_DEV_GPU_UTIL`) -> column over `gpus`."""
+    job_steps: Mapping[JobKey, float] = field(default_factory=dict)
+    """`training_steps_total` summed over the job's pods (absent where jobs do not export it)."""
+    job_steps_increase: Mapping[JobKey, float] = field(default_factory=dict)
+    """Increase of `training_steps_total` over the collector's window, per job."""
+    telemetry: TelemetryHealth | None = None
+    events: tuple[Event, ...] = ()
+    cluster: str = "default"
+
+    def metric(self, name: str) -> MetricColumn | None:
+        return self.metrics.get(name)
+
+    def node_names(self) -> tuple[NodeName, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def node_index(self) -> Mapping[str, int]:
+        return {n.name: i for i, n in enumerate(self.nodes)}
+
+    def gpus_of_job(self, job_index: int) -> IntArray:
+        return np.flatnonzero(self.gpus.job_index == job_index).astype(np.int32)

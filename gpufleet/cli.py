@@ -15,7 +15,7 @@ from gpufleet import __version__
 from observer.config_errors import ConfigError
 
 EXIT_USAGE = 2
-COMMAND_MODULES = ("gpufleet.commands.version",)
+COMMAND_MODULES = ("gpufleet.commands.version", "gpufleet.commands.simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,130 @@
+"""The remediation vocabulary shared by incidents, policy, gates, playbooks, engine and store.
+
+Kept in one small module so that every stage speaks the same ids, states and intents, and so the
+store can persist them without importing the stages that produce them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NewType
+
+IncidentId = NewType("IncidentId", str)
+ActionId = NewType("ActionId", str)
+ClusterName = NewType("ClusterName", str)
+
+ACTOR = "gpufleet"
+"""Who we are in every annotation, audit row and field manager."""
+ANNOTATION_PREFIX = "gpufleet.io/"
+OWNER_ANNOTATION = "gpufleet.io/cordoned-by"
+"""Set on every node gpufleet cordons; `uncordon` undoes only nodes carrying it (#1424)."""
+QUARANTINE_TAINT = "gpufleet.io/quarantine"
+QUARANTINE_LABEL = "gpufleet.io/quarantined"
+REASON_ANNOTATION = "gpufleet.io/reason"
+INCIDENT_ANNOTATION = "gpufleet.io/incident"
+ACTION_ANNOTATION = "gpufleet.io/action"
+REQUEST_ANNOTATION = "gpufleet.io/requested"
+"""`request_reset` / `request_reboot` leave `<what>:<action id>` here for a node agent or person."""
+
+
+class ActionState(StrEnum):
+    PROPOSED = "proposed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    VERIFYING = "verifying"
+    DONE = "done"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    EXPIRED = "expired"
+    REJECTED = "rejected"
+    DENIED = "denied"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {
+        ActionState.DONE,
+        ActionState.FAILED,
+        ActionState.ROLLED_BACK,
+        ActionState.EXPIRED,
+        ActionState.REJECTED,
+        ActionState.DENIED,
+    }
+)
+
+TRANSITIONS: Mapping[ActionState, frozenset[ActionState]] = {
+    ActionState.PROPOSED: frozenset(
+        {
+            ActionState.AWAITING_APPROVAL,
+            ActionState.APPROVED,
+            ActionState.DENIED,
+            ActionState.EXPIRED,
+        }
+    ),
+    ActionState.AWAITING_APPROVAL: frozenset(
+        {ActionState.APPROVED, ActionState.REJECTED, ActionState.EXPIRED}
+    ),
+    ActionState.APPROVED: frozenset({ActionState.EXECUTING, ActionState.EXPIRED}),
+    ActionState.EXECUTING: frozenset(
+        {ActionState.VERIFYING, ActionState.FAILED, ActionState.ROLLED_BACK}
+    ),
+    ActionState.VERIFYING: frozenset(
+        {ActionState.DONE, ActionState.FAILED, ActionState.ROLLED_BACK}
+    ),
+}
+"""The journal's state machine; the store refuses any other move."""
+
+
+def can_transition(src: ActionState, dst: ActionState) -> bool:
+    return dst in TRANSITIONS.get(src, frozenset())
+
+
+class Mode(StrEnum):
+    AUTO = "auto"
+    APPROVAL = "approval"
+    NOTIFY = "notify"
+
+
+class Verdict(StrEnum):
+    EXECUTE = "execute"
+    AWAIT_APPROVAL = "await_approval"
+    DENY = "deny"
+
+
+class IncidentStatus(StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One idempotent Kubernetes operation a playbook wants; only the actuator carries it out.
+
+    `op` names the operation (cordon, uncordon, taint, untaint, label, annotate, evict_pods,
+    delete_pod, wait_pods_gone, ...); `args` are JSON-safe so the journal can store the plan and
+    a restarted engine can resume at the step it was killed in.
+    """
+
+    op: str
+    target: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "target": self.target, "args": dict(self.args)}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Intent:
+        return Intent(str(data["op"]), str(data["target"]), dict(data.get("args") or {}))
+
+
+def stable_id(*parts: object) -> str:
+    """A short deterministic id, so a replayed input maps to the same row (idempotency)."""
+    raw = "\x1f".join("" if p is None else str(p) for p in parts)
+    return hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()

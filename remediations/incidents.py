@@ -1,0 +1,200 @@
+"""Findings -> incidents: one incident per (kind, entity), opened and resolved with hysteresis.
+
+A detector that flaps (NVSentinel #1447: power-throttle events at 10+/s) must not open and close
+incidents, nor wake the engine, at its own rate. An incident opens after `open_after` consecutive
+cycles with a finding (at once for critical), and resolves after `resolve_after` consecutive
+healthy cycles. Missing telemetry is never evidence of health: while a node (or the fleet) has a
+monitoring gap, its incidents neither count healthy cycles nor resolve.
+
+`step` is pure: (state, findings, now) -> (state, changes). The engine persists the changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from detectors.findings import Finding, FindingKind, Severity
+from remediations.store.records import IncidentRecord
+from remediations.types import IncidentId, IncidentStatus, stable_id
+
+
+@dataclass(frozen=True, slots=True)
+class Hysteresis:
+    open_after: int = 2
+    """Consecutive cycles with a finding before an incident opens (critical: at once)."""
+    resolve_after: int = 3
+    """Consecutive healthy cycles before an open incident resolves."""
+    critical_opens_at_once: bool = True
+
+
+def entity_key(f: Finding) -> str:
+    kind, node, gpu, job = f.entity
+    return f"{kind}|{node or ''}|{gpu or ''}|{job or ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """What the tracker remembers about one entity between cycles (compact on purpose)."""
+
+    key: str
+    kind: str
+    node: str | None
+    gpu_uuid: str | None
+    job: str | None
+    severity: str
+    summary: str
+    first_seen: float
+    last_seen: float
+    seen_cycles: int = 0
+    healthy_cycles: int = 0
+    incident_id: IncidentId | None = None
+    """None while the entity is pending (seen, not yet opened)."""
+    opened_at: float = 0.0
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Change(StrEnum):
+    OPENED = "opened"
+    UPDATED = "updated"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentChange:
+    change: Change
+    incident: IncidentRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerState:
+    cluster: str
+    entries: Mapping[str, Tracked] = field(default_factory=dict)
+
+    def open(self) -> Iterable[Tracked]:
+        return (t for t in self.entries.values() if t.incident_id is not None)
+
+    @staticmethod
+    def from_records(cluster: str, records: Iterable[IncidentRecord]) -> TrackerState:
+        """Rebuild the open incidents after a restart (pending counters start again: safe)."""
+        entries = {
+            r.entity_key: Tracked(
+                key=r.entity_key,
+                kind=r.kind,
+                node=r.node,
+                gpu_uuid=r.gpu_uuid,
+                job=r.job,
+                severity=r.severity,
+                summary=r.summary,
+                first_seen=r.first_seen,
+                last_seen=r.last_seen,
+                seen_cycles=r.seen_cycles,
+                healthy_cycles=r.healthy_cycles,
+                incident_id=r.id,
+                opened_at=r.opened_at,
+                evidence=r.evidence,
+            )
+            for r in records
+            if r.status is IncidentStatus.OPEN
+        }
+        return TrackerState(cluster, entries)
+
+
+def record(cluster: str, t: Tracked, now: float, resolved: bool = False) -> IncidentRecord:
+    assert t.incident_id is not None
+    return IncidentRecord(
+        id=t.incident_id,
+        cluster=cluster,
+        kind=t.kind,
+        entity_key=t.key,
+        node=t.node,
+        gpu_uuid=t.gpu_uuid,
+        job=t.job,
+        status=IncidentStatus.RESOLVED if resolved else IncidentStatus.OPEN,
+        severity=t.severity,
+        summary=t.summary,
+        opened_at=t.opened_at,
+        updated_at=now,
+        resolved_at=now if resolved else None,
+        first_seen=t.first_seen,
+        last_seen=t.last_seen,
+        seen_cycles=t.seen_cycles,
+        healthy_cycles=t.healthy_cycles,
+        evidence=t.evidence,
+    )
+
+
+def _worst(findings: Sequence[Finding]) -> Finding:
+    return max(findings, key=lambda f: (f.severity.rank, f.last_seen))
+
+
+def step(
+    state: TrackerState,
+    findings: Sequence[Finding],
+    now: float,
+    params: Hysteresis = Hysteresis(),
+) -> tuple[TrackerState, list[IncidentChange]]:
+    """Advance one cycle. Returns the new state and the incidents opened, updated, resolved."""
+    by_key: dict[str, list[Finding]] = {}
+    gap_nodes: set[str] = set()
+    fleet_gap = False
+    for f in findings:
+        by_key.setdefault(entity_key(f), []).append(f)
+        if f.kind is FindingKind.MONITORING_GAP:
+            if f.node is None:
+                fleet_gap = True
+            else:
+                gap_nodes.add(f.node)
+
+    cluster = state.cluster
+    entries: dict[str, Tracked] = {}
+    changes: list[IncidentChange] = []
+    for key, group in by_key.items():
+        f = _worst(group)
+        old = state.entries.get(key)
+        if old is None:
+            old = Tracked(
+                key=key,
+                kind=f.kind.value,
+                node=f.node,
+                gpu_uuid=f.gpu_uuid,
+                job=f.job,
+                severity=f.severity.value,
+                summary=f.summary,
+                first_seen=min(g.first_seen for g in group),
+                last_seen=f.last_seen,
+            )
+        t = replace(
+            old,
+            severity=f.severity.value,
+            summary=f.summary,
+            last_seen=max(old.last_seen, f.last_seen),
+            seen_cycles=old.seen_cycles + 1,
+            healthy_cycles=0,
+            evidence=f.evidence,
+        )
+        if t.incident_id is None:
+            critical = f.severity is Severity.CRITICAL and params.critical_opens_at_once
+            if critical or t.seen_cycles >= params.open_after:
+                t = replace(
+                    t, incident_id=IncidentId(stable_id(cluster, key, t.first_seen)), opened_at=now
+                )
+                changes.append(IncidentChange(Change.OPENED, record(cluster, t, now)))
+        elif old.severity != t.severity or old.healthy_cycles > 0:
+            changes.append(IncidentChange(Change.UPDATED, record(cluster, t, now)))
+        entries[key] = t
+
+    for key, old in state.entries.items():
+        if key in by_key or old.incident_id is None:
+            continue  # seen this cycle, or pending and not seen: the episode is over
+        if fleet_gap or (old.node is not None and old.node in gap_nodes):
+            entries[key] = old  # no data is not evidence of health: hold
+            continue
+        t = replace(old, healthy_cycles=old.healthy_cycles + 1, seen_cycles=0)
+        if t.healthy_cycles >= params.resolve_after:
+            changes.append(IncidentChange(Change.RESOLVED, record(cluster, t, now, True)))
+        else:
+            entries[key] = t
+    return TrackerState(cluster, entries), changes

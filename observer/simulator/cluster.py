@@ -1,0 +1,325 @@
+"""The live state of a simulated cluster: what the simulated Kubernetes API serves and changes.
+
+Built from a scenario's Layout (nodes, the initial pod placement), it then lives on its own:
+cordons, taints, evictions and deletions arrive through the API, the job controller reacts, and
+the metric engine asks `pods_for_metrics()` which pods sit on which GPUs *now*, so that a pod
+that moved also moves its `pod`/`namespace` labels in the DCGM series. Thread-safe; time comes
+from a `SimClock` (injectable).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from observer.simulator import k8s_objects as ko
+from observer.simulator.clock import SimClock
+from observer.simulator.controller import TERMINAL, JobController, is_ready
+from observer.simulator.k8s_store import Conflict, ObjectStore
+from observer.simulator.layout import Layout, SimPod, build_layout
+from observer.simulator.scenario import Scenario, WorkloadKind
+
+Obj = dict[str, Any]
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", ko.GPU_NAMESPACE)
+
+
+class NotFound(Exception):
+    """The object does not exist (HTTP 404)."""
+
+
+class TooManyRequests(Exception):
+    """The eviction would violate a PodDisruptionBudget (HTTP 429)."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class Invalid(Exception):
+    """The request is understood but not allowed (HTTP 500 for several PDBs, like the real one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    startup_seconds: float = 30.0
+    """Scenario seconds from scheduling to Ready for a (re)created workload pod."""
+    pdb_max_unavailable: int = 1
+    """Every training job gets a policy/v1 PDB with this maxUnavailable."""
+    history: int = 2000
+    """Watch events kept; a watch from an older resourceVersion gets 410 Gone."""
+    daemonsets: bool = True
+    """GPU operator DaemonSet pods (dcgm-exporter, device plugin) on every node."""
+
+
+class SimCluster:
+    def __init__(
+        self,
+        scenario: Scenario,
+        layout: Layout | None = None,
+        *,
+        clock: SimClock | None = None,
+        options: ClusterOptions | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.layout = layout if layout is not None else build_layout(scenario)
+        self.clock = clock or SimClock(scenario.start)
+        self.options = options or ClusterOptions()
+        self.store = ObjectStore(self.options.history)
+        self._pdb_seen_rv = -1
+        pools = {f"{w.namespace}/{w.name}": w.pool for w in scenario.workloads}
+        owner_uids = {k: ko.new_uid(f"{scenario.cluster}/owner/{k}") for k in pools}
+        self.controller = JobController(
+            self.store,
+            self.layout.nodes,
+            pools=pools,
+            owner_uids=owner_uids,
+            startup_seconds=self.options.startup_seconds,
+            wall_of=self.clock.wall_of,
+            emit=self._emit,
+        )
+        with self.store.lock:
+            self._build()
+
+    # --- construction -------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        sc, now, wall = self.scenario, self.clock.scenario_time(), self.clock.now()
+        for i, n in enumerate(self.layout.nodes):
+            self.store.put("nodes", ko.node_object(n, i, wall, sc.cluster))
+        for ns in sorted({*SYSTEM_NAMESPACES, *(w.namespace for w in sc.workloads)}):
+            meta = {
+                "name": ns,
+                "uid": ko.new_uid(f"{sc.cluster}/ns/{ns}"),
+                "creationTimestamp": ko.rfc3339(wall),
+                "labels": {"kubernetes.io/metadata.name": ns},
+            }
+            body = {
+                "kind": "Namespace",
+                "apiVersion": "v1",
+                "metadata": meta,
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
+            self.store.put("namespaces", body)
+        if self.options.daemonsets:
+            for name in ko.DAEMONSETS:
+                ds = ko.daemonset_object(name, wall, sc.cluster, len(self.layout.nodes))
+                self.store.put("daemonsets", ds)
+                for i, n in enumerate(self.layout.nodes):
+                    pod = ko.daemon_pod(ds, n.name, wall)
+                    pod["status"]["hostIP"] = pod["status"]["podIP"] = ko.node_ip(i)
+                    self.store.put("pods", pod)
+        for w in sc.workloads:
+            key = f"{w.namespace}/{w.name}"
+            self.controller.replicas[key] = w.replicas
+            if w.kind == WorkloadKind.TRAINING and key not in self.layout.unplaced:
+                label: dict[str, str] = {w.job_label: w.name}
+                pdb = ko.pdb_object(
+                    w.namespace, w.name, label, wall, self.options.pdb_max_unavailable
+                )
+                self.store.put("poddisruptionbudgets", pdb)
+        for p in self.layout.pods:
+            if p.start <= now:
+                self.controller.create(p, now, place_as_layout=True)
+            else:
+                self.controller.waiting.append(p)
+        self._refresh_pdbs()
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Apply everything due by the clock's current scenario time."""
+        with self.store.lock:
+            self.controller.tick(self.clock.scenario_time())
+            self._refresh_pdbs()
+
+    def _refresh_pdbs(self) -> None:
+        if self.store.resource_version != self._pdb_seen_rv:
+            self.controller.refresh_pdbs()
+            self._pdb_seen_rv = self.store.resource_version
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj:
+        obj = self.store.get(resource, namespace, name)
+        if obj is None:
+            raise NotFound(name)
+        return obj
+
+    def pods_for_metrics(self) -> list[SimPod]:
+        """Running workload pods where they are now, in the layout's SimPod form."""
+        self.tick()
+        with self.store.lock:
+            return self.controller.running()
+
+    def unschedulable_nodes(self) -> frozenset[str]:
+        _, nodes = self.store.objects("nodes")
+        return frozenset(n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable"))
+
+    def pods_on(self, node: str) -> list[Obj]:
+        _, pods = self.store.objects("pods")
+        return [p for p in pods if p["spec"].get("nodeName") == node]
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def write(
+        self, resource: str, obj: Obj, *, expect_rv: str | None = None, create: bool = False
+    ) -> Obj:
+        """Store a changed or new object; node changes let pending pods schedule again."""
+        with self.store.lock:
+            if create:
+                meta = obj.setdefault("metadata", {})
+                meta.setdefault("uid", ko.new_uid())
+                meta.setdefault("creationTimestamp", ko.rfc3339(self.clock.now()))
+            else:
+                old = self.store.get(*_key(resource, obj))
+                if old is None:
+                    raise NotFound(obj["metadata"]["name"])
+                for f in ("uid", "creationTimestamp"):
+                    obj["metadata"][f] = old["metadata"][f]
+                if resource == "nodes":
+                    self._note_node_change(old, obj)
+            out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
+            if resource == "nodes":
+                self.tick()
+            return out
+
+    def _note_node_change(self, old: Obj, new: Obj) -> None:
+        was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))
+        if was != now:
+            reason = "NodeNotSchedulable" if now else "NodeSchedulable"
+            name = new["metadata"]["name"]
+            self._emit(
+                new, reason, f"Node {name} status is now: {reason}", component="kubelet", host=name
+            )
+
+    def delete(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        with self.store.lock:
+            obj = self.get(resource, namespace, name)
+            if uid is not None and obj["metadata"]["uid"] != uid:
+                raise Conflict(
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{obj['metadata']['uid']}"
+                )
+            if dry_run:
+                return obj
+            gone = self.store.delete(resource, namespace, name)
+            assert gone is not None
+            if resource == "pods":
+                self._pod_gone(gone)
+            return gone
+
+    def _pod_gone(self, pod: Obj) -> None:
+        now = self.clock.scenario_time()
+        owners = pod["metadata"].get("ownerReferences") or [{}]
+        if owners[0].get("kind") == "DaemonSet":
+            ds = self.store.get("daemonsets", ko.GPU_NAMESPACE, owners[0]["name"])
+            if ds is not None and self.store.get("nodes", "", pod["spec"]["nodeName"]) is not None:
+                fresh = ko.daemon_pod(ds, pod["spec"]["nodeName"], self.clock.now())
+                fresh["status"]["hostIP"] = fresh["status"]["podIP"] = pod["status"].get(
+                    "hostIP", ""
+                )
+                self.store.put("pods", fresh)
+        else:
+            self._emit(
+                pod,
+                "Killing",
+                f"Stopping container {pod['spec']['containers'][0]['name']}",
+                component="kubelet",
+                host=pod["spec"].get("nodeName"),
+            )
+            self.controller.replace_pod(pod, now)
+        self.tick()
+
+    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
+        """policy/v1 Eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+        with self.store.lock:
+            self.tick()
+            pod = self.get("pods", namespace, name)
+            if pod["metadata"].get("deletionTimestamp"):
+                return
+            labels = pod["metadata"].get("labels") or {}
+            _, pdbs = self.store.objects("poddisruptionbudgets", namespace)
+            matching = [
+                b
+                for b in pdbs
+                if all(
+                    labels.get(k) == v
+                    for k, v in (b["spec"]["selector"].get("matchLabels") or {}).items()
+                )
+            ]
+            phase = pod["status"].get("phase")
+            if len(matching) > 1:
+                raise Invalid(
+                    "This pod has more than one PodDisruptionBudget, which the eviction "
+                    "subresource does not support."
+                )
+            if matching and phase not in TERMINAL and phase != "Pending":
+                pdb = matching[0]
+                st = self.controller.pdb_status(pdb)
+                allowed = (
+                    st["disruptionsAllowed"] > 0
+                    if is_ready(pod)
+                    else (st["currentHealthy"] >= st["desiredHealthy"])
+                )
+                if not allowed:
+                    raise TooManyRequests(
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        f"The disruption budget {pdb['metadata']['name']} needs "
+                        f"{st['desiredHealthy']} healthy pods and has {st['currentHealthy']} "
+                        "currently",
+                    )
+            if not dry_run:
+                self._emit(pod, "Evicted", "Evicted by the eviction API", component="gpufleet-sim")
+                self.delete("pods", namespace, name)
+
+    def _emit(
+        self,
+        obj: Obj,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        component: str = "gpufleet-sim",
+        host: str | None = None,
+    ) -> None:
+        ns = obj["metadata"].get("namespace") or "default"
+        ev = ko.event_object(
+            namespace=ns,
+            involved=obj,
+            reason=reason,
+            message=message,
+            ts=self.clock.now(),
+            type_=type_,
+            component=component,
+            host=host,
+        )
+        self.store.put("events", ev)
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        """Flip a node's Ready condition (a test or a scenario fault marking it NotReady)."""
+        with self.store.lock:
+            obj = copy.deepcopy(self.get("nodes", "", node))
+            for c in obj["status"]["conditions"]:
+                if c["type"] == "Ready":
+                    c["status"] = "True" if ready else "False"
+                    c["reason"] = "KubeletReady" if ready else "KubeletNotReady"
+                    c["lastTransitionTime"] = ko.rfc3339(self.clock.now())
+            self.write("nodes", obj)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _key(resource: str, obj: Obj) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (resource, str(meta.get("namespace", "")), str(meta["name"]))

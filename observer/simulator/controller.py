@@ -1,0 +1,285 @@
+"""The simulated scheduler, job controllers and disruption controller of the simulated cluster.
+
+Remediation is only testable if actions have consequences: a deleted or evicted pod of a training
+job comes back (same name, new uid, like Kubeflow), a ReplicaSet pod comes back under a new name,
+a cordoned or tainted node gets no new pods, a recreated pod takes a while to become Ready (so a
+PodDisruptionBudget blocks the next eviction of the same job), and a pod that fits nowhere stays
+Pending. All of it runs on scenario time, under the object store's lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from observer.simulator import k8s_objects as ko
+from observer.simulator.k8s_store import ObjectStore
+from observer.simulator.layout import SimNode, SimPod
+from observer.simulator.scenario import WorkloadKind
+
+Obj = dict[str, Any]
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class Slot:
+    """Bookkeeping for one live workload pod (keyed by pod uid)."""
+
+    template: SimPod
+    gpus: tuple[int, ...] = ()
+    ready_at: float | None = None
+    running_since: float | None = None
+
+
+def is_ready(pod: Obj) -> bool:
+    if pod.get("status", {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return False
+    conds = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def tolerates(pod: Obj, taint: Obj) -> bool:
+    for t in pod["spec"].get("tolerations") or []:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+class JobController:
+    def __init__(
+        self,
+        store: ObjectStore,
+        nodes: list[SimNode],
+        *,
+        pools: dict[str, str | None],
+        owner_uids: dict[str, str],
+        startup_seconds: float,
+        wall_of: Callable[[float], float],
+        emit: Callable[..., None],
+    ) -> None:
+        self.store = store
+        self.nodes = nodes
+        self.pools = pools
+        self.owner_uids = owner_uids
+        self.startup_seconds = startup_seconds
+        self.wall_of = wall_of
+        self.emit = emit
+        self.slots: dict[str, Slot] = {}
+        self.waiting: list[SimPod] = []
+        """Layout pods whose workload has not started yet."""
+        self.replicas: dict[str, int] = {}
+
+    # --- placement ----------------------------------------------------------------------------
+
+    def _used(self) -> dict[str, set[int]]:
+        used: dict[str, set[int]] = {n.name: set() for n in self.nodes}
+        for uid, slot in self.slots.items():
+            pod = self._pod_by_uid(uid, slot)
+            if (
+                pod is not None
+                and pod["spec"].get("nodeName")
+                and pod["status"].get("phase") not in TERMINAL
+            ):
+                used.setdefault(pod["spec"]["nodeName"], set()).update(slot.gpus)
+        return used
+
+    def _pod_by_uid(self, uid: str, slot: Slot) -> Obj | None:
+        name = slot.template.name
+        pod = self.store.get("pods", slot.template.namespace, name)
+        return pod if pod is not None and pod["metadata"]["uid"] == uid else None
+
+    def _fits(self, pod: Obj, node: Obj) -> str | None:
+        """None if `pod` may go to `node`, else the reason it may not."""
+        if node["spec"].get("unschedulable"):
+            return "node(s) were unschedulable"
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in node["status"].get("conditions", [])
+        )
+        if not ready:
+            return "node(s) were not ready"
+        labels = node["metadata"].get("labels") or {}
+        for k, v in (pod["spec"].get("nodeSelector") or {}).items():
+            if labels.get(k) != v:
+                return "node(s) didn't match Pod's node affinity/selector"
+        for taint in node["spec"].get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(pod, taint):
+                kv = f"{taint.get('key')}: {taint.get('value', '')}"
+                return f"node(s) had untolerated taint {{{kv}}}"
+        return None
+
+    def schedule(self, pod: Obj, slot: Slot, now: float, prefer: str | None = None) -> bool:
+        """Bind `pod` (not stored yet or Pending) to a node with room; False if none fits."""
+        need = ko.gpu_count(pod)
+        used = self._used()
+        reasons: dict[str, int] = {}
+        names = [n.name for n in self.nodes]
+        if prefer in names:
+            names.remove(prefer)
+            names.insert(0, prefer)
+        gpus_of = {n.name: n.gpus for n in self.nodes}
+        for name in names:
+            node = self.store.get("nodes", "", name)
+            if node is None:
+                continue
+            why = self._fits(pod, node)
+            free = [i for i in range(gpus_of[name]) if i not in used.get(name, set())]
+            if why is None and len(free) < need:
+                why = "Insufficient nvidia.com/gpu"
+            if why is not None:
+                reasons[why] = reasons.get(why, 0) + 1
+                continue
+            slot.gpus = tuple(free[:need])
+            slot.ready_at = now + self.startup_seconds
+            ko.set_scheduled(pod, name, self.wall_of(now))
+            self.store.put("pods", pod)
+            ns, pname = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            self.emit(
+                pod,
+                "Scheduled",
+                f"Successfully assigned {ns}/{pname} to {name}",
+                component="default-scheduler",
+            )
+            return True
+        detail = ", ".join(f"{c} {r}" for r, c in sorted(reasons.items()))
+        msg = f"0/{len(self.nodes)} nodes are available: {detail}."
+        was = pod.get("status", {}).get("conditions") or [{}]
+        if pod["spec"].get("nodeName") is None and was[0].get("message") == msg:
+            return False
+        ko.set_unschedulable(pod, self.wall_of(now), msg)
+        self.store.put("pods", pod)
+        self.emit(pod, "FailedScheduling", msg, type_="Warning", component="default-scheduler")
+        return False
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def create(self, template: SimPod, now: float, *, place_as_layout: bool) -> None:
+        pod = ko.workload_pod(
+            template,
+            ts=self.wall_of(now),
+            owner_uid=self.owner_uids[template.workload],
+            pool=self.pools.get(template.workload),
+        )
+        slot = Slot(template)
+        self.slots[pod["metadata"]["uid"]] = slot
+        if place_as_layout:  # the initial placement: already running where the layout put it
+            slot.gpus = template.gpu_indices
+            pod["spec"]["nodeName"] = template.node
+            ko.set_running(pod, self.wall_of(now), self._host_ip(template.node))
+            slot.running_since = now
+            self.store.put("pods", pod)
+        else:
+            self.schedule(pod, slot, now)
+
+    def _host_ip(self, node: str) -> str:
+        for i, n in enumerate(self.nodes):
+            if n.name == node:
+                return ko.node_ip(i)
+        return ""
+
+    def replace_pod(self, gone: Obj, now: float) -> None:
+        """The owner's controller notices a pod is gone and creates its replacement."""
+        slot = self.slots.pop(gone["metadata"]["uid"], None)
+        if slot is None:
+            return
+        t = slot.template
+        if t.end is not None and now >= t.end:
+            return
+        if t.kind != WorkloadKind.TRAINING:
+            t = replace(t, name=f"{t.owner_name}-{secrets.token_hex(3)[:5]}")
+        self.create(t, now, place_as_layout=False)
+
+    def tick(self, now: float) -> None:
+        """Advance time-driven state: workload start/end, start-up, pending pods."""
+        due = [t for t in self.waiting if t.start <= now]
+        if due:
+            self.waiting = [t for t in self.waiting if t.start > now]
+            for t in due:
+                self.create(t, now, place_as_layout=False)
+        for uid, slot in list(self.slots.items()):
+            pod = self._pod_by_uid(uid, slot)
+            if pod is None:
+                continue
+            phase = pod["status"].get("phase")
+            t = slot.template
+            if t.end is not None and now >= t.end and phase not in TERMINAL:
+                self._finish(uid, pod, slot, now)
+            elif phase == "Pending" and pod["spec"].get("nodeName") is None:
+                self.schedule(copy.deepcopy(pod), slot, now)
+            elif phase == "Pending" and slot.ready_at is not None and now >= slot.ready_at:
+                pod = copy.deepcopy(pod)
+                ko.set_running(pod, self.wall_of(now), self._host_ip(pod["spec"]["nodeName"]))
+                slot.running_since = now
+                self.store.put("pods", pod)
+                self.emit(
+                    pod,
+                    "Started",
+                    "Started container",
+                    component="kubelet",
+                    host=pod["spec"]["nodeName"],
+                )
+
+    def _finish(self, uid: str, pod: Obj, slot: Slot, now: float) -> None:
+        if slot.template.kind == WorkloadKind.TRAINING:
+            pod = copy.deepcopy(pod)
+            ko.set_finished(pod, self.wall_of(now))
+            self.store.put("pods", pod)
+            slot.gpus = ()
+        else:
+            self.slots.pop(uid, None)
+            self.store.delete("pods", slot.template.namespace, slot.template.name)
+
+    def running(self) -> list[SimPod]:
+        out: list[SimPod] = []
+        for uid, slot in self.slots.items():
+            pod = self._pod_by_uid(uid, slot)
+            if pod is None or pod["status"].get("phase") != "Running":
+                continue
+            out.append(
+                replace(
+                    slot.template,
+                    node=pod["spec"]["nodeName"],
+                    gpu_indices=slot.gpus,
+                    start=max(slot.template.start, slot.running_since or slot.template.start),
+                )
+            )
+        return out
+
+    # --- disruption budgets -------------------------------------------------------------------
+
+    def pdb_status(self, pdb: Obj) -> Obj:
+        sel = pdb["spec"]["selector"].get("matchLabels") or {}
+        ns = pdb["metadata"]["namespace"]
+        _, pods = self.store.objects("pods", ns)
+        matching = [
+            p
+            for p in pods
+            if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
+        ]
+        expected = max(len(matching), self.replicas.get(f"{ns}/{pdb['metadata']['name']}", 0))
+        healthy = sum(1 for p in matching if is_ready(p))
+        if "minAvailable" in pdb["spec"]:
+            desired = int(pdb["spec"]["minAvailable"])
+        else:
+            desired = max(0, expected - int(pdb["spec"].get("maxUnavailable", 0)))
+        return {
+            "observedGeneration": pdb["metadata"].get("generation", 1),
+            "disruptionsAllowed": max(0, healthy - desired),
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+        }
+
+    def refresh_pdbs(self) -> None:
+        _, pdbs = self.store.objects("poddisruptionbudgets")
+        for pdb in pdbs:
+            status = self.pdb_status(pdb)
+            if status != pdb.get("status"):
+                self.store.put("poddisruptionbudgets", {**pdb, "status": status})

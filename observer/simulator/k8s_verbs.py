@@ -1,0 +1,343 @@
+"""The verbs of the simulated Kubernetes API: get, list, watch, create, update, patch, evict.
+
+Transport-free: each verb takes a parsed request and returns a `Reply` (status + JSON body) or, for
+watches, an iterator of watch events. `k8s_api` puts them on the wire. The semantics follow the
+real API server where clients can tell the difference: list metadata carries the resourceVersion,
+`limit`/`continue` page through a list, a watch from a forgotten version ends with a 410 ERROR
+event, errors are `v1 Status` objects with the real reasons and messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from observer.simulator import k8s_discovery as disc
+from observer.simulator import k8s_tables as tables
+from observer.simulator.cluster import Invalid, NotFound, SimCluster, TooManyRequests
+from observer.simulator.k8s_faults import status_body
+from observer.simulator.k8s_query import BadRequest, apply_patch, field_matcher, label_matcher
+from observer.simulator.k8s_store import Conflict, Expired, WatchEvent
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: Obj
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    resource: disc.Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    params: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    content_type: str = "application/json"
+    accept: str = "application/json"
+
+
+def error(code: int, message: str, reason: str, req: Request | None = None, **extra: Any) -> Reply:
+    details: Obj = {}
+    if req is not None and req.name:
+        details = {"name": req.name, "kind": req.resource.plural}
+        if req.resource.group:
+            details["group"] = req.resource.group
+    details.update(extra)
+    return Reply(code, status_body(code, message, reason, details or None))
+
+
+def not_found(req: Request) -> Reply:
+    what = (
+        req.resource.plural
+        if not req.resource.group
+        else f"{req.resource.plural}.{req.resource.group}"
+    )
+    return error(404, f'{what} "{req.name}" not found', "NotFound", req)
+
+
+def _decorate(res: disc.Resource, obj: Obj) -> Obj:
+    return {**obj, "kind": res.kind, "apiVersion": res.api_version}
+
+
+class Verbs:
+    def __init__(self, cluster: SimCluster, *, bookmark_interval: float = 10.0) -> None:
+        self.cluster = cluster
+        self.bookmark_interval = bookmark_interval
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def _matching(self, req: Request) -> tuple[int, list[Obj]]:
+        labels = label_matcher(req.params.get("labelSelector"))
+        fields = field_matcher(req.params.get("fieldSelector"))
+        rv, items = self.cluster.store.objects(req.resource.plural, req.namespace)
+        return rv, [o for o in items if labels(o) and fields(o)]
+
+    def get(self, req: Request) -> Reply:
+        obj = self.cluster.store.get(req.resource.plural, req.namespace or "", req.name or "")
+        if obj is None:
+            return not_found(req)
+        obj = _decorate(req.resource, obj)
+        if tables.wants_table(req.accept):
+            return Reply(
+                200,
+                tables.table(
+                    req.resource.plural,
+                    [obj],
+                    {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                    req.params.get("includeObject", "Metadata"),
+                ),
+            )
+        return Reply(200, obj)
+
+    def list(self, req: Request) -> Reply:
+        rv, items = self._matching(req)
+        token = req.params.get("continue")
+        if token:
+            try:
+                state = json.loads(base64.urlsafe_b64decode(token.encode()))
+                start, token_rv = str(state["start"]), int(state["rv"])
+            except (ValueError, KeyError, TypeError):
+                return error(400, "continue key is not valid", "BadRequest")
+            if token_rv < self.cluster.store.compacted:
+                return error(
+                    410,
+                    "The provided continue parameter is too old to display a "
+                    "consistent list result. You can start a new list without the "
+                    "continue parameter.",
+                    "Expired",
+                )
+            items = [o for o in items if _sort_key(o) > start]
+        meta: Obj = {"resourceVersion": str(rv)}
+        limit = int(req.params.get("limit") or 0)
+        if limit > 0 and len(items) > limit:
+            rest = len(items) - limit
+            items = items[:limit]
+            nxt = {"rv": rv, "start": _sort_key(items[-1])}
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(nxt).encode()).decode()
+            meta["remainingItemCount"] = rest
+        items = [_decorate(req.resource, o) for o in items]
+        if tables.wants_table(req.accept):
+            return Reply(
+                200,
+                tables.table(
+                    req.resource.plural, items, meta, req.params.get("includeObject", "Metadata")
+                ),
+            )
+        return Reply(
+            200,
+            {
+                "kind": req.resource.list_kind,
+                "apiVersion": req.resource.api_version,
+                "metadata": meta,
+                "items": items,
+            },
+        )
+
+    def watch(self, req: Request, stopping: Any = None) -> Iterator[Obj]:
+        """Watch events as JSON dicts; ends at timeoutSeconds, on shutdown, or with a 410 ERROR."""
+        res = req.resource
+        labels = label_matcher(req.params.get("labelSelector"))
+        fields = field_matcher(req.params.get("fieldSelector"))
+        if req.name:
+            by_name = req.name
+            fields_inner = fields
+            fields = lambda o: o["metadata"]["name"] == by_name and fields_inner(o)  # noqa: E731
+        ns = req.namespace
+
+        def accept(e: WatchEvent) -> bool:
+            return (
+                (ns is None or e.obj["metadata"].get("namespace", "") == ns)
+                and labels(e.obj)
+                and fields(e.obj)
+            )
+
+        timeout = float(req.params.get("timeoutSeconds") or 1800)
+        bookmarks = req.params.get("allowWatchBookmarks") == "true"
+        deadline = time.monotonic() + timeout
+        rv_param = req.params.get("resourceVersion", "")
+        store = self.cluster.store
+        if rv_param in ("", "0"):
+            rv, items = self._matching(req)
+            for o in items:
+                if req.name is None or o["metadata"]["name"] == req.name:
+                    yield {"type": "ADDED", "object": _decorate(res, o)}
+        else:
+            try:
+                rv = int(rv_param)
+            except ValueError:
+                yield {
+                    "type": "ERROR",
+                    "object": status_body(
+                        400, f"invalid resourceVersion {rv_param!r}", "BadRequest"
+                    ),
+                }
+                return
+        last_bookmark = time.monotonic()
+        while not store.closed and not (stopping is not None and stopping()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                events, seen = store.wait(res.plural, rv, min(left, 0.5), accept)
+            except Expired as exc:
+                yield {"type": "ERROR", "object": status_body(410, str(exc), "Expired")}
+                return
+            for e in events:
+                yield {"type": e.type, "object": _decorate(res, e.obj)}
+            rv = max(seen, rv)
+            if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_interval:
+                last_bookmark = time.monotonic()
+                yield {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": res.kind,
+                        "apiVersion": res.api_version,
+                        "metadata": {"resourceVersion": str(rv)},
+                    },
+                }
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def _body(self, req: Request) -> Obj:
+        if not isinstance(req.body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        body = copy.deepcopy(req.body)
+        meta = body.setdefault("metadata", {})
+        if req.resource.namespaced:
+            if meta.get("namespace") and meta["namespace"] != req.namespace:
+                raise BadRequest(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            meta["namespace"] = req.namespace
+        body["kind"], body["apiVersion"] = req.resource.kind, req.resource.api_version
+        return body
+
+    def create(self, req: Request) -> Reply:
+        body = self._body(req)
+        meta = body["metadata"]
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = (
+                meta["generateName"] + base64.b32encode(os.urandom(4)).decode().lower()[:5]
+            )
+        if not meta.get("name"):
+            return error(
+                422,
+                f'{req.resource.kind} "" is invalid: metadata.name: Required value: '
+                "name or generateName is required",
+                "Invalid",
+            )
+        if (
+            req.namespace is not None
+            and self.cluster.store.get("namespaces", "", req.namespace) is None
+        ):
+            return error(
+                404,
+                f'namespaces "{req.namespace}" not found',
+                "NotFound",
+                None,
+                name=req.namespace,
+                kind="namespaces",
+            )
+        meta.pop("resourceVersion", None)
+        if req.params.get("dryRun") == "All":
+            return Reply(201, body)
+        try:
+            out = self.cluster.write(req.resource.plural, body, create=True)
+        except Conflict:
+            return error(
+                409, f'{req.resource.plural} "{meta["name"]}" already exists', "AlreadyExists", req
+            )
+        return Reply(201, _decorate(req.resource, out))
+
+    def update(self, req: Request) -> Reply:
+        body = self._body(req)
+        if body["metadata"].get("name") != req.name:
+            return error(
+                400, "the name of the object does not match the name on the URL", "BadRequest", req
+            )
+        expect = body["metadata"].get("resourceVersion") or None
+        return self._write(req, body, expect)
+
+    def patch(self, req: Request) -> Reply:
+        current = self.cluster.store.get(req.resource.plural, req.namespace or "", req.name or "")
+        if current is None:
+            return not_found(req)
+        new = apply_patch(_decorate(req.resource, current), req.content_type, req.body)
+        new["metadata"]["name"], new["kind"] = req.name, req.resource.kind
+        expect = None
+        if new["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            expect = new["metadata"].get("resourceVersion")  # a patch may carry a precondition
+        return self._write(req, new, expect)
+
+    def _write(self, req: Request, obj: Obj, expect: str | None) -> Reply:
+        if req.params.get("dryRun") == "All":
+            return Reply(200, obj)
+        try:
+            out = self.cluster.write(req.resource.plural, obj, expect_rv=expect)
+        except NotFound:
+            return not_found(req)
+        except Conflict as exc:
+            return error(409, str(exc), "Conflict", req)
+        return Reply(200, _decorate(req.resource, out))
+
+    def delete(self, req: Request) -> Reply:
+        opts = req.body if isinstance(req.body, dict) else {}
+        uid = (opts.get("preconditions") or {}).get("uid")
+        dry = req.params.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        try:
+            gone = self.cluster.delete(
+                req.resource.plural, req.namespace or "", req.name or "", uid=uid, dry_run=dry
+            )
+        except NotFound:
+            return not_found(req)
+        except Conflict as exc:
+            return error(409, str(exc), "Conflict", req)
+        return Reply(200, _decorate(req.resource, gone))
+
+    def evict(self, req: Request) -> Reply:
+        body = req.body if isinstance(req.body, dict) else {}
+        opts = body.get("deleteOptions") or {}
+        dry = req.params.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        try:
+            self.cluster.evict(req.namespace or "", req.name or "", dry_run=dry)
+        except NotFound:
+            return not_found(req)
+        except TooManyRequests as exc:
+            return Reply(
+                429,
+                status_body(
+                    429,
+                    str(exc),
+                    "TooManyRequests",
+                    {"causes": [{"reason": "DisruptionBudget", "message": exc.cause}]},
+                ),
+            )
+        except Invalid as exc:
+            return error(500, str(exc), "InternalError", req)
+        return Reply(
+            201,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+        )
+
+
+def _sort_key(o: Obj) -> str:
+    return f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"

@@ -54,6 +54,8 @@ class Node:
     schedulable: bool = True
     conditions: Mapping[str, str] = field(default_factory=frozen_map)
     """Condition type -> status ("True" / "False" / "Unknown"), e.g. {"Ready": "True"}."""
+    in_kubernetes: bool = True
+    """False for a node known only from GPU metrics (its `Hostname`), not from Kubernetes."""
 
     @property
     def ready(self) -> bool:

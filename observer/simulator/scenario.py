@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from observer.config_errors import ConfigError, load_model, validate
+from observer.job_identity import DEFAULT_JOB_LABEL_KEYS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -79,13 +80,7 @@ class Pool(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
-JOB_LABEL_KEYS = (
-    "training.kubeflow.org/job-name",
-    "jobset.sigs.k8s.io/jobset-name",
-    "volcano.sh/job-name",
-    "batch.kubernetes.io/job-name",
-    "job-name",
-)
+JOB_LABEL_KEYS = DEFAULT_JOB_LABEL_KEYS
 
 
 class WorkloadKind(StrEnum):

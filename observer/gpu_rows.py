@@ -1,0 +1,163 @@
+"""GPU rows: from identity rows (as collected) to the snapshot's canonical GPU order and nodes.
+
+Separate from the builder because it is the part that must stay vectorised at 100k GPUs: it
+deduplicates identity rows (newest wins), joins GPUs to nodes by hostname (creating nodes that
+Kubernetes does not know), sorts GPUs by (node, `gpu` index, MIG instance), and maps any metric
+series - keyed by UUID or by identity row - to GPU positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from observer.columns import factorize, lookup, readonly, same_keys
+from observer.model import NO_INDEX, GpuTable, IntArray, Node, NodeName, StrArray
+from observer.snapshot_inputs import GpuColumns, MetricSeries, gpu_keys
+
+NO_HOSTNAME = "<no-hostname>"
+"""Node name for GPUs whose series carry neither `Hostname` nor `hostname` (not a valid
+Kubernetes name, so it cannot collide with a real node)."""
+
+
+@dataclass(slots=True)
+class GpuRows:
+    """Identity rows resolved to GPUs in canonical order (internal to one build)."""
+
+    source: GpuColumns
+    keys: StrArray
+    """Row key per identity row (`UUID` or `UUID/GPU_I_ID`)."""
+    gpu_rows: IntArray
+    """Per GPU (canonical order): the identity row it was built from."""
+    node_index: IntArray
+    nodes: tuple[Node, ...]
+    duplicate_rows: int
+    _row_to_gpu: IntArray | None = None
+    _key_to_gpu: dict[str, int] | None = None
+    _seen: list[tuple[StrArray, IntArray]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return int(self.gpu_rows.shape[0])
+
+    def row_to_gpu(self) -> IntArray:
+        """GPU position of every identity row (duplicates map to their kept GPU)."""
+        if self._row_to_gpu is None:
+            if self.duplicate_rows == 0:
+                out = np.empty(len(self.keys), dtype=np.int32)
+                out[self.gpu_rows] = np.arange(self.count, dtype=np.int32)
+            else:
+                out = lookup(self.keys, self.key_to_gpu())
+            self._row_to_gpu = out
+        return self._row_to_gpu
+
+    def key_to_gpu(self) -> dict[str, int]:
+        if self._key_to_gpu is None:
+            keys = self.keys[self.gpu_rows].tolist()
+            self._key_to_gpu = dict(zip(keys, range(self.count), strict=True))
+        return self._key_to_gpu
+
+    def positions(self, series: MetricSeries) -> IntArray:
+        """GPU position of each series, NO_INDEX for GPUs not among the identity rows."""
+        if series.row is not None:
+            rows = np.asarray(series.row, dtype=np.intp)
+            ok = (rows >= 0) & (rows < len(self.keys))
+            pos = np.full(rows.shape[0], NO_INDEX, dtype=np.int32)
+            pos[ok] = self.row_to_gpu()[rows[ok]]
+            return pos
+        assert series.uuid is not None
+        keys = gpu_keys(series.uuid, series.mig_instance)
+        if same_keys(keys, self.keys):
+            return self.row_to_gpu()
+        for seen_keys, seen_pos in self._seen:
+            if same_keys(keys, seen_keys):
+                return seen_pos
+        pos = lookup(keys, self.key_to_gpu())
+        self._seen.append((keys, pos))
+        return pos
+
+    def _column(self, col: StrArray | None) -> StrArray:
+        if col is None:
+            return readonly(np.full(self.count, "", dtype=object))
+        return readonly(col[self.gpu_rows])
+
+    def pod_labels(self) -> tuple[StrArray, StrArray, StrArray]:
+        """(namespace, pod, node name) per GPU, canonical order."""
+        names = np.array([n.name for n in self.nodes], dtype=object)
+        host = names[self.node_index] if self.count else np.zeros(0, dtype=object)
+        return self._column(self.source.namespace), self._column(self.source.pod), host
+
+    def table(self, pod_index: IntArray, job_index: IntArray) -> GpuTable:
+        src = self.source
+        model_codes, model_names = factorize(src.model_name[self.gpu_rows])
+        order = sorted(range(len(model_names)), key=model_names.__getitem__)
+        remap = np.empty(len(order), dtype=np.int32)
+        remap[order] = np.arange(len(order), dtype=np.int32)
+        return GpuTable(
+            uuid=self._column(src.uuid),
+            node_index=readonly(self.node_index),
+            device_index=readonly(src.device_index[self.gpu_rows].astype(np.int32)),
+            model_index=readonly(remap[model_codes] if len(order) else model_codes),
+            models=tuple(model_names[i] for i in order),
+            pod_index=pod_index,
+            job_index=job_index,
+            mig_instance=self._column(src.mig_instance),
+            mig_profile=self._column(src.mig_profile),
+            pci_bus_id=self._column(src.pci_bus_id),
+        )
+
+
+def resolve_gpu_rows(
+    gpus: GpuColumns, k8s_nodes: Sequence[Node], extra_node_names: Collection[str] = ()
+) -> GpuRows:
+    """Dedupe identity rows, join to nodes, and order GPUs canonically."""
+    keys = gpus.mig_keys()
+    n = len(keys)
+    if gpus.timestamp is not None:  # later rows win in the dict: put the newest last
+        by_age = np.argsort(np.nan_to_num(gpus.timestamp, nan=-np.inf), kind="stable")
+        newest = dict(zip(keys[by_age].tolist(), by_age.tolist(), strict=True))
+    else:
+        newest = dict(zip(keys.tolist(), range(n), strict=True))
+    kept = np.fromiter(newest.values(), dtype=np.intp, count=len(newest))
+    kept.sort()  # first-seen order of identity rows, so runs of one node stay together
+    host = gpus.hostname[kept]
+    if host.size and (host == "").any():
+        host = np.where(host == "", NO_HOSTNAME, host)
+    host_code, hostnames = factorize(host)
+    by_name = {str(nd.name): nd for nd in k8s_nodes}
+    names = sorted(set(by_name) | set(hostnames) | set(extra_node_names))
+    nodes = tuple(by_name.get(x) or Node(NodeName(x), in_kubernetes=False) for x in names)
+    node_pos = {x: i for i, x in enumerate(names)}
+    host_node = np.array([node_pos[h] for h in hostnames], dtype=np.int32)
+    node_of_kept = host_node[host_code] if kept.size else np.zeros(0, dtype=np.int32)
+    sort_keys: list[np.ndarray] = [gpus.device_index[kept], node_of_kept]
+    if gpus.mig_instance is not None:
+        mig = gpus.mig_instance[kept]
+        if (mig != "").any():
+            sort_keys.insert(0, _mig_order(mig))
+    order = np.lexsort(sort_keys)
+    return GpuRows(
+        source=gpus,
+        keys=keys,
+        gpu_rows=kept[order].astype(np.int32),
+        node_index=node_of_kept[order].astype(np.int32),
+        nodes=nodes,
+        duplicate_rows=n - len(kept),
+    )
+
+
+def _mig_order(mig: StrArray) -> IntArray:
+    """Sort rank of `GPU_I_ID` values: whole GPU first, then numerically."""
+    codes, values = factorize(mig)
+
+    def key(v: str) -> tuple[int, int, str]:
+        if v == "":
+            return (0, 0, v)
+        return (1, int(v), v) if v.isdigit() else (2, 0, v)
+
+    order = sorted(range(len(values)), key=lambda i: key(values[i]))
+    rank = np.empty(len(values), dtype=np.int32)
+    rank[order] = np.arange(len(values), dtype=np.int32)
+    return rank[codes]

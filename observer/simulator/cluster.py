@@ -148,7 +148,18 @@ class SimCluster:
         return obj
 
     def pods_for_metrics(self) -> list[SimPod]:
-        """Running workload pods where they are now, in the layout's SimPod form."""
+        """Every workload pod placement that ever ran, in the layout's SimPod form.
+
+        Ended placements (evicted, deleted, finished) carry `end`; running ones are where they
+        run now. This is what `FleetSimulator.sample(t, pods=...)` wants: counters integrate
+        over each placement's life on its GPUs.
+        """
+        self.tick()
+        with self.store.lock:
+            return self.controller.placements()
+
+    def running_pods(self) -> list[SimPod]:
+        """Only the placements running now."""
         self.tick()
         with self.store.lock:
             return self.controller.running()
@@ -167,6 +178,7 @@ class SimCluster:
         self, resource: str, obj: Obj, *, expect_rv: str | None = None, create: bool = False
     ) -> Obj:
         """Store a changed or new object; node changes let pending pods schedule again."""
+        obj = copy.deepcopy(obj)  # the store owns what it holds
         with self.store.lock:
             if create:
                 meta = obj.setdefault("metadata", {})

@@ -31,7 +31,8 @@ class Slot:
     template: SimPod
     gpus: tuple[int, ...] = ()
     ready_at: float | None = None
-    running_since: float | None = None
+    placement: SimPod | None = None
+    """Where it runs, as the metric engine sees it (set once Running)."""
 
 
 def is_ready(pod: Obj) -> bool:
@@ -75,6 +76,9 @@ class JobController:
         self.waiting: list[SimPod] = []
         """Layout pods whose workload has not started yet."""
         self.replicas: dict[str, int] = {}
+        self.ended: list[SimPod] = []
+        """Placements that stopped (evicted, deleted, finished), oldest first."""
+        self.host_ips = {n.name: ko.node_ip(i) for i, n in enumerate(nodes)}
 
     # --- placement ----------------------------------------------------------------------------
 
@@ -172,17 +176,21 @@ class JobController:
         if place_as_layout:  # the initial placement: already running where the layout put it
             slot.gpus = template.gpu_indices
             pod["spec"]["nodeName"] = template.node
-            ko.set_running(pod, self.wall_of(now), self._host_ip(template.node))
-            slot.running_since = now
-            self.store.put("pods", pod)
+            self._start(pod, slot, now, template.start)
         else:
             self.schedule(pod, slot, now)
 
-    def _host_ip(self, node: str) -> str:
-        for i, n in enumerate(self.nodes):
-            if n.name == node:
-                return ko.node_ip(i)
-        return ""
+    def _start(self, pod: Obj, slot: Slot, now: float, start: float) -> None:
+        node = pod["spec"]["nodeName"]
+        slot.placement = replace(slot.template, node=node, gpu_indices=slot.gpus, start=start)
+        ip = ko.pod_ip(slot.template.namespace, slot.template.name, start)
+        ko.set_running(pod, self.wall_of(now), self.host_ips.get(node, ""), ip)
+        self.store.put("pods", pod)
+
+    def _ended(self, slot: Slot, end: float) -> None:
+        if slot.placement is not None:
+            self.ended.append(replace(slot.placement, end=end))
+            slot.placement = None
 
     def replace_pod(self, gone: Obj, now: float) -> None:
         """The owner's controller notices a pod is gone and creates its replacement."""
@@ -190,6 +198,7 @@ class JobController:
         if slot is None:
             return
         t = slot.template
+        self._ended(slot, now if t.end is None else min(now, t.end))
         if t.end is not None and now >= t.end:
             return
         if t.kind != WorkloadKind.TRAINING:
@@ -215,9 +224,7 @@ class JobController:
                 self.schedule(copy.deepcopy(pod), slot, now)
             elif phase == "Pending" and slot.ready_at is not None and now >= slot.ready_at:
                 pod = copy.deepcopy(pod)
-                ko.set_running(pod, self.wall_of(now), self._host_ip(pod["spec"]["nodeName"]))
-                slot.running_since = now
-                self.store.put("pods", pod)
+                self._start(pod, slot, now, now)
                 self.emit(
                     pod,
                     "Started",
@@ -227,6 +234,7 @@ class JobController:
                 )
 
     def _finish(self, uid: str, pod: Obj, slot: Slot, now: float) -> None:
+        self._ended(slot, slot.template.end if slot.template.end is not None else now)
         if slot.template.kind == WorkloadKind.TRAINING:
             pod = copy.deepcopy(pod)
             ko.set_finished(pod, self.wall_of(now))
@@ -237,20 +245,12 @@ class JobController:
             self.store.delete("pods", slot.template.namespace, slot.template.name)
 
     def running(self) -> list[SimPod]:
-        out: list[SimPod] = []
-        for uid, slot in self.slots.items():
-            pod = self._pod_by_uid(uid, slot)
-            if pod is None or pod["status"].get("phase") != "Running":
-                continue
-            out.append(
-                replace(
-                    slot.template,
-                    node=pod["spec"]["nodeName"],
-                    gpu_indices=slot.gpus,
-                    start=max(slot.template.start, slot.running_since or slot.template.start),
-                )
-            )
-        return out
+        """Pods running now, where they run (`end` is the workload's planned end, if any)."""
+        return [s.placement for s in self.slots.values() if s.placement is not None]
+
+    def placements(self) -> list[SimPod]:
+        """Every placement that ever ran (ended ones with `end` set), then the running ones."""
+        return [*self.ended, *self.running()]
 
     # --- disruption budgets -------------------------------------------------------------------
 

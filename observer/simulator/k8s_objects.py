@@ -9,6 +9,7 @@ cluster (DaemonSet-owned pods skipped, controller-owned pods evicted).
 from __future__ import annotations
 
 import uuid as uuidlib
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +20,13 @@ Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 GPU_NAMESPACE = "gpu-operator"
 DAEMONSETS = ("nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset")
-KUBELET_VERSION = "v1.30.4"
+KUBELET_VERSION = "v1.31.4"
+CONTAINER = {
+    WorkloadKind.TRAINING: "pytorch",
+    WorkloadKind.INFERENCE: "server",
+    WorkloadKind.IDLE: "notebook",
+}
+"""Container names, as the exporters' `container` label has them."""
 OWNER_API = {
     "PyTorchJob": "kubeflow.org/v1",
     "Job": "batch/v1",
@@ -45,8 +52,15 @@ def _meta(name: str, ts: float, namespace: str | None = None, uid: str | None = 
     return meta
 
 
-def node_ip(index: int) -> str:
-    return f"10.{(index >> 16) & 255}.{(index >> 8) & 255}.{(index & 255) + 10}"
+def node_ip(position: int) -> str:
+    """The node's InternalIP (the same formula as the kube-state-metrics side)."""
+    return f"10.0.{position // 250}.{position % 250 + 2}"
+
+
+def pod_ip(namespace: str, name: str, start: float) -> str:
+    """A pod IP that changes when the pod is recreated (the same formula as kube-state-metrics)."""
+    h = zlib.crc32(f"{namespace}/{name}/{start}".encode())
+    return f"10.{128 + (h >> 16) % 64}.{(h >> 8) % 256}.{max(2, h % 254)}"
 
 
 def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
@@ -132,7 +146,7 @@ def workload_pod(p: SimPod, *, ts: float, owner_uid: str, pool: str | None, grac
     meta["labels"] = dict(p.labels)
     meta["ownerReferences"] = [owner_ref(p.owner_kind, p.owner_name, owner_uid)]
     container = {
-        "name": "pytorch" if p.kind == WorkloadKind.TRAINING else "main",
+        "name": CONTAINER.get(p.kind, "main"),
         "image": "nvcr.io/nvidia/pytorch:24.07-py3",
         "resources": {
             "limits": {GPU: str(len(p.gpu_indices))},
@@ -226,14 +240,14 @@ def daemon_pod(ds: Obj, node: str, ts: float) -> Obj:
     return pod
 
 
-def set_running(pod: Obj, ts: float, host_ip: str) -> None:
+def set_running(pod: Obj, ts: float, host_ip: str, pod_ip: str | None = None) -> None:
     t = rfc3339(ts)
     names = [c["name"] for c in pod["spec"]["containers"]]
     pod["status"] = {
         "phase": "Running",
         "qosClass": pod["status"].get("qosClass", "BestEffort"),
         "hostIP": host_ip,
-        "podIP": host_ip,
+        "podIP": pod_ip or host_ip,
         "startTime": t,
         "conditions": [
             {"type": c, "status": "True", "lastTransitionTime": t}

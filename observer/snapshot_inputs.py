@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from observer.catalog import (
     LABEL_GPU,
@@ -211,7 +212,7 @@ class ExporterHealth:
     """Node name -> time of the exporter's last successful scrape (unix seconds)."""
     scrape_interval: float | None = None
     """Known interval (seconds); else inferred from `sample_times`, else 30 s."""
-    sample_times: Sequence[FloatArray] = ()
+    sample_times: Sequence[npt.ArrayLike] = ()
     """Consecutive sample times of a few series (e.g. a range query's timestamps)."""
     source_ok: bool = True
     degraded_reason: str = ""

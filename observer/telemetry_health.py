@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from observer.columns import readonly
 from observer.model import BoolArray, FloatArray, IntArray, TelemetryHealth
@@ -37,10 +38,11 @@ def snap_interval(seconds: float) -> float:
 
 
 def infer_scrape_interval(
-    sample_times: Sequence[FloatArray], default: float = DEFAULT_SCRAPE_INTERVAL
+    sample_times: Sequence[npt.ArrayLike], default: float = DEFAULT_SCRAPE_INTERVAL
 ) -> float:
     """Median spacing of consecutive samples over all given series, snapped; else `default`."""
-    diffs = [np.diff(np.sort(np.asarray(t, dtype=np.float64))) for t in sample_times if len(t) > 1]
+    arrays = [np.asarray(t, dtype=np.float64).ravel() for t in sample_times]
+    diffs = [np.diff(np.sort(t)) for t in arrays if t.size > 1]
     if not diffs:
         return default
     d = np.concatenate(diffs)

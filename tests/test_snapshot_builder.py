@@ -46,7 +46,9 @@ def row(host: str, gpu: int, pod: str = "", ns: str = "", **extra: str) -> dict[
     return labels
 
 
-def series(uuids: Sequence[str], values: Sequence[float], ts: Sequence[float] | float = NOW):
+def series(
+    uuids: Sequence[str], values: Sequence[float] | np.ndarray, ts: Sequence[float] | float = NOW
+) -> MetricSeries:
     t = np.full(len(values), ts) if isinstance(ts, float) else np.asarray(ts, dtype=float)
     return MetricSeries(value=np.asarray(values, dtype=float), timestamp=t, uuid=obj(uuids))
 
@@ -272,7 +274,7 @@ def test_gpus_on_nodes_unknown_to_kubernetes_are_kept() -> None:
     names = snap.node_names()
     assert set(names) == {"known", "cpu-only", "ghost", NO_HOSTNAME, "exporter-without-gpus"}
     assert len(snap.gpus) == 3
-    flags = {n.name: n.in_kubernetes for n in snap.nodes}
+    flags: dict[str, bool] = {n.name: n.in_kubernetes for n in snap.nodes}
     assert flags["known"] and flags["cpu-only"]
     assert not flags["ghost"] and not flags[NO_HOSTNAME]
     assert set(report.nodes_not_in_kubernetes) == {"ghost", NO_HOSTNAME, "exporter-without-gpus"}

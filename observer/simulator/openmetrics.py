@@ -20,7 +20,7 @@ from typing import IO
 import numpy as np
 
 from observer.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
-from observer.simulator.engine import FleetSimulator
+from observer.simulator.engine import FleetSimulator, Sample
 from observer.simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
 from observer.simulator.layout import SimPod
 from observer.simulator.series import FLOAT_FAMILIES, GpuLabelCache, sample_lines
@@ -85,6 +85,7 @@ class OpenMetricsWriter:
         extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"' for n in nodes]
         self._labels = GpuLabelCache(sim.layout, extra)
         self._up = [f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"' for n in sim.layout.nodes]
+        self._kube_cache: tuple[tuple[int, ...], dict[str, list[str]]] | None = None
 
     def families(self) -> dict[str, _Family]:
         """Sample name -> family, in file order."""
@@ -170,12 +171,21 @@ class OpenMetricsWriter:
         up_lines = [f"up{{{lab}}} {u}{ts}" for lab, u in zip(self._up, up, strict=True)]
         if self.kube:
             up_lines.append(f'up{{job="{KSM_JOB}",instance="{KSM_INSTANCE}"}} 1{ts}')
-            extra = f',job="{KSM_JOB}",instance="{KSM_INSTANCE}"'
-            series = kube_state_series(s, self.sim.layout.nodes, cluster=self.sim.scenario.cluster)
-            for name, rows in series.items():
-                spools[name].write(
-                    "".join(f"{name}{{{lab}{extra}}} {int(v)}{ts}" for lab, v in rows)
-                )
-                count += len(rows)
+            for name, heads in self._kube_lines(s).items():
+                spools[name].write("".join([f"{h}{ts}" for h in heads]))
+                count += len(heads)
         spools["up"].write("".join(up_lines))
         return count + len(steps) + len(up_lines)
+
+    def _kube_lines(self, s: Sample) -> dict[str, list[str]]:
+        """kube-state-metrics lines without timestamps, rebuilt only when the pod set changes."""
+        key = tuple(i for i, p in enumerate(s.pods) if p.start <= s.t < (p.end or math.inf))
+        if self._kube_cache is None or self._kube_cache[0] != key:
+            extra = f',job="{KSM_JOB}",instance="{KSM_INSTANCE}"'
+            series = kube_state_series(s, self.sim.layout.nodes, cluster=self.sim.scenario.cluster)
+            lines = {
+                name: [f"{name}{{{lab}{extra}}} {int(v)}" for lab, v in rows]
+                for name, rows in series.items()
+            }
+            self._kube_cache = (key, lines)
+        return self._kube_cache[1]

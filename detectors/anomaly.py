@@ -1,0 +1,156 @@
+"""anomaly: multivariate outliers among peers, for faults the rules do not name (off by default).
+
+Each GPU's gauges are normalised against its peers — same GPU model and same job (or same model
+and no job) — by robust z-scores (median, MAD), so a job's phase or a model's clocks do not look
+anomalous by themselves. An IsolationForest (scikit-learn) fitted per cycle on a fixed-seed
+subsample scores every GPU; a GPU whose score stays beyond `score_threshold` for `min_seconds`
+is reported as info. It is off by default: the rule detectors explain what they find, and this
+one must first earn its place on the scored suite (docs/performance.md has its cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.signals import (
+    DRAM_ACTIVE,
+    GPU_TEMP,
+    GR_ACTIVE,
+    MEM_TEMP,
+    POWER,
+    SM_CLOCK,
+    TENSOR_ACTIVE,
+    UTIL,
+    dt_since,
+    group_median,
+    hysteresis,
+    persist,
+    scrape_interval,
+    value,
+)
+from detectors.state import KeyedArrays, align, gpu_keys
+from observer.model import FleetSnapshot
+
+FEATURES = (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP)
+FLOOR = (2.0, 0.02, 0.02, 0.02, 30.0, 10.0, 2.0, 2.0)
+"""Smallest spread per feature (its measurement noise), so identical peers do not divide by 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    n_estimators: int = 50
+    max_samples: int = 256
+    score_threshold: float = -0.65
+    """IsolationForest `score_samples` below this (shorter isolation paths than ~all peers)."""
+    min_peers: int = 8
+    min_seconds: float = 300.0
+    """Persistence: five minutes, as for stragglers."""
+    seed: int = 0
+    max_age_intervals: float = 2.5
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    gpus: KeyedArrays
+    last_now: float
+
+    def nbytes(self) -> int:
+        return self.gpus.nbytes()
+
+
+_SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}
+
+
+def features(
+    snapshot: FleetSnapshot, now: float, max_age: float, min_peers: int
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(n, f) peer-normalised features, rows with peers and complete data, feature names."""
+    g = snapshot.gpus
+    n = len(g)
+    n_models = max(len(g.models), 1)
+    peer = (g.job_index.astype(np.int64) + 1) * n_models + g.model_index
+    _, pid = np.unique(peer, return_inverse=True)
+    pid = pid.astype(np.int32)
+    n_p = int(pid.max(initial=-1)) + 1
+    cols = []
+    names: list[str] = []
+    ok = np.ones(n, dtype=bool)
+    for name, floor in zip(FEATURES, FLOOR, strict=True):
+        x = value(snapshot, name, now, max_age)
+        if x is None or np.all(np.isnan(x)):
+            continue
+        med = group_median(x, pid, n_p)[pid]
+        mad = group_median(np.abs(x - med), pid, n_p)[pid]
+        cols.append((x - med) / np.maximum(1.4826 * np.nan_to_num(mad), floor))
+        names.append(name)
+        ok &= ~np.isnan(x)
+    if not cols:
+        return np.zeros((n, 0)), np.zeros(n, dtype=bool), names
+    counts = np.bincount(pid, minlength=n_p)[pid]
+    return np.column_stack(cols), ok & (counts >= min_peers), names
+
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    from sklearn.ensemble import IsolationForest  # heavy import only when enabled
+
+    g = snapshot.gpus
+    interval = scrape_interval(snapshot)
+    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    dt = dt_since(state.last_now if state else np.nan, now, interval)
+    x, ok, names = features(snapshot, now, params.max_age_intervals * interval, params.min_peers)
+    flagged = np.zeros(len(g), dtype=bool)
+    scores = np.zeros(len(g))
+    if x.shape[1] and int(ok.sum()) >= params.max_samples // 4:
+        forest = IsolationForest(
+            n_estimators=params.n_estimators,
+            max_samples=min(params.max_samples, int(ok.sum())),
+            random_state=params.seed,
+        ).fit(x[ok])
+        scores[ok] = forest.score_samples(x[ok])
+        flagged = ok & (scores < params.score_threshold)
+    acc = np.where(ok, persist(cur["acc"], flagged, dt), cur["acc"]).astype(np.float32)
+    active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    findings: list[Finding] = []
+    for i in np.flatnonzero(active):
+        ctx = gpu_context(snapshot, int(i))
+        node = node_name(snapshot, int(g.node_index[i]))
+        top: list[int] = [int(k) for k in np.argsort(-np.abs(x[i]))[:3]] if x.shape[1] else []
+        findings.append(
+            Finding(
+                kind=FindingKind.ANOMALY,
+                severity=Severity.INFO,
+                summary=f"GPU {g.device_index[i]} on {node} behaves unlike its peers",
+                first_seen=float(onset[i]),
+                last_seen=now,
+                node=node,
+                gpu_uuid=str(g.uuid[i]),
+                job=ctx["job"],
+                evidence={
+                    **ctx,
+                    "score": round(float(scores[i]), 3),
+                    "threshold": params.score_threshold,
+                    "peer_z": {names[k]: round(float(x[i, k]), 2) for k in top},
+                },
+                recommended_action="look at the GPU's dashboards; run DCGM diag if it persists",
+            )
+        )
+    return findings, State(cur.replace(acc=acc, onset=onset), now)
+
+
+SPEC = register(
+    DetectorSpec(
+        name="anomaly",
+        params_type=Params,
+        detect=detect,
+        kinds=(FindingKind.ANOMALY,),
+        enabled_by_default=False,
+        doc="IsolationForest on peer-normalised gauges (off by default).",
+    )
+)

@@ -1,0 +1,134 @@
+"""The detector contract and registry: name -> (typed params, pure detect function).
+
+A detector is a module that defines a frozen params dataclass, a frozen state dataclass and a
+pure function `detect(snapshot, state, now, params) -> (findings, new_state)`, and registers
+them here under its name. No I/O, no clock: `now` comes in, the previous state comes in, and
+the new state goes out, so live runs, backtest and eval replay the very same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from detectors.findings import Finding, FindingKind
+from observer.model import FleetSnapshot
+
+P = TypeVar("P")
+S = TypeVar("S")
+
+
+class DetectorState(Protocol):
+    def nbytes(self) -> int:
+        """Bytes of numpy state held (for the per-GPU state budget)."""
+        ...
+
+
+DetectFn = Callable[[FleetSnapshot, Any, float, Any], tuple[list[Finding], Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorSpec(Generic[P]):
+    """What the registry knows about a detector."""
+
+    name: str
+    params_type: type[P]
+    detect: DetectFn
+    kinds: tuple[FindingKind, ...]
+    enabled_by_default: bool = True
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """A registered detector bound to its parameters: `detect(snapshot, state, now)`."""
+
+    spec: DetectorSpec[Any]
+    params: Any
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def detect(self, snapshot: FleetSnapshot, state: Any, now: float) -> tuple[list[Finding], Any]:
+        return self.spec.detect(snapshot, state, now, self.params)
+
+
+_REGISTRY: dict[str, DetectorSpec[Any]] = {}
+
+
+def register(spec: DetectorSpec[P]) -> DetectorSpec[P]:
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"detector {spec.name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def registry() -> dict[str, DetectorSpec[Any]]:
+    """Every registered detector by name (importing `detectors.all` registers the built-ins)."""
+    from detectors.all import ORDER  # importing it registers the built-in detectors
+
+    first = [n for n in ORDER if n in _REGISTRY]
+    return {n: _REGISTRY[n] for n in [*first, *(n for n in _REGISTRY if n not in ORDER)]}
+
+
+def bind(name: str, params: Any = None) -> Detector:
+    spec = registry()[name]
+    return Detector(spec, params if params is not None else spec.params_type())
+
+
+def jsonable(value: Any) -> Any:
+    """numpy scalars and arrays -> plain Python, so evidence serialises as JSON."""
+    if isinstance(value, np.generic):
+        out = value.item()
+        if isinstance(out, float):
+            return round(out, 4)
+        return out
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def node_name(snapshot: FleetSnapshot, node_index: int) -> str | None:
+    if 0 <= node_index < len(snapshot.nodes):
+        return str(snapshot.nodes[node_index].name)
+    return None
+
+
+def job_of_gpu(snapshot: FleetSnapshot, position: int) -> str | None:
+    j = int(snapshot.gpus.job_index[position])
+    if 0 <= j < len(snapshot.jobs):
+        return str(snapshot.jobs[j].key)
+    return None
+
+
+def pod_of_gpu(snapshot: FleetSnapshot, position: int) -> str | None:
+    p = int(snapshot.gpus.pod_index[position])
+    if 0 <= p < len(snapshot.pods):
+        return str(snapshot.pods[p].key)
+    return None
+
+
+def gpu_context(snapshot: FleetSnapshot, position: int) -> dict[str, Any]:
+    """Evidence every GPU finding carries: where the GPU is and what runs on it."""
+    g = snapshot.gpus
+    model = int(g.model_index[position])
+    return {
+        "device": int(g.device_index[position]),
+        "model": g.models[model] if 0 <= model < len(g.models) else "",
+        "pod": pod_of_gpu(snapshot, position),
+        "job": job_of_gpu(snapshot, position),
+    }
+
+
+def positions(mask: np.ndarray[Any, Any]) -> Sequence[int]:
+    return [int(i) for i in np.flatnonzero(mask)]

@@ -1,0 +1,124 @@
+"""gpu_interconnect: NVLink CRC flit errors and PCIe replays above what a healthy link produces.
+
+Both are link-level retries: the data gets through, but each retry costs bandwidth and a
+marginal link degrades into a hang or an XID 74. DCGM fails NVLink at >= 100 CRC flit errors per
+second. For PCIe the budget is the link's specified bit error rate (1e-12) times its line rate:
+about 0.96 replays per minute per Gen4 lane, ~15/min for an x16 link; a sustained rate above
+that is a bad riser, slot or cable. Rates come from reset-aware counter increases, and must hold
+for `min_seconds` so one burst during a link retrain is not a finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.signals import dt_since, hysteresis, persist, rate, scrape_interval
+from detectors.state import KeyedArrays, align, gpu_keys
+from observer.model import FleetSnapshot
+
+NVLINK_CRC = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    nvlink_crc_per_second: float = 100.0
+    """DCGM's failure threshold for NVLink CRC flit errors."""
+    pcie_replays_per_minute: float = 16.0
+    """Gen4 x16 error budget at BER 1e-12 (0.96/min/lane x 16); Gen5 links may use 31."""
+    min_seconds: float = 60.0
+    """The rate must stay above its limit for a minute (two 30 s scrapes)."""
+    max_age_intervals: float = 2.5
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    gpus: KeyedArrays
+    last_now: float
+
+    def nbytes(self) -> int:
+        return self.gpus.nbytes()
+
+
+_SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}
+
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    g = snapshot.gpus
+    n = len(g)
+    interval = scrape_interval(snapshot)
+    age = params.max_age_intervals * interval
+    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    dt = dt_since(state.last_now if state else np.nan, now, interval)
+    crc = rate(snapshot, NVLINK_CRC, now, age)
+    pcie = rate(snapshot, PCIE_REPLAY, now, age)
+    crc_bad = (
+        np.zeros(n, dtype=bool)
+        if crc is None
+        else np.nan_to_num(crc) >= params.nvlink_crc_per_second
+    )
+    pcie_pm = None if pcie is None else pcie * 60.0
+    pcie_bad = (
+        np.zeros(n, dtype=bool)
+        if pcie_pm is None
+        else np.nan_to_num(pcie_pm) > params.pcie_replays_per_minute
+    )
+    flagged = crc_bad | pcie_bad
+    acc = persist(cur["acc"], flagged, dt)
+    active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    findings: list[Finding] = []
+    for i in np.flatnonzero(active):
+        node = node_name(snapshot, int(g.node_index[i]))
+        ctx = gpu_context(snapshot, int(i))
+        links = [
+            s
+            for s, bad in (("NVLink CRC errors", crc_bad[i]), ("PCIe replays", pcie_bad[i]))
+            if bad
+        ]
+        what = " and ".join(links) or "link errors (subsiding)"
+        action = (
+            "check the NVLink/NVSwitch path (nvidia-smi nvlink -e), reseat or RMA; "
+            "drain the node if a job on it slows or hangs"
+            if crc_bad[i]
+            else "check the PCIe riser, slot and link width/speed; drain the node before reseating"
+        )
+        findings.append(
+            Finding(
+                kind=FindingKind.GPU_INTERCONNECT,
+                severity=Severity.WARNING,
+                summary=f"GPU {g.device_index[i]} on {node}: {what} above the healthy rate",
+                first_seen=float(onset[i]),
+                last_seen=now,
+                node=node,
+                gpu_uuid=str(g.uuid[i]),
+                job=ctx["job"],
+                evidence={
+                    **ctx,
+                    "nvlink_crc_per_s": None if crc is None else float(crc[i]),
+                    "nvlink_crc_limit_per_s": params.nvlink_crc_per_second,
+                    "pcie_replays_per_min": None if pcie_pm is None else float(pcie_pm[i]),
+                    "pcie_replay_limit_per_min": params.pcie_replays_per_minute,
+                    "persisted_s": round(float(acc[i]), 1),
+                },
+                recommended_action=action,
+            )
+        )
+    return findings, State(cur.replace(acc=acc, onset=onset), now)
+
+
+SPEC = register(
+    DetectorSpec(
+        name="gpu_interconnect",
+        params_type=Params,
+        detect=detect,
+        kinds=(FindingKind.GPU_INTERCONNECT,),
+        doc="NVLink CRC flit error rate >= 100/s; PCIe replays above the link's error budget.",
+    )
+)

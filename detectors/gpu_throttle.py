@@ -1,0 +1,160 @@
+"""gpu_throttle: harmful clock-event reasons, or an SM clock far below model peers, under load.
+
+Only four clock-event bits mean the hardware is protecting itself — HW_SLOWDOWN (0x8),
+SW_THERMAL (0x20), HW_THERMAL (0x40), HW_POWER_BRAKE (0x80), the ones DCGM diagnostics fail
+on; idle, power-cap, sync-boost and app-clock reasons are normal operation. They matter only
+while the GPU is busy (an idle GPU's clock is irrelevant) and only when they hold: power brake
+and slowdown bits flap on transients (NVSentinel #1447), so a leaky persistence counter must
+reach `min_seconds` first. Where the reasons field is not collected (it is off in dcgm-exporter's
+defaults), an SM clock 20 % below the median of busy GPUs of the same model stands in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.signals import (
+    GPU_TEMP,
+    SM_CLOCK,
+    THROTTLE,
+    UTIL,
+    dt_since,
+    group_median,
+    hysteresis,
+    persist,
+    scrape_interval,
+    value,
+)
+from detectors.state import KeyedArrays, align, gpu_keys
+from observer.catalog import HARMFUL_CLOCK_EVENTS, ClockEventReason
+from observer.model import FleetSnapshot
+
+_ACTIONS = {
+    ClockEventReason.HW_POWER_BRAKE: "check the node's power delivery (PSU, power brake signal)",
+    ClockEventReason.HW_THERMAL: "check cooling: inlet temperature, fans, airflow, heatsink",
+    ClockEventReason.SW_THERMAL: "check cooling: the GPU hits its thermal slowdown limit",
+    ClockEventReason.HW_SLOWDOWN: "check power and cooling (HW slowdown asserted)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    busy_util: float = 50.0
+    """Judge clocks only above 50 % utilisation: below that the GPU downclocks by design."""
+    min_seconds: float = 60.0
+    """Harmful reasons must hold for a minute (two 30 s scrapes) before it is a finding."""
+    clock_drop: float = 0.2
+    """Without the reasons field: SM clock 20 % below the model's busy median. Healthy boost
+    clocks under load spread by a few percent; a 20 % drop is a thermal or power limit."""
+    min_peers: int = 8
+    """The clock fallback needs at least 8 busy GPUs of the same model to form a baseline."""
+    max_age_intervals: float = 2.5
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    gpus: KeyedArrays
+    last_now: float
+
+    def nbytes(self) -> int:
+        return self.gpus.nbytes()
+
+
+_SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}
+
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    g = snapshot.gpus
+    n = len(g)
+    interval = scrape_interval(snapshot)
+    age = params.max_age_intervals * interval
+    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    dt = dt_since(state.last_now if state else np.nan, now, interval)
+    util = value(snapshot, UTIL, now, age)
+    clock = value(snapshot, SM_CLOCK, now, age)
+    reasons = value(snapshot, THROTTLE, now, age)
+    busy = (
+        np.nan_to_num(util, nan=0.0) >= params.busy_util
+        if util is not None
+        else np.zeros(n, dtype=bool)
+    )
+    bits = np.zeros(n, dtype=np.int64)
+    has_bits = np.zeros(n, dtype=bool)
+    if reasons is not None:
+        has_bits = ~np.isnan(reasons)
+        bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
+    harmful = bits & int(HARMFUL_CLOCK_EVENTS)
+    flagged = busy & (harmful != 0)
+    baseline = np.full(n, np.nan)
+    slow = np.zeros(n, dtype=bool)
+    if clock is not None:
+        peers = np.where(busy & ~np.isnan(clock), g.model_index, -1).astype(np.int32)
+        n_models = len(g.models)
+        counts = np.bincount(peers[peers >= 0], minlength=n_models)
+        med = group_median(clock, peers, n_models)
+        med = np.where(counts >= params.min_peers, med, np.nan)
+        baseline = med[np.clip(g.model_index, 0, max(n_models - 1, 0))] if n_models else baseline
+        with np.errstate(invalid="ignore"):
+            slow = busy & ~has_bits & (clock < (1.0 - params.clock_drop) * baseline)
+    flagged |= slow
+    acc = persist(cur["acc"], flagged, dt)
+    active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    temp = value(snapshot, GPU_TEMP, now, age)
+    findings: list[Finding] = []
+    for i in np.flatnonzero(active):
+        names = [r.name or "" for r in ClockEventReason if int(r) & int(harmful[i])]
+        ctx = gpu_context(snapshot, int(i))
+        node = node_name(snapshot, int(g.node_index[i]))
+        if names:
+            what = "/".join(names)
+            action = next(
+                (_ACTIONS[r] for r in _ACTIONS if int(r) & int(harmful[i])),
+                _ACTIONS[ClockEventReason.HW_SLOWDOWN],
+            )
+        else:
+            what = "SM clock below its model's busy peers"
+            action = "check cooling and power; run DCGM diag level 2 on the GPU"
+        findings.append(
+            Finding(
+                kind=FindingKind.GPU_THROTTLE,
+                severity=Severity.WARNING,
+                summary=f"GPU {g.device_index[i]} on {node} throttled under load: {what}",
+                first_seen=float(onset[i]),
+                last_seen=now,
+                node=node,
+                gpu_uuid=str(g.uuid[i]),
+                job=ctx["job"],
+                evidence={
+                    **ctx,
+                    "clock_event_reasons": int(bits[i]) if has_bits[i] else None,
+                    "harmful_reasons": names,
+                    "sm_clock_mhz": None if clock is None else float(clock[i]),
+                    "model_busy_median_mhz": None
+                    if np.isnan(baseline[i])
+                    else round(float(baseline[i]), 1),
+                    "util": None if util is None else float(util[i]),
+                    "gpu_temp_c": None if temp is None else float(temp[i]),
+                    "persisted_s": round(float(acc[i]), 1),
+                },
+                recommended_action=action + "; cordon the node if it persists",
+            )
+        )
+    return findings, State(cur.replace(acc=acc, onset=onset), now)
+
+
+SPEC = register(
+    DetectorSpec(
+        name="gpu_throttle",
+        params_type=Params,
+        detect=detect,
+        kinds=(FindingKind.GPU_THROTTLE,),
+        doc="Clock-event bits 0x8/0x20/0x40/0x80 while busy; SM clock below model peers.",
+    )
+)

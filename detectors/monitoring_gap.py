@@ -1,0 +1,126 @@
+"""monitoring_gap: a node's exporter (or the whole source) is silent, so its GPUs cannot be judged.
+
+Silence is not failure. When every GPU of a node stops reporting at once, the common cause is the
+exporter (restart, OOM, scrape failure), not eight GPUs dying together; when most of the fleet
+goes quiet, it is Prometheus or the network. Saying so — and only so — is what keeps an exporter
+outage from becoming a wall of gpu_lost pages. Info at first; a warning once a gap outlasts any
+restart (`warn_after_seconds`), because a blind spot that lasts is itself an operational problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detectors.base import DetectorSpec, register
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.signals import telemetry_view
+from detectors.state import KeyedArrays, align
+from observer.model import FleetSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    stale_intervals: float = 2.5
+    """A node is silent after 2.5 scrape intervals without a sample: two missed scrapes (one
+    missed scrape is routine jitter or a slow exporter and is not worth a finding)."""
+    fleet_fraction: float = 0.5
+    """At least this share of GPU nodes silent is a source-side gap (Prometheus, network), reported
+    once for the fleet instead of per node: half the fleet failing at once is not the nodes."""
+    warn_after_seconds: float = 1800.0
+    """A gap longer than 30 min outlasts any exporter restart or rollout: warning, not info."""
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    nodes: KeyedArrays
+    fleet_onset: float = float("nan")
+
+    def nbytes(self) -> int:
+        return self.nodes.nbytes()
+
+
+_SPEC = {"onset": (np.float64, np.nan)}
+
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    view = telemetry_view(snapshot, now, params.stale_intervals, params.fleet_fraction)
+    keys = np.array([n.name for n in snapshot.nodes], dtype=object)
+    prev = align(state.nodes if state else None, keys, _SPEC)
+    silent = view.node_has_gpus & ~view.node_up
+    onset = np.where(silent, np.fmin(prev["onset"], now), np.nan)
+    findings: list[Finding] = []
+    fleet_onset = float("nan")
+    if view.fleet_gap:
+        prev_fleet = state.fleet_onset if state else float("nan")
+        fleet_onset = now if np.isnan(prev_fleet) else prev_fleet
+        sev = Severity.WARNING if now - fleet_onset >= params.warn_after_seconds else Severity.INFO
+        reason = (
+            snapshot.telemetry.degraded_reason
+            if snapshot.telemetry and snapshot.telemetry.degraded_reason
+            else "source unavailable"
+            if snapshot.telemetry and not snapshot.telemetry.source_ok
+            else "most GPU nodes silent"
+        )
+        findings.append(
+            Finding(
+                kind=FindingKind.MONITORING_GAP,
+                severity=sev,
+                summary=(
+                    f"telemetry gap across the fleet ({reason}): "
+                    f"{view.fleet_silent_fraction:.0%} of GPU nodes silent; GPU findings paused"
+                ),
+                first_seen=fleet_onset,
+                last_seen=now,
+                evidence={
+                    "silent_fraction": round(view.fleet_silent_fraction, 3),
+                    "silent_nodes": int(silent.sum()),
+                    "scrape_interval": view.interval,
+                    "reason": reason,
+                },
+                recommended_action="check Prometheus and the scrape targets; no GPU action",
+            )
+        )
+    else:
+        for i in np.flatnonzero(silent):
+            age = float(view.node_age[i])
+            since = float(onset[i])
+            sev = Severity.WARNING if now - since >= params.warn_after_seconds else Severity.INFO
+            never = not np.isfinite(age)
+            findings.append(
+                Finding(
+                    kind=FindingKind.MONITORING_GAP,
+                    severity=sev,
+                    summary=(
+                        f"node {snapshot.nodes[i].name}: GPU exporter "
+                        + ("has never reported" if never else f"silent for {age:.0f}s")
+                    ),
+                    first_seen=since,
+                    last_seen=now,
+                    node=str(snapshot.nodes[i].name),
+                    evidence={
+                        "last_sample_age_s": None if never else round(age, 1),
+                        "threshold_s": params.stale_intervals * view.interval,
+                        "scrape_interval": view.interval,
+                    },
+                    recommended_action=(
+                        "check the dcgm-exporter pod and its scrape target on this node; "
+                        "GPU health on it is unknown, not bad"
+                    ),
+                )
+            )
+    return findings, State(prev.replace(onset=onset), fleet_onset)
+
+
+SPEC = register(
+    DetectorSpec(
+        name="monitoring_gap",
+        params_type=Params,
+        detect=detect,
+        kinds=(FindingKind.MONITORING_GAP,),
+        doc="Node exporter or the whole source silent (never read as a lost GPU).",
+    )
+)

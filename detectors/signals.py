@@ -1,0 +1,205 @@
+"""Shared, vectorised readings of a snapshot: fresh values, counter rates, telemetry health.
+
+Every detector needs the same few judgements — is this sample recent enough to believe, how fast
+did that counter grow, which nodes are actually reporting — and they must agree, or one detector
+reads an exporter outage as a lost GPU while another calls it a monitoring gap. They live here,
+as pure functions over columns (no loop over GPUs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from observer.catalog import canonical_name
+from observer.model import NO_INDEX, BoolArray, FleetSnapshot, FloatArray, IntArray, MetricColumn
+
+F32Array = npt.NDArray[np.float32]
+AnyFloat = npt.NDArray[np.floating[Any]]
+
+DEFAULT_SCRAPE_INTERVAL = 30.0
+"""dcgm-exporter's default collect interval; used only when the snapshot does not say."""
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+MEM_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"
+GR_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+NVLINK_BW = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+THROTTLE = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+def column(snapshot: FleetSnapshot, name: str) -> MetricColumn | None:
+    """A metric column by catalog name or alias (collectors store catalog names)."""
+    col = snapshot.metrics.get(name)
+    if col is None:
+        canon = canonical_name(name)
+        col = snapshot.metrics.get(canon)
+        if col is None:
+            for key, c in snapshot.metrics.items():
+                if canonical_name(key) == canon:
+                    return c
+    return col
+
+
+def scrape_interval(snapshot: FleetSnapshot) -> float:
+    t = snapshot.telemetry
+    if t is not None and t.scrape_interval > 0:
+        return float(t.scrape_interval)
+    return DEFAULT_SCRAPE_INTERVAL
+
+
+def fresh(col: MetricColumn, now: float, max_age: float) -> BoolArray:
+    """Samples recent enough to judge the present by (absent or old samples are not)."""
+    with np.errstate(invalid="ignore"):
+        ok: BoolArray = (now - col.timestamp) <= max_age
+    return ok & ~np.isnan(col.value)
+
+
+def value(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:
+    """The latest value where it is fresh, NaN elsewhere; None when the metric is not collected."""
+    col = column(snapshot, name)
+    if col is None:
+        return None
+    return np.where(fresh(col, now, max_age), col.value, np.nan)
+
+
+def increase(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:
+    """Reset-aware counter increase over the collector's window (never negative), NaN if stale.
+
+    Collectors compute the increase reset-aware (like PromQL `increase()`); a negative number can
+    only come from a reset a collector missed, and a reset is not an error, so it reads as 0.
+    """
+    col = column(snapshot, name)
+    if col is None or col.increase is None:
+        return None
+    inc = np.where(fresh(col, now, max_age), col.increase, np.nan)
+    with np.errstate(invalid="ignore"):
+        return np.where(inc < 0, 0.0, inc)
+
+
+def rate(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:
+    """Per-second rate of a counter over the collector's window (NaN where unknown)."""
+    col = column(snapshot, name)
+    inc = increase(snapshot, name, now, max_age)
+    if col is None or inc is None or col.window_seconds <= 0:
+        return None
+    return inc / col.window_seconds
+
+
+def gpu_last_sample(snapshot: FleetSnapshot) -> FloatArray:
+    """Newest sample time per GPU over every collected metric (NaN: never sampled)."""
+    n = len(snapshot.gpus)
+    out = np.full(n, np.nan)
+    for col in snapshot.metrics.values():
+        if col.timestamp.shape[0] == n:
+            out = np.fmax(out, col.timestamp)
+    return out
+
+
+def per_node_max(values: FloatArray, node_index: IntArray, n_nodes: int) -> FloatArray:
+    """Max over each node's GPUs, ignoring NaN (NaN for nodes without a value)."""
+    out = np.full(n_nodes, np.nan)
+    ok = (node_index >= 0) & ~np.isnan(values)
+    if np.any(ok):
+        np.fmax.at(out, node_index[ok], values[ok])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryView:
+    """Who is reporting right now, derived once per detector call from the snapshot."""
+
+    interval: float
+    gpu_age: FloatArray
+    """Seconds since each GPU's newest sample (inf when never sampled)."""
+    node_age: FloatArray
+    """Seconds since each node's newest sample (inf when never sampled)."""
+    node_has_gpus: BoolArray
+    node_up: BoolArray
+    """The node's exporter is reporting: fresh samples and not marked down."""
+    fleet_gap: bool
+    """The source failed, or too large a share of GPU nodes is silent: judge nothing per GPU."""
+    fleet_silent_fraction: float
+
+
+def telemetry_view(
+    snapshot: FleetSnapshot, now: float, stale_after: float, fleet_fraction: float
+) -> TelemetryView:
+    """Freshness per GPU and node. `stale_after` is in scrape intervals."""
+    interval = scrape_interval(snapshot)
+    g = snapshot.gpus
+    n_nodes = len(snapshot.nodes)
+    last = gpu_last_sample(snapshot)
+    gpu_age = np.where(np.isnan(last), np.inf, now - last)
+    node_last = per_node_max(last, g.node_index, n_nodes)
+    t = snapshot.telemetry
+    if t is not None and t.node_last_sample.shape[0] == n_nodes:
+        node_last = np.fmax(node_last, t.node_last_sample)
+    node_age = np.where(np.isnan(node_last), np.inf, now - node_last)
+    has_gpus = np.zeros(n_nodes, dtype=bool)
+    valid = g.node_index[g.node_index >= 0]
+    has_gpus[valid] = True
+    node_up = node_age <= stale_after * interval
+    if t is not None and t.node_up.shape[0] == n_nodes:
+        node_up &= t.node_up
+    watched = int(has_gpus.sum())
+    silent = int((has_gpus & ~node_up).sum())
+    frac = silent / watched if watched else 0.0
+    source_ok = t.source_ok if t is not None else True
+    gap = (not source_ok) or (watched > 0 and frac >= fleet_fraction)
+    return TelemetryView(interval, gpu_age, node_age, has_gpus, node_up, gap, frac)
+
+
+def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one lexsort."""
+    out = np.full(n_groups, np.nan)
+    ok = (groups != NO_INDEX) & ~np.isnan(values)
+    if not np.any(ok):
+        return out
+    g = groups[ok]
+    v = values[ok]
+    order = np.lexsort((v, g))
+    gs = g[order]
+    vs = v[order]
+    counts = np.bincount(gs, minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    lo = (starts + (counts - 1) // 2)[has]
+    hi = (starts + counts // 2)[has]
+    out[has] = (vs[lo] + vs[hi]) / 2.0
+    return out
+
+
+def group_count(mask: BoolArray, groups: IntArray, n_groups: int) -> IntArray:
+    ok = mask & (groups != NO_INDEX)
+    return np.bincount(groups[ok], minlength=n_groups).astype(np.int32)
+
+
+def dt_since(last_now: float, now: float, interval: float) -> float:
+    """Seconds since the previous cycle, capped so a long pause does not count as persistence."""
+    if not np.isfinite(last_now) or now <= last_now:
+        return interval
+    return float(min(now - last_now, 4.0 * interval))
+
+
+def persist(acc: AnyFloat, flagged: BoolArray, dt: float, decay: float = 2.0) -> F32Array:
+    """Leaky persistence: seconds of condition, growing by dt while flagged, draining `decay`
+    times faster while not. A condition that comes and goes (rotating imbalance, flapping
+    throttle bits) never accumulates; one that holds reaches a threshold in its own duration."""
+    grown = np.where(flagged, acc + dt, np.maximum(acc - decay * dt, 0.0))
+    out: F32Array = np.asarray(grown, dtype=np.float32)
+    return out
+
+
+def hysteresis(acc: AnyFloat, was_active: BoolArray, need: float) -> BoolArray:
+    """Active once `acc` reaches `need`, and until it has fully drained again."""
+    on: BoolArray = (acc >= need) | (was_active & (acc > 0.0))
+    return on

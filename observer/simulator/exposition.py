@@ -8,7 +8,7 @@ series with timestamps for backfill.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -68,9 +68,10 @@ def kube_state_text(
     pods: Sequence[SimPod] | None = None,
     unschedulable: Collection[str] = (),
     cluster: str = "sim",
+    pod_uids: Mapping[str, str] | None = None,
 ) -> str:
     """kube-state-metrics /metrics for the live placement and cordon set."""
-    series = kube_state_series(sample, nodes, pods, unschedulable, cluster)
+    series = kube_state_series(sample, nodes, pods, unschedulable, cluster, pod_uids)
     parts = []
     for name, rows in series.items():
         lines = "".join(f"{name}{{{lab}}} {int(v)}\n" for lab, v in rows)

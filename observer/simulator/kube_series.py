@@ -6,7 +6,7 @@ placement passed in (serve mode passes the Kubernetes simulator's live pods and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -38,8 +38,13 @@ def kube_state_series(
     pods: Sequence[SimPod] | None = None,
     unschedulable: Collection[str] = (),
     cluster: str = "sim",
+    pod_uids: Mapping[str, str] | None = None,
 ) -> dict[str, list[tuple[str, float]]]:
-    """kube-state-metrics families -> [(label string, value)] for the pods active at sample.t."""
+    """kube-state-metrics families -> [(label string, value)] for the pods active at sample.t.
+
+    `pod_uids` (`namespace/name` -> uid) lets serve mode show the UIDs its Kubernetes API
+    serves; without it a stable UID is derived from the pod (series.pod_uid).
+    """
     pods = sample.pods if pods is None else pods
     node_pos = {n.name: i for i, n in enumerate(nodes)}
     out: dict[str, list[tuple[str, float]]] = {k: [] for k in KUBE_HELP}
@@ -68,7 +73,7 @@ def kube_state_series(
             (_labels([("node", n.name)]), 1.0 if n.name in unschedulable else 0.0)
         )
     for _, p in active_pods(pods, sample.t):
-        uid = pod_uid(cluster, p)
+        uid = (pod_uids or {}).get(p.key) or pod_uid(cluster, p)
         base = [("namespace", p.namespace), ("pod", p.name), ("uid", uid)]
         host = node_ip(node_pos[p.node]) if p.node in node_pos else ""
         info = [

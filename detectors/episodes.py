@@ -40,7 +40,8 @@ class EpisodeTracker:
             seen.add(key)
             cur = self.open.get(key)
             if cur is None:
-                self.open[key] = _Open(f)
+                opened = {**f.evidence, "detected_at": now}
+                self.open[key] = _Open(dataclasses.replace(f, evidence=opened))
             else:
                 cur.finding = _merge(cur.finding, f)
                 cur.missed = 0
@@ -72,6 +73,7 @@ def _merge(old: Finding, new: Finding) -> Finding:
     if base is old and new.severity.rank == old.severity.rank:
         peak = dict(new.evidence)  # same severity: the latest evidence is the most useful
         base = dataclasses.replace(old, summary=new.summary)
+    peak["detected_at"] = old.evidence.get("detected_at", new.last_seen)
     return dataclasses.replace(base, first_seen=first, last_seen=last, evidence=peak)
 
 

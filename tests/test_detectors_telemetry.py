@@ -1,0 +1,103 @@
+"""gpu_lost vs monitoring_gap: one silent GPU is lost; a silent node or fleet is a gap, never lost."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.base import bind
+from detectors.findings import FindingKind, Severity
+from tests.detector_replay import all_findings, first_fire, replay, steps
+from tests.fleet import Fleet
+
+T0 = 50_000.0
+
+
+def _ages(fleet: Fleet, t: float, gone_at: float, **where: object) -> None:
+    """Samples every 30 s; the selected rows stop being scraped at `gone_at`."""
+    phase = (t - T0) % 30.0
+    fleet.age = np.full(fleet.n, phase)
+    if t >= gone_at:
+        fleet.stale(t - gone_at + phase, **where)  # type: ignore[arg-type]
+
+
+def test_a_gpu_whose_series_stop_is_lost_within_two_scrapes() -> None:
+    fleet = Fleet(nodes=2).job("ml/t", [0, 1])
+    gone = T0 + 95.0
+    cycles = replay(
+        "gpu_lost", fleet, steps(T0, T0 + 300, 15), lambda f, t: _ages(f, t, gone, gpu=(1, 5))
+    )
+    first = first_fire(cycles)
+    assert first is not None and first - gone <= 60.0
+    f = all_findings(cycles)[0]
+    assert (f.kind, f.severity, f.node, f.gpu_uuid, f.job) == (
+        FindingKind.GPU_LOST,
+        Severity.CRITICAL,
+        "node-001",
+        "GPU-001-5",
+        "ml/t",
+    )
+    assert "reboot" in f.recommended_action
+    assert all_findings(replay("monitoring_gap", fleet, [T0 + 300])) == []
+
+
+def test_a_gpu_dropped_from_the_snapshot_is_remembered_and_lost() -> None:
+    fleet = Fleet(nodes=2)
+    det = bind("gpu_lost")
+    _, state = det.detect(fleet.snapshot(T0), None, T0)
+    fleet.dropped = {fleet.pos(0, 7)}
+    found, state = det.detect(fleet.snapshot(T0 + 30), state, T0 + 30)
+    assert [f.gpu_uuid for f in found] == ["GPU-000-7"]
+    found, state = det.detect(fleet.snapshot(T0 + 60), state, T0 + 60)
+    assert [f.gpu_uuid for f in found] == ["GPU-000-7"]
+    fleet.dropped = set()
+    found, _ = det.detect(fleet.snapshot(T0 + 90), state, T0 + 90)
+    assert found == []
+
+
+def test_exporter_down_is_a_monitoring_gap_and_never_lost() -> None:
+    fleet = Fleet(nodes=4)
+    down = T0 + 60.0
+    change = lambda f, t: _ages(f, t, down, node=2)  # noqa: E731
+    times = steps(T0, T0 + 600, 30)
+    assert all_findings(replay("gpu_lost", fleet, times, change)) == []
+    gaps = replay("monitoring_gap", fleet, times, change)
+    found = all_findings(gaps)
+    assert found and {f.node for f in found} == {"node-002"}
+    assert {f.severity for f in found} == {Severity.INFO}
+    assert "unknown, not bad" in found[0].recommended_action
+
+
+def test_exporter_marked_down_with_stale_cache_is_a_gap() -> None:
+    fleet = Fleet(nodes=3)
+    fleet.node_up = np.array([True, False, True])
+    found = all_findings(replay("monitoring_gap", fleet, [T0]))
+    assert [f.node for f in found] == ["node-001"]
+    assert all_findings(replay("gpu_lost", fleet, [T0])) == []
+
+
+def test_fleet_wide_scrape_gap_is_one_finding_and_no_gpu_is_judged() -> None:
+    fleet = Fleet(nodes=4)
+    gap = T0 + 60.0
+    change = lambda f, t: _ages(f, t, gap)  # noqa: E731
+    times = steps(T0, T0 + 300, 30)
+    assert all_findings(replay("gpu_lost", fleet, times, change)) == []
+    found = all_findings(replay("monitoring_gap", fleet, times, change))
+    assert found and {f.node for f in found} == {None}
+    fleet2 = Fleet(nodes=2)
+    fleet2.source_ok = False
+    assert all_findings(replay("gpu_lost", fleet2, [T0])) == []
+    assert [f.node for f in all_findings(replay("monitoring_gap", fleet2, [T0]))] == [None]
+
+
+def test_a_long_gap_becomes_a_warning() -> None:
+    fleet = Fleet(nodes=3)
+    cycles = replay(
+        "monitoring_gap", fleet, steps(T0, T0 + 2400, 60), lambda f, t: _ages(f, t, T0, node=1)
+    )
+    assert cycles[-1][1][0].severity == Severity.WARNING
+
+
+def test_a_single_missed_scrape_is_not_a_gap() -> None:
+    fleet = Fleet(nodes=2)
+    fleet.stale(50.0, node=1)  # one scrape late
+    assert all_findings(replay("monitoring_gap", fleet, [T0])) == []

@@ -1,4 +1,4 @@
-"""The detector framework: keyed state survives churn, the suite isolates failures, episodes merge."""
+"""Detector framework: keyed state survives churn, the suite isolates failures, episodes merge."""
 
 from __future__ import annotations
 

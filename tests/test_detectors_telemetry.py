@@ -1,4 +1,4 @@
-"""gpu_lost vs monitoring_gap: one silent GPU is lost; a silent node or fleet is a gap, never lost."""
+"""gpu_lost vs monitoring_gap: one silent GPU is lost; a silent node or fleet is a gap."""
 
 from __future__ import annotations
 

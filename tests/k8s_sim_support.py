@@ -1,0 +1,71 @@
+"""A small simulated cluster behind the simulated Kubernetes API, for the k8s simulator tests.
+
+Four 8-GPU H100 nodes: `train` (2 ranks x 4 GPUs, both on h100-0000, PDB maxUnavailable 1),
+`serve` (2 inference pods x 2 GPUs on h100-0001), `big` (1 rank x 8 GPUs on h100-0002), and
+h100-0003 empty. The wall clock is manual, so pod start-up (30 scenario seconds) happens only
+when a test advances it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from observer.simulator.clock import ManualWall, SimClock
+from observer.simulator.cluster import ClusterOptions, SimCluster
+from observer.simulator.k8s_api import KubeApiServer
+from observer.simulator.scenario import Scenario, scenario_from_dict
+
+SMALL = {
+    "name": "k8s-small",
+    "seed": 1,
+    "cluster": "small",
+    "duration": "2h",
+    "pools": [{"name": "h100", "model": "H100", "nodes": 4, "gpus_per_node": 8}],
+    "workloads": [
+        {"name": "train", "kind": "training", "namespace": "ml", "pool": "h100", "replicas": 2,
+         "gpus_per_pod": 4, "steps_metric": True},
+        {"name": "serve", "kind": "inference", "namespace": "serving", "pool": "h100",
+         "replicas": 2, "gpus_per_pod": 2},
+        {"name": "big", "kind": "training", "namespace": "ml", "pool": "h100", "replicas": 1,
+         "gpus_per_pod": 8, "job_label": "jobset.sigs.k8s.io/jobset-name"},
+    ],
+}  # fmt: skip
+
+
+def small_scenario() -> Scenario:
+    return scenario_from_dict(SMALL, "k8s-small")
+
+
+@dataclass
+class Sim:
+    cluster: SimCluster
+    api: KubeApiServer
+    wall: ManualWall
+    kubeconfig: Path
+
+    def advance(self, seconds: float) -> None:
+        """Move wall (and so scenario) time on, then let the cluster catch up."""
+        self.wall.advance(seconds)
+        self.cluster.tick()
+
+    def node_of(self, namespace: str, name: str) -> str | None:
+        pod = self.cluster.store.get("pods", namespace, name)
+        return None if pod is None else pod["spec"].get("nodeName")
+
+
+@contextmanager
+def running_sim(tmp_path: Path, *, history: int = 2000, startup: float = 30.0) -> Iterator[Sim]:
+    sc = small_scenario()
+    wall = ManualWall(time.time())
+    clock = SimClock(sc.start, wall=wall)
+    options = ClusterOptions(startup_seconds=startup, history=history)
+    cluster = SimCluster(sc, clock=clock, options=options)
+    api = KubeApiServer(cluster, bookmark_interval=0.2).start()
+    try:
+        yield Sim(cluster, api, wall, api.write_kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        api.stop()

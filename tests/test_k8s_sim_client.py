@@ -1,0 +1,280 @@
+"""The real `kubernetes` Python client against the simulated API: lists, watches, 410, faults,
+policy/v1 evictions with PodDisruptionBudgets, leases and events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, watch
+
+from tests.k8s_sim_support import Sim, running_sim
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    with running_sim(tmp_path, history=50) as s:
+        yield s
+
+
+@pytest.fixture
+def api(sim: Sim) -> client.ApiClient:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+    with client.ApiClient(cfg) as c:
+        yield c
+
+
+def eviction(name: str, namespace: str, dry_run: bool = False) -> client.V1Eviction:
+    opts = client.V1DeleteOptions(dry_run=["All"]) if dry_run else None
+    meta = client.V1ObjectMeta(name=name, namespace=namespace)
+    return client.V1Eviction(metadata=meta, delete_options=opts)
+
+
+def test_lists_deserialise(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    nodes = v1.list_node()
+    assert [n.metadata.name for n in nodes.items] == [f"h100-000{i}" for i in range(4)]
+    assert int(nodes.metadata.resource_version) > 0
+    node = nodes.items[0]
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
+    assert node.metadata.labels["gpufleet.io/pool"] == "h100"
+    assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+    assert node.status.node_info.kubelet_version.startswith("v1.")
+    pods = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=h100-0000")
+    by_name = {p.metadata.name: p for p in pods.items}
+    assert set(by_name) == {
+        "train-worker-0", "train-worker-1",
+        "nvidia-dcgm-exporter-h100-0000", "nvidia-device-plugin-daemonset-h100-0000",
+    }  # fmt: skip
+    rank = by_name["train-worker-1"]
+    assert rank.metadata.owner_references[0].kind == "PyTorchJob"
+    assert rank.spec.containers[0].resources.limits["nvidia.com/gpu"] == "4"
+    assert rank.metadata.labels["training.kubeflow.org/replica-index"] == "1"
+    assert (
+        by_name["nvidia-dcgm-exporter-h100-0000"].metadata.owner_references[0].kind == "DaemonSet"
+    )
+    serve = v1.list_namespaced_pod("serving", label_selector="app in (serve),!missing")
+    assert [p.metadata.owner_references[0].kind for p in serve.items] == ["ReplicaSet"] * 2
+    one = v1.list_namespaced_pod("ml", field_selector="metadata.name=big-worker-0")
+    assert [p.spec.node_name for p in one.items] == ["h100-0002"]
+    assert v1.read_node("h100-0003").metadata.name == "h100-0003"
+    pdbs = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget("ml").items
+    assert {(b.metadata.name, b.status.disruptions_allowed) for b in pdbs} == {
+        ("train", 1),
+        ("big", 1),
+    }
+
+
+def test_paging_with_limit_and_continue(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    everything = [p.metadata.name for p in v1.list_pod_for_all_namespaces().items]
+    names: list[str] = []
+    token = None
+    while True:
+        page = v1.list_pod_for_all_namespaces(limit=3, _continue=token)
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count > 0
+    assert names == everything and len(names) == 13
+
+
+def test_watch_sees_cordon_patch(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_node().metadata.resource_version
+    seen: list[tuple[str, str, Any]] = []
+
+    def run() -> None:
+        w = watch.Watch()
+        for e in w.stream(v1.list_node, resource_version=rv, timeout_seconds=10):
+            seen.append((e["type"], e["object"].metadata.name, e["object"].spec.unschedulable))
+            if e["object"].spec.unschedulable:
+                w.stop()
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)
+    v1.patch_node("h100-0001", {"spec": {"unschedulable": True}})
+    t.join(timeout=15)
+    assert seen == [("MODIFIED", "h100-0001", True)]
+
+
+def test_watch_initial_state_and_bookmarks(sim: Sim) -> None:
+    query = "watch=true&allowWatchBookmarks=true&timeoutSeconds=1"
+    url = f"{sim.api.url}/api/v1/namespaces/ml/pods?{query}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        events = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
+    added = [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"]
+    assert added == ["big-worker-0", "train-worker-0", "train-worker-1"]
+    assert any(e["type"] == "BOOKMARK" for e in events)
+
+
+def test_watch_from_expired_version_gets_410(sim: Sim, api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_node().metadata.resource_version
+    sim.cluster.store.compact()
+    v1.patch_node("h100-0001", {"metadata": {"labels": {"x": "y"}}})
+    with pytest.raises(client.ApiException) as err:
+        for _ in watch.Watch().stream(
+            v1.list_node, resource_version=str(int(rv) - 1), timeout_seconds=2
+        ):
+            pass
+    assert err.value.status == 410
+    # Enough writes also push an old version out of the bounded history (50 events here).
+    for i in range(60):
+        v1.patch_node("h100-0002", {"metadata": {"annotations": {"n": str(i)}}})
+    with pytest.raises(client.ApiException) as err:
+        for _ in watch.Watch().stream(v1.list_node, resource_version=rv, timeout_seconds=2):
+            pass
+    assert err.value.status == 410
+
+
+def test_injected_429_500_410_and_slowness(sim: Sim, api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    # urllib3 under the client retries a 429 by itself, after sleeping Retry-After seconds.
+    rule = sim.api.faults.add(r"^/api/v1/nodes$", 429, count=1, retry_after=1)
+    t0 = time.monotonic()
+    assert len(v1.list_node().items) == 4
+    assert rule.hits == 1 and time.monotonic() - t0 >= 1.0
+    # Without urllib3 retries the client sees the 429 itself.
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+    cfg.retries = 0
+    with client.ApiClient(cfg) as bare:
+        sim.api.faults.add(r"^/api/v1/nodes$", 429, count=1, retry_after=3)
+        with pytest.raises(client.ApiException) as err:
+            client.CoreV1Api(bare).list_node()
+    assert err.value.status == 429
+    assert err.value.headers["Retry-After"] == "3"
+    assert json.loads(err.value.body)["reason"] == "TooManyRequests"
+    assert len(v1.list_node().items) == 4  # only the next request failed
+    # Through the HTTP control endpoint, as a test in another process would do it.
+    rule = {"path": "/api/v1/pods", "status": 500, "count": 2, "method": "GET"}
+    req = urllib.request.Request(
+        f"{sim.api.url}/_sim/faults", data=json.dumps(rule).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    urllib.request.urlopen(req, timeout=5).close()
+    for _ in range(2):
+        with pytest.raises(client.ApiException) as err:
+            v1.list_pod_for_all_namespaces()
+        assert err.value.status == 500
+    assert v1.list_pod_for_all_namespaces().items
+    sim.api.faults.add("/api/v1/namespaces/ml/pods", 410, count=1, query="watch=true")
+    with pytest.raises(client.ApiException) as err:
+        for _ in watch.Watch().stream(v1.list_namespaced_pod, "ml", timeout_seconds=1):
+            pass
+    assert err.value.status == 410
+    sim.api.faults.add(r"^/api/v1/nodes/h100-0000$", 0, count=1, delay=0.4)
+    t0 = time.monotonic()
+    v1.read_node("h100-0000")
+    assert time.monotonic() - t0 >= 0.4
+
+
+def test_eviction_honours_pdb_dry_run_and_404(sim: Sim, api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    uid0 = v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid
+    v1.create_namespaced_pod_eviction(
+        "train-worker-0", "ml", eviction("train-worker-0", "ml", True)
+    )
+    assert v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid == uid0  # dry run
+    v1.create_namespaced_pod_eviction("train-worker-0", "ml", eviction("train-worker-0", "ml"))
+    fresh = v1.read_namespaced_pod("train-worker-0", "ml")
+    assert fresh.metadata.uid != uid0 and fresh.status.phase == "Pending"
+    with pytest.raises(client.ApiException) as err:
+        v1.create_namespaced_pod_eviction("train-worker-1", "ml", eviction("train-worker-1", "ml"))
+    assert err.value.status == 429
+    body = json.loads(err.value.body)
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("train", "ml")
+    assert pdb.status.disruptions_allowed == 0 and pdb.status.current_healthy == 1
+    sim.advance(31)  # the replacement becomes Ready; the budget allows one disruption again
+    assert v1.read_namespaced_pod("train-worker-0", "ml").status.phase == "Running"
+    v1.create_namespaced_pod_eviction("train-worker-1", "ml", eviction("train-worker-1", "ml"))
+    with pytest.raises(client.ApiException) as err:
+        v1.create_namespaced_pod_eviction("nope", "ml", eviction("nope", "ml"))
+    assert err.value.status == 404
+    # The metric engine sees the move: the old placement ended, the new one runs elsewhere.
+    sim.advance(31)
+    placements = [p for p in sim.cluster.pods_for_metrics() if p.name == "train-worker-0"]
+    assert [p.end is not None for p in placements] == [True, False]
+
+
+def test_delete_with_stale_uid_precondition_conflicts(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-the-uid"))
+    with pytest.raises(client.ApiException) as err:
+        v1.delete_namespaced_pod("serve-0", "serving", body=opts)
+    assert err.value.status == 409
+    v1.delete_namespaced_pod("serve-0", "serving")
+    names = [p.metadata.name for p in v1.list_namespaced_pod("serving").items]
+    assert "serve-0" not in names and len(names) == 2  # the ReplicaSet made a new one
+
+
+def test_node_patches_taints_labels_and_json_patch(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    taint = {"key": "gpufleet.io/quarantine", "value": "xid48", "effect": "NoSchedule"}
+    body = {"spec": {"taints": [taint]}, "metadata": {"labels": {"gpufleet.io/quarantined": "true"},
+            "annotations": {"gpufleet.io/reason": "xid48"}}}  # fmt: skip
+    node = v1.patch_node("h100-0003", body)
+    assert node.spec.taints[0].key == "gpufleet.io/quarantine"
+    assert node.metadata.labels["gpufleet.io/quarantined"] == "true"
+    node = v1.patch_node("h100-0003", [{"op": "remove", "path": "/spec/taints"}])
+    assert node.spec.taints is None
+    node = v1.patch_node("h100-0003", {"metadata": {"labels": {"gpufleet.io/quarantined": None}}})
+    assert "gpufleet.io/quarantined" not in node.metadata.labels
+
+
+def test_leases_for_leader_election(api: client.ApiClient) -> None:
+    co = client.CoordinationV1Api(api)
+    now = dt.datetime.now(dt.UTC)
+    spec = client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15, acquire_time=now,
+                              renew_time=now, lease_transitions=0)  # fmt: skip
+    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="gpufleet-leader"), spec=spec)
+    made = co.create_namespaced_lease("default", lease)
+    assert made.spec.holder_identity == "a"
+    with pytest.raises(client.ApiException) as err:
+        co.create_namespaced_lease("default", lease)
+    assert err.value.status == 409
+    made.spec.holder_identity = "b"
+    replaced = co.replace_namespaced_lease("gpufleet-leader", "default", made)
+    assert replaced.spec.holder_identity == "b"
+    assert int(replaced.metadata.resource_version) > int(made.metadata.resource_version)
+    with pytest.raises(client.ApiException) as err:  # stale resourceVersion: someone else won
+        co.replace_namespaced_lease("gpufleet-leader", "default", made)
+    assert err.value.status == 409
+    patched = co.patch_namespaced_lease(
+        "gpufleet-leader", "default", {"spec": {"leaseTransitions": 1}}
+    )
+    assert patched.spec.lease_transitions == 1
+    assert co.read_namespaced_lease("gpufleet-leader", "default").spec.holder_identity == "b"
+    co.delete_namespaced_lease("gpufleet-leader", "default")
+    with pytest.raises(client.ApiException) as err:
+        co.read_namespaced_lease("gpufleet-leader", "default")
+    assert err.value.status == 404
+
+
+def test_events_create_list_and_cluster_events(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    ref = client.V1ObjectReference(kind="Node", name="h100-0001", api_version="v1")
+    ev = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name="gpufleet-"), involved_object=ref,
+        reason="GpufleetCordon", message="cordoned by gpufleet", type="Normal",
+    )  # fmt: skip
+    made = v1.create_namespaced_event("default", ev)
+    assert made.metadata.name.startswith("gpufleet-")
+    v1.patch_node("h100-0001", {"spec": {"unschedulable": True}})
+    reasons = {e.reason for e in v1.list_event_for_all_namespaces().items}
+    assert {"GpufleetCordon", "NodeNotSchedulable"} <= reasons
+    selected = v1.list_namespaced_event("default", field_selector="involvedObject.name=h100-0001")
+    assert len(selected.items) == 2

@@ -59,6 +59,8 @@ class NewAction:
     plan: tuple[Intent, ...]
     dry_run: bool
     attempt: int
+    result: str = ""
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class ActionRecord:
     lease_owner: str | None
     lease_until: float | None
     result: str
+    phase: str = "run"
+    deadline: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

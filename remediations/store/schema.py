@@ -84,6 +84,10 @@ class ActionRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(256), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     result: Mapped[str] = mapped_column(Text, default="")
+    phase: Mapped[str] = mapped_column(String(16), default="run")
+    """`run` while executing the plan, `rollback` while undoing it."""
+    deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When verification (or approval) stops waiting."""
 
     __table_args__ = (
         UniqueConstraint("cluster", "idempotency_key", name="uq_actions_cluster_key"),

@@ -71,6 +71,8 @@ def _action(row: ActionRow) -> ActionRecord:
         lease_owner=row.lease_owner,
         lease_until=row.lease_until,
         result=row.result,
+        phase=row.phase,
+        deadline=row.deadline,
     )
 
 
@@ -332,7 +334,9 @@ class Store:
             attempt=new.attempt,
             created_at=now,
             updated_at=now,
-            result="",
+            result=new.result,
+            phase="run",
+            deadline=new.deadline,
         )
         try:
             with Session(self.engine, expire_on_commit=False) as s, s.begin():

@@ -1,0 +1,241 @@
+"""The pure heart of the engine: (findings, view, memory, journal summary, now) -> decisions.
+
+No database, no clock, no Kubernetes: `decide` is what backtest, eval, the demo and the live
+service all run, and what the property tests drive. `remediations.engine` loads its inputs from
+the store and persists its outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from detectors.findings import Finding, FindingKind, Severity
+from remediations import gates
+from remediations.gates import Fleet, GateResult, Ledger, LedgerEntry, Outcome
+from remediations.incidents import Hysteresis, IncidentChange, Tracked, TrackerState, step
+from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject
+from remediations.policy import Policy, Rule
+from remediations.store.records import EngineState
+from remediations.types import IncidentId, Mode, Verdict, stable_id
+from remediations.view import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDecision:
+    """One decision about one (incident, playbook): what backtest reports and the store keeps."""
+
+    playbook: str
+    target: str
+    decided_at: float
+    decision: Verdict
+    reasons: tuple[str, ...]
+    incident_id: IncidentId
+    rule: str
+    mode: Mode
+    dry_run: bool = False
+    plan: Plan | None = None
+    attempt: int = 1
+    escalate: bool = False
+    """Automation has reached its limit here: a person must look."""
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.incident_id}:{self.playbook}:{self.attempt}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The `actions` entry of `gpufleet backtest` (issue 4's contract)."""
+        return {
+            "playbook": self.playbook,
+            "target": self.target,
+            "decided_at": self.decided_at,
+            "decision": self.decision.value,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the engine carries between cycles besides the journal (compact, rebuildable)."""
+
+    tracker: TrackerState
+    fault_seen: Mapping[str, float] = field(default_factory=dict)
+    """GPU node -> last time it had a warning/critical fault (the breaker's window)."""
+    reported: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(incident, playbook) -> signature of the last reported deny, to report changes only."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSummary:
+    """What the journal says, as `decide` needs it."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    blocked: frozenset[tuple[str, str]] = frozenset()
+    """(incident, playbook) with an action in flight, done (non-repeatable) or rejected."""
+    attempts: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """(incident, playbook) -> actions journaled so far (the next key's attempt number)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    memory: Memory
+    changes: list[IncidentChange]
+    decisions: list[ActionDecision]
+    trip: str | None = None
+    """Reason the breaker must trip now (the caller persists it), or None."""
+
+
+REPEATABLE = frozenset({"restart_pod", "restart_job", "migrate", "request_reset", "request_reboot"})
+
+
+def matches(rule: Rule, t: Tracked, view: ClusterView, pool_label: str) -> bool:
+    m = rule.match
+    if m.kinds and t.kind not in m.kinds:
+        return False
+    if m.severities and t.severity not in m.severities:
+        return False
+    if m.node_pools or m.node_labels:
+        node = view.nodes.get(t.node or "")
+        if node is None:
+            return False
+        if m.node_pools and node.labels.get(pool_label) not in m.node_pools:
+            return False
+        if any(node.labels.get(k) != v for k, v in m.node_labels.items()):
+            return False
+    if m.namespaces:
+        ns = t.job.split("/", 1)[0] if t.job else None
+        if ns is None and t.gpu_uuid is not None and t.gpu_uuid in view.pod_of_gpu:
+            ns = view.pod_of_gpu[t.gpu_uuid].split("/", 1)[0]
+        if ns is None or not any(fnmatchcase(ns, p) for p in m.namespaces):
+            return False
+    return True
+
+
+def _breaker(
+    policy: Policy, findings: Sequence[Finding], fleet: Fleet, memory: Memory, now: float
+) -> tuple[dict[str, float], str | None]:
+    br = policy.gates.breaker
+    seen = {n: t for n, t in memory.fault_seen.items() if now - t <= br.window}
+    for f in findings:
+        faulty = f.severity is not Severity.INFO and f.kind is not FindingKind.MONITORING_GAP
+        if faulty and f.node in fleet.gpu_nodes and now - f.last_seen <= br.window:
+            seen[f.node] = max(seen.get(f.node, f.last_seen), f.last_seen)
+    total = len(fleet.gpu_nodes)
+    if total and len(seen) >= br.min_nodes and 100.0 * len(seen) / total > br.threshold_percent:
+        return seen, (
+            f"{len(seen)}/{total} GPU nodes ({100.0 * len(seen) / total:.0f}%) had faults within "
+            f"{br.window:.0f}s (threshold {br.threshold_percent:g}%)"
+        )
+    return seen, None
+
+
+def _verdict(
+    rule: Rule, plan: Plan, results: list[GateResult], dry_run: bool
+) -> tuple[Verdict, tuple[str, ...], bool]:
+    failed = [r for r in results if not r.ok]
+    if failed:
+        escalate = any(r.outcome is Outcome.ESCALATE for r in failed)
+        return Verdict.DENY, tuple(f"{r.gate}: {r.reason}" for r in failed), escalate
+    why = f"rule {rule.name}: {rule.mode.value}"
+    if rule.mode is Mode.APPROVAL:
+        return Verdict.AWAIT_APPROVAL, (why, "gates passed; a person must approve"), False
+    extra = ("dry-run: recorded, not executed",) if dry_run else ()
+    return Verdict.EXECUTE, (why, "all gates passed", *extra), False
+
+
+def decide(
+    policy: Policy,
+    findings: Sequence[Finding],
+    view: ClusterView,
+    now: float,
+    memory: Memory,
+    state: EngineState,
+    journal: JournalSummary,
+    *,
+    dry_run: bool = False,
+    not_before: float | None = None,
+) -> CycleResult:
+    """One engine cycle, purely. `not_before`: findings last seen earlier never act (the
+    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450)."""
+    dry_run = dry_run or policy.dry_run
+    g = policy.gates
+    h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
+    tracker, changes = step(memory.tracker, findings, now, h)
+    fleet = Fleet.of(view, g.pool_label)
+    fault_seen, trip = _breaker(policy, findings, fleet, memory, now)
+    if trip is not None:
+        state = EngineState(
+            state.cluster, state.paused, state.paused_by, state.paused_reason, True, now, trip
+        )
+    if state.breaker_reset_at is not None:
+        not_before = max(not_before or state.breaker_reset_at, state.breaker_reset_at)
+
+    ledger = journal.ledger
+    reported = dict(memory.reported)
+    decisions: list[ActionDecision] = []
+    for t in tracker.open():
+        assert t.incident_id is not None
+        for rule in policy.rules:
+            if not matches(rule, t, view, g.pool_label):
+                continue
+            key = (t.incident_id, rule.playbook)
+            if key in journal.blocked:
+                continue
+            pb = PLAYBOOKS[rule.playbook]
+            subject = Subject(
+                t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job
+            )
+            planned = pb.plan(subject, view, pb.params(rule.params))
+            plan: Plan | None
+            reasons: tuple[str, ...]
+            if isinstance(planned, NoPlan):
+                verdict, reasons, esc, plan = (
+                    Verdict.DENY,
+                    (f"plan: {planned.reason}",),
+                    False,
+                    None,
+                )
+            elif rule.mode is Mode.NOTIFY:
+                plan = planned
+                verdict, reasons, esc = Verdict.DENY, (f"rule {rule.name}: notify only",), False
+            else:
+                plan = planned
+                results = gates.static_gates(
+                    g, plan, view, t.kind, ledger, now, t.last_seen, not_before
+                )
+                if rule.mode is Mode.AUTO:
+                    results += gates.execution_gates(g, plan, fleet, state, ledger, now)
+                verdict, reasons, esc = _verdict(rule, plan, results, dry_run)
+            target = plan.target if plan is not None else f"incident/{t.incident_id}"
+            if verdict is Verdict.DENY:
+                sig = stable_id(*reasons)
+                if reported.get(key) == sig:
+                    continue
+                reported[key] = sig
+            else:
+                reported.pop(key, None)
+            decisions.append(
+                ActionDecision(
+                    playbook=rule.playbook,
+                    target=target,
+                    decided_at=now,
+                    decision=verdict,
+                    reasons=reasons,
+                    incident_id=t.incident_id,
+                    rule=rule.name,
+                    mode=rule.mode,
+                    dry_run=dry_run,
+                    plan=plan,
+                    attempt=journal.attempts.get(key, 0) + 1,
+                    escalate=esc,
+                )
+            )
+            if verdict is Verdict.EXECUTE and plan is not None:
+                ledger = ledger.add(
+                    LedgerEntry(plan.playbook, plan.target, now, plan.target_nodes, plan.disruptive)
+                )
+    live = {t.incident_id for t in tracker.open()}
+    reported = {k: v for k, v in reported.items() if k[0] in live}
+    return CycleResult(Memory(tracker, fault_seen, reported), changes, decisions, trip)

@@ -1,0 +1,258 @@
+"""The remediation engine: decide on each cycle's findings and journal the outcome.
+
+`RemediationEngine.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
+and journals incidents, decisions and the breaker, each before anything can act on it. Execution
+is the runner's job (`remediations.runner`); approvals come from people through `approve` and
+`reject`. `DryRunEngine` is the same engine on an in-memory journal, for backtests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from detectors.findings import Finding
+from remediations.decide import (
+    REPEATABLE,
+    ActionDecision,
+    CycleResult,
+    JournalSummary,
+    Memory,
+    decide,
+)
+from remediations.gates import Ledger, LedgerEntry
+from remediations.incidents import Change, TrackerState
+from remediations.policy import Policy, load_policy
+from remediations.store import ActionRecord, NewAction, Store
+from remediations.types import ActionState, Verdict
+from remediations.view import ClusterView, NodeView
+
+COUNTED = frozenset(
+    {
+        ActionState.APPROVED,
+        ActionState.EXECUTING,
+        ActionState.VERIFYING,
+        ActionState.DONE,
+        ActionState.FAILED,
+        ActionState.ROLLED_BACK,
+    }
+)
+"""States that count as an attempt (rate, cooldown, max attempts)."""
+HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
+"""States whose disruptive actions hold their nodes (besides what the cluster view shows)."""
+
+
+def summarize(
+    actions: Iterable[ActionRecord], open_incidents: set[str], exclude: str | None = None
+) -> JournalSummary:
+    """The journal as `decide` and the runner's gates need it."""
+    entries: list[LedgerEntry] = []
+    blocked: set[tuple[str, str]] = set()
+    attempts: dict[tuple[str, str], int] = {}
+    for a in actions:
+        key = (str(a.incident_id), a.playbook)
+        attempts[key] = max(attempts.get(key, 0), a.attempt)
+        if a.id == exclude:
+            continue
+        if (
+            not a.state.terminal
+            or a.state is ActionState.REJECTED
+            or (a.state is ActionState.DONE and a.playbook not in REPEATABLE)
+        ):
+            blocked.add(key)
+        if a.state in COUNTED:
+            holds = a.state in HOLDING or (
+                a.dry_run and a.state is ActionState.DONE and a.incident_id in open_incidents
+            )
+            entries.append(
+                LedgerEntry(a.playbook, a.target, a.created_at, a.target_nodes, a.disruptive, holds)
+            )
+    return JournalSummary(Ledger.of(entries), frozenset(blocked), attempts)
+
+
+def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
+    """A minimal view when no cluster data exists (backtest on metrics alone): every node a
+    finding names is a GPU node. Blast-radius shares are then relative to those nodes only."""
+    names = {f.node for f in findings if f.node}
+    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)})
+
+
+class RemediationEngine:
+    def __init__(
+        self,
+        policy: Policy,
+        store: Store,
+        *,
+        started_at: float,
+        dry_run: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.dry_run = dry_run or policy.dry_run
+        self.started_at = started_at
+        """Findings last seen before this never act (a restart must not replay, #1280)."""
+        self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
+
+    def journal_summary(self, now: float) -> JournalSummary:
+        g = self.policy.gates
+        horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
+        recent = {a.id: a for a in self.store.actions(since=horizon)}
+        recent.update({a.id: a for a in self.store.active_actions()})
+        open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
+        return summarize(recent.values(), open_ids)
+
+    def cycle(
+        self, findings: Sequence[Finding], view: ClusterView | None, now: float
+    ) -> CycleResult:
+        """Decide on one cycle's findings and journal the outcome (before anything acts)."""
+        view = view if view is not None else view_from_findings(findings)
+        self.expire(now)
+        state = self.store.engine_state()
+        result = decide(
+            self.policy,
+            findings,
+            view,
+            now,
+            self.memory,
+            state,
+            self.journal_summary(now),
+            dry_run=self.dry_run,
+            not_before=self.started_at,
+        )
+        self.store.save_incidents(c.incident for c in result.changes)
+        if result.trip is not None:
+            self.store.trip_breaker(result.trip, now)
+        for d in result.decisions:
+            self._journal(d, now)
+        self.memory = result.memory
+        return result
+
+    def _journal(self, d: ActionDecision, now: float) -> None:
+        if d.decision is Verdict.DENY or d.plan is None:
+            self.store.audit(
+                now,
+                "decision",
+                f"{d.playbook} on {d.target}: deny",
+                incident_id=d.incident_id,
+                target=d.target,
+                detail={"reasons": list(d.reasons), "rule": d.rule, "escalate": d.escalate},
+            )
+            return
+        if d.decision is Verdict.AWAIT_APPROVAL:
+            state, deadline = (
+                ActionState.AWAITING_APPROVAL,
+                now + self.policy.gates.approval_timeout,
+            )
+        elif d.dry_run:
+            state, deadline = ActionState.DONE, None
+        else:
+            state, deadline = ActionState.APPROVED, now + self.policy.gates.approval_timeout
+        self.store.propose(
+            NewAction(
+                idempotency_key=d.idempotency_key,
+                incident_id=d.incident_id,
+                playbook=d.playbook,
+                target=d.target,
+                target_nodes=d.plan.target_nodes,
+                disruptive=d.plan.disruptive,
+                mode=d.mode,
+                rule=d.rule,
+                state=state,
+                decision=d.decision,
+                reasons=d.reasons,
+                params=self._params(d.rule),
+                plan=d.plan.intents,
+                dry_run=d.dry_run,
+                attempt=d.attempt,
+                result="dry-run: not executed" if state is ActionState.DONE else "",
+                deadline=deadline,
+            ),
+            now,
+        )
+
+    def _params(self, rule_name: str) -> dict[str, object]:
+        for r in self.policy.rules:
+            if r.name == rule_name:
+                return dict(r.params)
+        return {}
+
+    def expire(self, now: float) -> int:
+        """Awaiting approval (or approved and never started) past the deadline: expired."""
+        n = 0
+        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+            if (
+                a.deadline is not None
+                and now >= a.deadline
+                and self.store.update_action(
+                    a, now, state=ActionState.EXPIRED, result="expired: deadline passed"
+                )
+            ):
+                n += 1
+        return n
+
+    def approve(self, action_id: str, actor: str, now: float) -> ActionRecord:
+        return self._person(action_id, actor, now, ActionState.APPROVED, "approval")
+
+    def reject(self, action_id: str, actor: str, now: float, reason: str = "") -> ActionRecord:
+        return self._person(action_id, actor, now, ActionState.REJECTED, "approval", reason)
+
+    def _person(
+        self,
+        action_id: str,
+        actor: str,
+        now: float,
+        to: ActionState,
+        kind: str,
+        reason: str = "",
+    ) -> ActionRecord:
+        a = self.store.get_action(action_id)
+        if a is None:
+            raise LookupError(f"no action {action_id}")
+        if a.state is not ActionState.AWAITING_APPROVAL:
+            raise ValueError(f"action {action_id} is {a.state.value}, not awaiting approval")
+        verb = "approved" if to is ActionState.APPROVED else "rejected"
+        done = self.store.update_action(
+            a,
+            now,
+            state=to,
+            actor=actor,
+            audit_kind=kind,
+            message=f"{verb} by {actor}" + (f": {reason}" if reason else ""),
+            approved_by=actor,
+            result=reason,
+        )
+        if done is None:
+            raise ValueError(f"action {action_id} changed meanwhile; look again")
+        return done
+
+    def open_incident_ids(self) -> set[str]:
+        return {str(t.incident_id) for t in self.memory.tracker.open()}
+
+
+class DryRunEngine:
+    """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
+
+    >>> eng = DryRunEngine()                  # the shipped default policy
+    >>> for t, findings, view in steps:       # view may be None (metrics-only backtest)
+    ...     decisions = eng.step(findings, view, t)
+    >>> [d.to_json() for d in eng.decisions]
+    """
+
+    def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
+        self.store = Store.open("sqlite://", cluster="backtest")
+        self.engine = RemediationEngine(
+            policy or load_policy(), self.store, started_at=started_at, dry_run=True
+        )
+        self.decisions: list[ActionDecision] = []
+
+    def step(
+        self, findings: Sequence[Finding], view: ClusterView | None, now: float
+    ) -> list[ActionDecision]:
+        result = self.engine.cycle(findings, view, now)
+        self.decisions.extend(result.decisions)
+        return result.decisions
+
+    def close(self) -> None:
+        self.store.close()
+
+
+__all__ = ["Change", "DryRunEngine", "RemediationEngine", "summarize", "view_from_findings"]

@@ -1,0 +1,153 @@
+"""drain and migrate: move work off a node through policy/v1 Evictions (never raw deletes).
+
+kubectl's semantics: skip DaemonSet and mirror pods; evict, and on a PodDisruptionBudget's 429
+retry with backoff — but always inside an overall timeout (kubectl #172: `--timeout=0` hangs
+forever); honour each pod's grace period unless the policy sets one. `migrate` evicts only one
+job's pods, after cordoning, so the job's controller reschedules them on other nodes.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from observer.simulator.scenario import Duration
+from remediations.playbooks.base import (
+    BaseParams,
+    NoPlan,
+    Plan,
+    Playbook,
+    Subject,
+    Verification,
+    VerifyStatus,
+    node_of,
+    node_target,
+)
+from remediations.types import Intent
+from remediations.view import ClusterReader, ClusterView, PodView
+
+
+class DrainParams(BaseParams):
+    timeout: Duration = Field(default=600.0, gt=0, le=86400)
+    """Overall eviction timeout; 0 (forever) is refused on purpose."""
+    grace_period: int | None = Field(default=None, ge=0)
+    """None: each pod's own terminationGracePeriodSeconds."""
+    backoff_initial: Duration = Field(default=5.0, gt=0)
+    backoff_max: Duration = Field(default=60.0, gt=0)
+    include_unmanaged: bool = False
+    """Evict pods without a controller (kubectl --force); they will not come back."""
+    skip_namespaces: list[str] = Field(default_factory=list)
+    uncordon_on_failure: bool = False
+
+
+def evictable(p: PodView, include_unmanaged: bool, skip: frozenset[str] = frozenset()) -> bool:
+    if p.mirror or p.owner_kind == "DaemonSet" or p.phase in ("Succeeded", "Failed"):
+        return False
+    if p.namespace in skip:
+        return False
+    return include_unmanaged or p.owner_kind is not None
+
+
+def _evict_args(params: DrainParams, job: str | None = None) -> dict[str, object]:
+    return {
+        "timeout": params.timeout,
+        "grace_period": params.grace_period,
+        "backoff_initial": params.backoff_initial,
+        "backoff_max": params.backoff_max,
+        "include_unmanaged": params.include_unmanaged,
+        "skip_namespaces": sorted(params.skip_namespaces),
+        "job": job,
+    }
+
+
+def _remaining(i: Intent, reader: ClusterReader) -> list[PodView]:
+    skip = frozenset(i.args.get("skip_namespaces") or ())
+    pods = [
+        p
+        for p in reader.pods_on_node(i.target)
+        if evictable(p, bool(i.args.get("include_unmanaged")), skip)
+    ]
+    job = i.args.get("job")
+    return [p for p in pods if p.job == job] if job else pods
+
+
+class Drain(Playbook):
+    name = "drain"
+    disruptive = True
+    Params = DrainParams
+
+    def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
+        assert isinstance(params, DrainParams)
+        node = node_of(subject, view)
+        if isinstance(node, NoPlan):
+            return node
+        skip = frozenset(params.skip_namespaces)
+        pods = [p for p in view.pods_on(node) if evictable(p, params.include_unmanaged, skip)]
+        intents = (Intent("cordon", node), Intent("evict_pods", node, _evict_args(params)))
+        return Plan(
+            self.name,
+            node_target(node),
+            intents,
+            True,
+            (node,),
+            namespaces=tuple(sorted({p.namespace for p in pods})),
+            priority_classes=tuple(sorted({p.priority_class for p in pods if p.priority_class})),
+        )
+
+    def verify(
+        self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
+    ) -> Verification:
+        for i in intents:
+            if i.op == "evict_pods":
+                left = _remaining(i, reader)
+                if left:
+                    names = ", ".join(p.key for p in left[:5])
+                    return Verification(VerifyStatus.PENDING, f"still on {i.target}: {names}")
+        return Verification(VerifyStatus.OK, "no evictable pods left on the node")
+
+    def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
+        return ()
+
+
+class Migrate(Playbook):
+    name = "migrate"
+    disruptive = True
+    Params = DrainParams
+
+    def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
+        assert isinstance(params, DrainParams)
+        node = node_of(subject, view)
+        if isinstance(node, NoPlan):
+            return node
+        job = subject.job
+        if job is None and subject.gpu_uuid is not None:
+            pod = view.pods.get(view.pod_of_gpu.get(subject.gpu_uuid, ""))
+            job = pod.job if pod is not None else None
+        if job is None or job not in view.jobs:
+            return NoPlan("no job to migrate off the node")
+        pods = [p for p in view.pods_on(node) if p.job == job]
+        if not pods:
+            return NoPlan(f"job {job} has no pods on {node}")
+        intents = (
+            Intent("cordon", node),
+            Intent("evict_pods", node, _evict_args(params, job)),
+        )
+        return Plan(
+            self.name,
+            f"job/{job}",
+            intents,
+            True,
+            (node,),
+            namespaces=(view.jobs[job].namespace,),
+            priority_classes=tuple(sorted({p.priority_class for p in pods if p.priority_class})),
+        )
+
+    def verify(
+        self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
+    ) -> Verification:
+        for i in intents:
+            if i.op == "evict_pods" and _remaining(i, reader):
+                return Verification(VerifyStatus.PENDING, f"job still has pods on {i.target}")
+        return Verification(VerifyStatus.OK, "the job's pods left the node")
+
+    def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
+        return ()

@@ -1,0 +1,219 @@
+"""The remediation policy a person writes: rules (what to do) and gates (when not to).
+
+Loaded through `observer.config_errors`, so a mistake reads `policy.yaml: rules[2].mode: expected
+one of 'auto', 'approval', 'notify'`. Playbook parameters are checked against each playbook's own
+model at load time. A rule may never act automatically on `monitoring_gap`: missing telemetry is
+not evidence of a fault.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import time
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from detectors.findings import FindingKind, Severity
+from observer.config_errors import ConfigError, describe_validation_error, load_model, validate
+from observer.simulator.scenario import Duration
+from remediations.playbooks import PLAYBOOKS, BaseParams
+from remediations.types import Mode
+
+DEFAULT_POLICY = Path(__file__).with_name("policies") / "default.yaml"
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Day(StrEnum):
+    MON = "mon"
+    TUE = "tue"
+    WED = "wed"
+    THU = "thu"
+    FRI = "fri"
+    SAT = "sat"
+    SUN = "sun"
+
+    @property
+    def weekday(self) -> int:
+        return list(Day).index(self)
+
+
+class Window(_Strict):
+    days: list[Day] = Field(default_factory=lambda: list(Day), min_length=1)
+    start: str = "00:00"
+    end: str = "24:00"
+    """End of the window; may be before `start` (wraps past midnight); `24:00` = end of day."""
+    timezone: str = "UTC"
+
+    @field_validator("start", "end")
+    @classmethod
+    def _hhmm(cls, v: str) -> str:
+        if v != "24:00" and not _HHMM.match(v):
+            raise ValueError("a time of day like '22:00'")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("an IANA time zone like 'Europe/Berlin'") from None
+        return v
+
+    def minutes(self) -> tuple[int, int]:
+        def m(s: str) -> int:
+            return 1440 if s == "24:00" else int(s[:2]) * 60 + int(s[3:])
+
+        return m(self.start), m(self.end)
+
+    def start_time(self) -> time:
+        return time(0, 0) if self.start == "24:00" else time.fromisoformat(self.start)
+
+
+class MaintenanceWindows(_Strict):
+    applies_to: list[str] = Field(
+        default_factory=lambda: ["drain", "restart_job", "migrate", "request_reboot"]
+    )
+    """Playbooks that may run automatically only inside a window (empty list of windows: any
+    time)."""
+    windows: list[Window] = Field(default_factory=list)
+
+    @field_validator("applies_to")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in PLAYBOOKS:
+                raise ValueError(f"playbook names from {sorted(PLAYBOOKS)}, not {name!r}")
+        return v
+
+
+class Protected(_Strict):
+    namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    """Glob patterns; pods there are never restarted, migrated or evicted by gpufleet."""
+    node_labels: dict[str, str] = Field(default_factory=lambda: {"gpufleet.io/protected": "true"})
+    priority_classes: list[str] = Field(
+        default_factory=lambda: ["system-node-critical", "system-cluster-critical"]
+    )
+
+    def namespace(self, ns: str) -> bool:
+        return any(fnmatchcase(ns, pat) for pat in self.namespaces)
+
+
+class BlastRadius(_Strict):
+    max_nodes: int = Field(default=2, ge=0)
+    """Most GPU nodes unavailable (cordoned, draining, quarantined) at once."""
+    max_percent_of_pool: float = Field(default=10.0, ge=0, le=100)
+    """...and as a share of the pool's GPU nodes (the denominator counts GPU nodes only)."""
+
+
+class Rate(_Strict):
+    max_actions_per_hour: int = Field(default=20, ge=0)
+
+
+class Attempts(_Strict):
+    cooldown: Duration = 1800.0
+    """Minimum time between two actions on the same target."""
+    max_attempts: int = Field(default=3, ge=1)
+    window: Duration = 86400.0
+    """Attempts are counted within this window; past the limit a person is asked."""
+
+
+class Breaker(_Strict):
+    threshold_percent: float = Field(default=50.0, gt=0, le=100)
+    window: Duration = 300.0
+    min_nodes: int = Field(default=3, ge=1)
+    """Never trip on fewer affected GPU nodes than this (a 2-node fleet with one fault)."""
+
+
+class Gates(_Strict):
+    pool_label: str = "gpufleet.io/pool"
+    stale_after: Duration = 300.0
+    """A finding last seen longer ago than this never triggers an action (replays, #1280)."""
+    protected: Protected = Field(default_factory=Protected)
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+    rate: Rate = Field(default_factory=Rate)
+    attempts: Attempts = Field(default_factory=Attempts)
+    breaker: Breaker = Field(default_factory=Breaker)
+    maintenance: MaintenanceWindows = Field(default_factory=MaintenanceWindows)
+    approval_timeout: Duration = 86400.0
+    """Awaiting approval longer than this: the action expires."""
+
+
+class Match(_Strict):
+    kinds: list[FindingKind] = Field(default_factory=list)
+    severities: list[Severity] = Field(default_factory=list)
+    node_pools: list[str] = Field(default_factory=list)
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    namespaces: list[str] = Field(default_factory=list)
+    """Glob patterns on the namespace of the incident's job."""
+
+
+class Rule(_Strict):
+    name: str = Field(min_length=1, max_length=128)
+    match: Match = Field(default_factory=Match)
+    playbook: str
+    mode: Mode
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("playbook")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PLAYBOOKS:
+            raise ValueError(f"one of {', '.join(sorted(PLAYBOOKS))}")
+        return v
+
+
+class Hysteresis(_Strict):
+    open_after: int = Field(default=2, ge=1)
+    resolve_after: int = Field(default=3, ge=1)
+
+
+class Policy(_Strict):
+    version: int = Field(default=1, ge=1, le=1)
+    dry_run: bool = False
+    hysteresis: Hysteresis = Field(default_factory=Hysteresis)
+    gates: Gates = Field(default_factory=Gates)
+    rules: list[Rule] = Field(default_factory=list)
+
+    def rule_params(self, index: int) -> BaseParams:
+        rule = self.rules[index]
+        return PLAYBOOKS[rule.playbook].params(rule.params)
+
+
+def _check(policy: Policy, source: str) -> Policy:
+    problems: list[str] = []
+    for i, rule in enumerate(policy.rules):
+        try:
+            PLAYBOOKS[rule.playbook].params(rule.params)
+        except ValidationError as exc:
+            for p in describe_validation_error(source, exc).problems:
+                problems.append(f"rules[{i}].params.{p}")
+        gap = not rule.match.kinds or FindingKind.MONITORING_GAP in rule.match.kinds
+        if gap and rule.mode is not Mode.NOTIFY:
+            problems.append(
+                f"rules[{i}].mode: expected 'notify' for a rule that can match "
+                "monitoring_gap (missing telemetry is never evidence; list `match.kinds`) "
+                f"(got {rule.mode.value!r})"
+            )
+    if problems:
+        raise ConfigError(source, problems)
+    return policy
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The policy at `path`, or the conservative default shipped with gpufleet."""
+    p = Path(path) if path is not None else DEFAULT_POLICY
+    return _check(load_model(Policy, p), str(p))
+
+
+def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
+    return _check(validate(Policy, data, source), source)

@@ -1,0 +1,175 @@
+"""The engine end to end on the fake cluster: decisions, approvals, execution, gates, dry-run."""
+
+from __future__ import annotations
+
+from detectors.findings import FindingKind
+from remediations.engine import DryRunEngine, RemediationEngine
+from remediations.policy import load_policy, policy_from_dict
+from remediations.runner import Runner
+from remediations.store import Store
+from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
+from tests.remediations.fake_cluster import FakeCluster
+from tests.remediations.helpers import finding
+
+T0 = 1_700_000_000.0
+
+
+def _engine(store: Store, policy=None):  # type: ignore[no-untyped-def]
+    return RemediationEngine(policy or load_policy(), store, started_at=T0 - 60)
+
+
+def test_default_policy_quarantines_critical_xid_and_asks_before_draining(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    cluster.add_pod("ml", "w-0", "a-0001", job="ml/train")
+    eng = _engine(store)
+    f = finding(node="a-0001", gpu="GPU-1", first_seen=T0, last_seen=T0)
+    res = eng.cycle([f], cluster.view(T0), T0)
+    by = {d.playbook: d for d in res.decisions}
+    assert by["quarantine"].decision is Verdict.EXECUTE
+    assert by["drain"].decision is Verdict.AWAIT_APPROVAL
+    runner = Runner(eng.policy, store, cluster, owner="test")
+    runner.run(cluster.view(T0), T0 + 1)
+    node = cluster.nodes["a-0001"]
+    assert node.unschedulable and (QUARANTINE_TAINT, "gpu_xid", "NoSchedule") in node.taints
+    assert node.annotations[OWNER_ANNOTATION] == "gpufleet"
+    q = next(a for a in store.actions() if a.playbook == "quarantine")
+    states = {a.playbook: a.state for a in store.actions()}
+    assert states == {"quarantine": ActionState.DONE, "drain": ActionState.AWAITING_APPROVAL}
+    assert q.progress == len(q.plan)
+    drain = next(a for a in store.actions() if a.playbook == "drain")
+    eng.approve(drain.id, "alice", T0 + 2)
+    runner.run(cluster.view(T0 + 2), T0 + 3)
+    assert cluster.pods["ml/w-0"].node != "a-0001"
+    assert store.get_action(drain.id).state is ActionState.DONE  # type: ignore[union-attr]
+    kinds = [r.kind for r in store.audit_log()]
+    assert "approval" in kinds and "k8s_write" in kinds and "decision" in kinds
+
+
+def test_replayed_findings_create_no_second_action(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    eng = _engine(store)
+    f = finding(node="a-0002", first_seen=T0, last_seen=T0)
+    eng.cycle([f], cluster.view(T0), T0)
+    n = len(store.actions())
+    fresh = _engine(store)  # a restart: memory rebuilt from the store
+    fresh.cycle([f], cluster.view(T0), T0 + 1)
+    eng.cycle([f], cluster.view(T0), T0 + 2)
+    assert len(store.actions()) == n
+
+
+def test_stale_findings_after_restart_never_act(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    eng = RemediationEngine(load_policy(), store, started_at=T0 + 100)
+    old = finding(node="a-0003", first_seen=T0, last_seen=T0)
+    res = eng.cycle([old], cluster.view(T0 + 100), T0 + 100)
+    assert all(d.decision is Verdict.DENY for d in res.decisions if d.playbook == "quarantine")
+    assert any("replay" in r for d in res.decisions for r in d.reasons)
+    assert store.actions() == [] or all(a.playbook == "drain" for a in store.actions())
+
+
+def test_monitoring_gap_never_acts_and_policy_refuses_auto(store: Store) -> None:
+    import pytest
+
+    from observer.config_errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rules\[0\].mode"):
+        policy_from_dict({"rules": [{"name": "x", "playbook": "cordon", "mode": "auto"}]})
+    cluster = FakeCluster({"a": 4})
+    eng = _engine(store)
+    gap = finding(kind=FindingKind.MONITORING_GAP, node="a-0000", gpu=None, first_seen=T0)
+    res = eng.cycle([gap], cluster.view(T0), T0)
+    assert all(d.decision is Verdict.DENY for d in res.decisions)
+
+
+def test_breaker_trips_on_mass_faults_and_stops_everything(store: Store) -> None:
+    cluster = FakeCluster({"a": 10}, cpu_nodes=30)  # CPU nodes are not in the denominator
+    eng = _engine(store)
+    fs = [finding(node=f"a-{i:04d}", gpu=f"G{i}", first_seen=T0) for i in range(6)]
+    res = eng.cycle(fs, cluster.view(T0), T0)
+    assert res.trip is not None and "6/10 GPU nodes" in res.trip
+    assert store.engine_state().breaker_tripped
+    assert not any(d.decision is Verdict.EXECUTE for d in res.decisions)
+    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    assert cluster.writes == []
+    store.reset_breaker("bob", T0 + 10)
+    # the same (old) findings after the reset must not act (NVSentinel #450)
+    res2 = eng.cycle(fs, cluster.view(T0 + 10), T0 + 10)
+    assert not any(d.decision is Verdict.EXECUTE for d in res2.decisions)
+
+
+def test_uncordon_only_what_we_cordoned(store: Store) -> None:
+    cluster = FakeCluster({"a": 4})
+    cluster.nodes["a-0001"].unschedulable = True  # a person cordoned it
+    policy = policy_from_dict(
+        {
+            "rules": [
+                {
+                    "name": "u",
+                    "match": {"kinds": ["gpu_xid"]},
+                    "playbook": "uncordon",
+                    "mode": "auto",
+                }
+            ]
+        }
+    )
+    eng = _engine(store, policy)
+    res = eng.cycle([finding(node="a-0001", first_seen=T0)], cluster.view(T0), T0)
+    assert res.decisions[0].decision is Verdict.DENY
+    assert "not changed by gpufleet" in res.decisions[0].reasons[0]
+
+
+def test_pause_blocks_auto_actions_and_execution(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    eng = _engine(store)
+    store.set_paused(True, "carol", "incident review", T0 - 1)
+    res = eng.cycle([finding(node="a-0004", first_seen=T0)], cluster.view(T0), T0)
+    q = next(d for d in res.decisions if d.playbook == "quarantine")
+    assert q.decision is Verdict.DENY and "paused by carol" in q.reasons[0]
+    store.set_paused(False, "carol", "done", T0 + 1)
+    res = eng.cycle(
+        [finding(node="a-0004", first_seen=T0, last_seen=T0 + 30)], cluster.view(T0 + 30), T0 + 30
+    )
+    assert any(d.playbook == "quarantine" and d.decision is Verdict.EXECUTE for d in res.decisions)
+
+
+def test_failed_quarantine_rolls_back(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    cluster.fail_ops.add("label")
+    eng = _engine(store)
+    eng.cycle([finding(node="a-0005", first_seen=T0)], cluster.view(T0), T0)
+    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    q = next(a for a in store.actions() if a.playbook == "quarantine")
+    assert q.state is ActionState.ROLLED_BACK, q
+    n = cluster.nodes["a-0005"]
+    assert not n.unschedulable and n.taints == []
+
+
+def test_dry_run_engine_for_backtest() -> None:
+    dr = DryRunEngine()
+    cluster = FakeCluster({"a": 10})
+    for i in range(3):
+        t = T0 + 30 * i
+        dr.step([finding(node="a-0001", first_seen=T0, last_seen=t)], cluster.view(t), t)
+    dr.step([], None, T0 + 120)
+    out = [d.to_json() for d in dr.decisions]
+    assert {o["playbook"] for o in out} >= {"quarantine", "drain"}
+    q = next(o for o in out if o["playbook"] == "quarantine")
+    assert q["decision"] == "execute" and any("dry-run" in r for r in q["reasons"])
+    assert cluster.writes == []
+    assert set(out[0]) == {"playbook", "target", "decided_at", "decision", "reasons"}
+    dr.close()
+
+
+def test_blast_radius_in_one_cycle(store: Store) -> None:
+    cluster = FakeCluster({"a": 40})
+    eng = _engine(store)
+    fs = [finding(node=f"a-{i:04d}", gpu=f"G{i}", first_seen=T0) for i in range(5)]
+    res = eng.cycle(fs, cluster.view(T0), T0)
+    execs = [d for d in res.decisions if d.decision is Verdict.EXECUTE]
+    assert len(execs) == 2  # max_nodes: 2
+    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    assert len(cluster.unavailable_gpu_nodes()) == 2
+    assert not any(
+        d.playbook == "quarantine" and d.decision is Verdict.EXECUTE
+        for d in eng.cycle(fs, cluster.view(T0 + 30), T0 + 30).decisions
+    )

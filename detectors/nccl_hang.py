@@ -62,6 +62,10 @@ class Params:
     rank lasts milliseconds to seconds."""
     min_seconds_with_steps: float = 30.0
     """With training steps flat over the collector's window, one scrape of signature suffices."""
+    steps_window_seconds: float = 120.0
+    """Window of the collector's `training_steps_total` increase when the snapshot does not
+    carry it. Rising steps mean progress: never a hang; once the signature has outlasted the
+    window while steps still rose, the stall counter resets (a non-tensor workload)."""
     baseline_alpha: float = 0.2
     """EWMA weight of the job's computing power/NVLink baseline per cycle."""
     max_age_intervals: float = 2.5
@@ -129,7 +133,7 @@ def detect(
 
     steps_flat = np.zeros(nj, dtype=bool)
     steps_moving = np.zeros(nj, dtype=bool)
-    window = np.inf
+    window = params.steps_window_seconds
     for j, job in enumerate(snapshot.jobs):  # per job, not per GPU
         inc = snapshot.job_steps_increase.get(job.key)
         if inc is not None and not np.isnan(inc):
@@ -143,7 +147,7 @@ def detect(
     # Steps that still rose although the signature has held longer than their window: not hung.
     acc = np.where(steps_moving & (acc > window + interval), 0.0, acc).astype(np.float32)
     need = np.where(steps_flat, params.min_seconds_with_steps, params.min_seconds)
-    active = (acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))
+    active = ((acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))) & ~steps_moving
     onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
 
     # Learn each job's computing baseline while it clearly computes (not stalled).

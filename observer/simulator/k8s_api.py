@@ -307,10 +307,10 @@ class KubeApiServer:
     def stop(self) -> None:
         self._server._stop.set()
         self.cluster.store.close()
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
+        if self._thread is not None:  # shutdown() would wait forever for a loop never started
+            self._server.shutdown()
             self._thread.join(timeout=5)
+        self._server.server_close()
 
     def __enter__(self) -> KubeApiServer:
         return self.start()

@@ -23,9 +23,11 @@ Pods are few (one per 8 GPUs), so this works on Pod records; GPUs never pass thr
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import cache
+from functools import cache, partial
+from operator import attrgetter
+from typing import NamedTuple
 
 from observer.model import NO_INDEX, Job, JobKey, Pod
 
@@ -71,23 +73,11 @@ def label_value(labels: Mapping[str, str], key: str) -> str | None:
     return None
 
 
-def _read(labels: Mapping[str, str], key: str, ksm: bool) -> str | None:
-    """The label's value: only its Kubernetes form unless the pod came from kube-state-metrics."""
-    return label_value(labels, key) if ksm else (labels.get(key) or None)
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
 
 
-def _int_label(labels: Mapping[str, str], key: str, ksm: bool) -> int | None:
-    value = _read(labels, key, ksm)
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class _RankParts:
+class _RankParts(NamedTuple):
     role: str
     major: int | None
     """JobSet child-job index (global when available)."""
@@ -96,17 +86,18 @@ class _RankParts:
 
 def _rank_parts(pod: Pod, ksm: bool) -> _RankParts | None:
     labels = pod.labels
-    role = _read(labels, KUBEFLOW_ROLE, ksm) or _read(labels, VOLCANO_ROLE, ksm) or ""
-    role = role.lower()
+    get: Callable[[str], str | None] = (
+        partial(label_value, labels) if ksm else labels.get  # kube-state-metrics' form or not
+    )
+    role = (get(KUBEFLOW_ROLE) or get(VOLCANO_ROLE) or "").lower()
     if role in NON_RANK_ROLES:
         return None
-    major = _int_label(labels, JOBSET_GLOBAL_INDEX, ksm)
+    major = _int(get(JOBSET_GLOBAL_INDEX))
     if major is None:
-        major = _int_label(labels, JOBSET_JOB_INDEX, ksm)
-    for key in (KUBEFLOW_INDEX, VOLCANO_INDEX, COMPLETION_INDEX):
-        minor = _int_label(labels, key, ksm)
-        if minor is not None:
-            return _RankParts(role, major, minor)
+        major = _int(get(JOBSET_JOB_INDEX))
+    minor = _int(get(KUBEFLOW_INDEX) or get(VOLCANO_INDEX) or get(COMPLETION_INDEX))
+    if minor is not None:
+        return _RankParts(role, major, minor)
     if major is not None:
         return _RankParts(role, major, 0)
     m = _ORDINAL.search(pod.name)
@@ -186,9 +177,12 @@ _JOB_INDEX_AT = _POD_FIELDS.index("job_index")
 _RANK_AT = _POD_FIELDS.index("rank")
 
 
+_POD_VALUES = attrgetter(*_POD_FIELDS)
+
+
 def _with_job(pod: Pod, job_index: int, rank: int) -> Pod:
     """`dataclasses.replace(pod, job_index=..., rank=...)`, 5x cheaper (12.5k pods per build)."""
-    values = [getattr(pod, name) for name in _POD_FIELDS]
+    values = list(_POD_VALUES(pod))
     values[_JOB_INDEX_AT] = job_index
     values[_RANK_AT] = rank
     return Pod(*values)

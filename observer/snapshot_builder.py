@@ -46,8 +46,8 @@ from types import MappingProxyType
 import numpy as np
 
 from observer.catalog import METRICS, Kind, canonical_name
-from observer.columns import lookup_runs, newest_per_position, readonly
-from observer.gpu_rows import GpuRows, resolve_gpu_rows
+from observer.columns import lookup_runs, newest_per_position, readonly, run_starts
+from observer.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
 from observer.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
 from observer.model import (
     NO_INDEX,
@@ -58,6 +58,7 @@ from observer.model import (
     JobKey,
     MetricColumn,
     Node,
+    NodeName,
     Pod,
 )
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
@@ -208,19 +209,15 @@ class SnapshotBuilder:
         by_key: dict[tuple[str, str], Pod] = {(p.namespace, p.name): p for p in pods}
         ns, name, host = rows.pod_labels()
         named = np.flatnonzero(name != "")
+        heads = named[run_starts(ns[named], name[named])]  # one row per GPU-holding pod
         missing: list[str] = []
-        if named.size:
-            starts = named[
-                np.r_[
-                    True, (ns[named][1:] != ns[named][:-1]) | (name[named][1:] != name[named][:-1])
-                ]
-            ]
-            for n_, p_, h_ in zip(
-                ns[starts].tolist(), name[starts].tolist(), host[starts].tolist(), strict=True
-            ):
-                if (n_, p_) not in by_key:
-                    by_key[(n_, p_)] = Pod(n_, p_, h_ or None, phase="Unknown")
-                    missing.append(f"{n_}/{p_}")
+        for n_, p_, h_ in zip(
+            ns[heads].tolist(), name[heads].tolist(), host[heads].tolist(), strict=True
+        ):
+            if (n_, p_) not in by_key:
+                at = NodeName(h_) if h_ and h_ != NO_HOSTNAME else None
+                by_key[(n_, p_)] = Pod(n_, p_, at, phase="Unknown")
+                missing.append(f"{n_}/{p_}")
         ordered = [by_key[k] for k in sorted(by_key)]
         records, jobs = self.job_identity.assign(ordered)
         index = {(p.namespace, p.name): i for i, p in enumerate(records)}

@@ -1,0 +1,63 @@
+"""`python -m bench [NAME ...]`: run every benchmark (or the named ones) and record the figures.
+
+A benchmark is a module in this package that defines `TITLE: str` and
+`run(runs: int, quick: bool) -> str`, returning its markdown section body (a table and notes).
+The harness prints each body and, unless `--no-write`, replaces that benchmark's section of
+docs/performance.md. Modules without `run` (input generators, this harness) are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import bench
+from bench.report import DOC, write_section
+
+
+def discover() -> dict[str, ModuleType]:
+    found: dict[str, ModuleType] = {}
+    for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name == "report":
+            continue
+        module = importlib.import_module(f"bench.{info.name}")
+        if callable(getattr(module, "run", None)) and isinstance(
+            getattr(module, "TITLE", None), str
+        ):
+            found[info.name] = module
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    available = discover()
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (default all: {', '.join(available)})"
+    )
+    parser.add_argument("--runs", type=int, default=7, help="timed runs per case (>= 5; default 7)")
+    parser.add_argument("--quick", action="store_true", help="smaller cases, for a smoke test")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave the doc alone")
+    parser.add_argument("--doc", type=Path, default=DOC, help=f"document to update ({DOC.name})")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in available]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; available: {sorted(available)}")
+    if args.runs < 5 and not args.quick:
+        parser.error("--runs must be at least 5 (medians of fewer runs are not recorded)")
+    for name in args.names or list(available):
+        module = available[name]
+        print(f"== {name}: {module.TITLE}", flush=True)
+        body: str = module.run(runs=args.runs, quick=args.quick)
+        print(body, flush=True)
+        if not args.no_write and not args.quick:
+            write_section(name, module.TITLE, body, args.doc)
+            print(f"-> {args.doc}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""docs/performance.md upkeep: the machine header and one `##` section per benchmark.
+
+Benchmarks run at different times (and by different people), so each section is replaced on its
+own, between `<!-- bench:NAME -->` markers, and carries its own date and machine line; the header
+describes the machine of the latest run. Also the small helpers every benchmark needs: machine
+facts, medians, a markdown table.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+
+_HEADER = """# Performance
+
+Figures from `make bench` (`python -m bench`; one benchmark: `python -m bench NAME`, e.g.
+`python -m bench snapshot_build`). Each benchmark rewrites only its own section below.
+
+Latest run's machine: {machine}.
+
+Timings are medians of repeated runs measured with `time.perf_counter`; input generation is never
+inside the timed region. The development machine is shared (several jobs run on its 2 cores), so
+single figures are noisy: each section states the load average when it was measured.
+"""
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def machine() -> str:
+    """`2 cores, 24 GiB, Intel(R) Xeon(R) Processor, Debian 12.11, Python 3.11.7`."""
+    cpu = re.search(r"^model name\s*:\s*(.+)$", _read("/proc/cpuinfo"), re.M)
+    mem = re.search(r"^MemTotal:\s*(\d+) kB", _read("/proc/meminfo"), re.M)
+    gib = round(int(mem.group(1)) / 2**20) if mem else 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    debian = _read("/etc/debian_version").strip()
+    os_name = f"Debian {debian}" if debian else platform.platform()
+    model = cpu.group(1).strip() if cpu else platform.processor()
+    return f"{cores} cores, {gib} GiB, {model}, {os_name}, Python {platform.python_version()}"
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
+
+
+def stamp() -> str:
+    """The line under a section title: when, where, how loaded."""
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"_Measured {when} on {machine()}; load average (1/5/15 min) {load_average()}._"
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_section(name: str, title: str, body: str, doc: Path = DOC) -> None:
+    """Replace (or append) the benchmark's section and refresh the header's machine line."""
+    text = doc.read_text() if doc.exists() else ""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    section = f"{start}\n## {title}\n\n{body.strip()}\n{end}"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1]
+        text = before + section + after
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section + "\n"
+    head = _HEADER.format(machine=machine())
+    body_start = text.find("<!-- bench:")
+    text = head + "\n" + text[body_start:] if body_start >= 0 else head
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text if text.endswith("\n") else text + "\n")

@@ -15,7 +15,11 @@ from gpufleet import __version__
 from observer.config_errors import ConfigError
 
 EXIT_USAGE = 2
-COMMAND_MODULES = ("gpufleet.commands.version", "gpufleet.commands.simulate")
+COMMAND_MODULES = (
+    "gpufleet.commands.version",
+    "gpufleet.commands.simulate",
+    "gpufleet.commands.demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

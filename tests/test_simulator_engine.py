@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from observer.catalog import METRICS, Kind
+from observer.model import FloatArray
 from observer.simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
 from observer.simulator.scenario import Scenario
 from tests.simulator_cases import MIN, small
@@ -38,7 +39,7 @@ def at(sim: FleetSimulator, minutes: float) -> Sample:
     return sim.sample(sim.scenario.start + minutes * MIN)
 
 
-def m(s: Sample, name: str) -> np.ndarray:
+def m(s: Sample, name: str) -> FloatArray:
     return s.metrics[name]
 
 

@@ -156,8 +156,8 @@ def test_xid48_and_row_remap_failure(sim: FleetSimulator) -> None:
 
 def test_throttle_faults(sim: FleetSimulator) -> None:
     for minutes in (0, 4.5, 21):
-        bits = m(at(sim, minutes), "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
-        assert not (np.nan_to_num(bits).astype(int) & HARMFUL).any(), minutes
+        raw = m(at(sim, minutes), "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+        assert not (np.nan_to_num(raw).astype(int) & HARMFUL).any(), minutes
     s = at(sim, 10)
     bits = np.nan_to_num(m(s, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")).astype(int)
     hot, braked = H100_2 + 3, H100_2 + 4

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from observer.simulator.clock import ManualWall, SimClock
 from observer.simulator.cluster import ClusterOptions, SimCluster
@@ -36,8 +37,9 @@ SMALL = {
 }  # fmt: skip
 
 
-def small_scenario() -> Scenario:
-    return scenario_from_dict(SMALL, "k8s-small")
+def small_scenario(**extra: Any) -> Scenario:
+    """The small fleet, with extra top-level fields (e.g. `faults=[...]`)."""
+    return scenario_from_dict({**SMALL, **extra}, "k8s-small")
 
 
 @dataclass
@@ -58,8 +60,10 @@ class Sim:
 
 
 @contextmanager
-def running_sim(tmp_path: Path, *, history: int = 2000, startup: float = 30.0) -> Iterator[Sim]:
-    sc = small_scenario()
+def running_sim(
+    tmp_path: Path, *, history: int = 2000, startup: float = 30.0, **extra: Any
+) -> Iterator[Sim]:
+    sc = small_scenario(**extra)
     wall = ManualWall(time.time())
     clock = SimClock(sc.start, wall=wall)
     options = ClusterOptions(startup_seconds=startup, history=history)

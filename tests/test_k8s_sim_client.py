@@ -278,3 +278,28 @@ def test_events_create_list_and_cluster_events(api: client.ApiClient) -> None:
     assert {"GpufleetCordon", "NodeNotSchedulable"} <= reasons
     selected = v1.list_namespaced_event("default", field_selector="involvedObject.name=h100-0001")
     assert len(selected.items) == 2
+
+
+def test_gpu_fault_makes_device_plugin_drop_allocatable(tmp_path: Path) -> None:
+    fault = {"kind": "xid79_fallen_off_bus", "node": "h100-0003", "gpu": 0, "start": "5m"}
+    with running_sim(tmp_path, faults=[fault]) as sim:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+        with client.ApiClient(cfg) as api:
+            v1 = client.CoreV1Api(api)
+            assert v1.read_node("h100-0003").status.allocatable["nvidia.com/gpu"] == "8"
+            sim.advance(6 * 60)
+            node = v1.read_node("h100-0003")
+            assert node.status.allocatable["nvidia.com/gpu"] == "7"
+            assert node.status.capacity["nvidia.com/gpu"] == "8"
+            warnings = v1.list_event_for_all_namespaces(field_selector="type=Warning").items
+            assert [(e.reason, e.involved_object.name) for e in warnings] == [
+                ("GpuUnhealthy", "h100-0003")
+            ]
+            assert "XID 79" in warnings[0].message
+            # `big` needs 8 GPUs: h100-0003 has only 7 healthy ones, h100-0002 is cordoned.
+            v1.patch_node("h100-0002", {"spec": {"unschedulable": True}})
+            v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
+            pod = v1.read_namespaced_pod("big-worker-0", "ml")
+            assert pod.spec.node_name is None
+            assert "Insufficient nvidia.com/gpu" in pod.status.conditions[0].message

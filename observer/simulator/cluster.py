@@ -16,6 +16,7 @@ from typing import Any
 from observer.simulator import k8s_objects as ko
 from observer.simulator.clock import SimClock
 from observer.simulator.controller import TERMINAL, JobController, is_ready
+from observer.simulator.device_health import DevicePlugin, device_faults
 from observer.simulator.k8s_store import Conflict, ObjectStore
 from observer.simulator.layout import Layout, SimPod, build_layout
 from observer.simulator.scenario import Scenario, WorkloadKind
@@ -78,6 +79,10 @@ class SimCluster:
             wall_of=self.clock.wall_of,
             emit=self._emit,
         )
+        self.devices = DevicePlugin(
+            self.store, device_faults(scenario, self.layout), emit=self._emit
+        )
+        self.controller.blocked = lambda: self.devices.unhealthy.keys()
         with self.store.lock:
             self._build()
 
@@ -119,6 +124,7 @@ class SimCluster:
                     w.namespace, w.name, label, wall, self.options.pdb_max_unavailable
                 )
                 self.store.put("poddisruptionbudgets", pdb)
+        self.devices.update(now)
         for p in self.layout.pods:
             if p.start <= now:
                 self.controller.create(p, now, place_as_layout=True)
@@ -131,7 +137,9 @@ class SimCluster:
     def tick(self) -> None:
         """Apply everything due by the clock's current scenario time."""
         with self.store.lock:
-            self.controller.tick(self.clock.scenario_time())
+            t = self.clock.scenario_time()
+            self.devices.update(t)
+            self.controller.tick(t)
             self._refresh_pdbs()
 
     def _refresh_pdbs(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,6 +76,7 @@ class JobController:
         self.waiting: list[SimPod] = []
         """Layout pods whose workload has not started yet."""
         self.replicas: dict[str, int] = {}
+        self.blocked: Callable[[], Collection[tuple[str, int]]] = tuple
         self.ended: list[SimPod] = []
         """Placements that stopped (evicted, deleted, finished), oldest first."""
         self.host_ips = {n.name: ko.node_ip(i) for i, n in enumerate(nodes)}
@@ -84,6 +85,8 @@ class JobController:
 
     def _used(self) -> dict[str, set[int]]:
         used: dict[str, set[int]] = {n.name: set() for n in self.nodes}
+        for node, device in self.blocked():  # Unhealthy devices are never handed out
+            used.setdefault(node, set()).add(device)
         for uid, slot in self.slots.items():
             pod = self._pod_by_uid(uid, slot)
             if (

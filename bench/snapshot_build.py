@@ -5,11 +5,12 @@ Issue 2's target: 100k GPUs (12,500 nodes x 8, every catalog metric, ~12.5k pods
 (`python -m bench.snapshot_build --worker N`) so that memory figures are not polluted by the
 other sizes. In the worker, inputs are generated first (untimed), then:
 
-- one cold build (first call: lazy imports, caches), then `runs` timed builds
+- one cold build (the first call in the process), then `runs` timed builds
   (`time.perf_counter`), reporting median, min and max;
-- peak RSS growth of one build: the kernel's high-water mark (VmHWM) is reset through
-  `/proc/self/clear_refs` just before the build, and VmHWM minus VmRSS before is what the build
-  added at its peak (whole process: Python objects, numpy buffers, allocator slack);
+- peak RSS growth of the cold build: freed memory is returned to the OS (`malloc_trim`), the
+  kernel's high-water mark (VmHWM) is reset through `/proc/self/clear_refs`, and VmHWM minus
+  VmRSS before is what the build added at its peak (whole process: Python objects, numpy
+  buffers, allocator slack);
 - tracemalloc peak of one build (a separate, untimed run; numpy reports its buffers to
   tracemalloc), and the snapshot's retained size (traced memory still held after the build).
 """
@@ -17,6 +18,8 @@ other sizes. In the worker, inputs are generated first (untimed), then:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import resource
@@ -58,6 +61,11 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def worker(n_gpus: int, runs: int) -> dict[str, Any]:
     fleet = fleet_columns(n_gpus)
     builder = SnapshotBuilder()
@@ -75,9 +83,16 @@ def worker(n_gpus: int, runs: int) -> dict[str, Any]:
         )
 
     gc.collect()
+    _malloc_trim()  # hand freed input-generation memory back, so reuse cannot hide growth
+    rss_before = _status_kib("VmRSS")
+    hwm_reset = _reset_peak_rss()
     t0 = time.perf_counter()
     snap, report = build()
     cold = time.perf_counter() - t0
+    hwm = _status_kib("VmHWM")
+    peak_rss = None
+    if hwm_reset and hwm is not None and rss_before is not None:
+        peak_rss = (hwm - rss_before) * 1024
     shape = {
         "gpus": len(snap.gpus),
         "nodes": len(snap.nodes),
@@ -94,14 +109,6 @@ def worker(n_gpus: int, runs: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         result = build()
         times.append(time.perf_counter() - t0)
-        del result
-    gc.collect()
-    rss_before = _status_kib("VmRSS")
-    peak_rss = None
-    if _reset_peak_rss() and rss_before is not None:
-        result = build()
-        hwm = _status_kib("VmHWM")
-        peak_rss = None if hwm is None else (hwm - rss_before) * 1024
         del result
     gc.collect()
     tracemalloc.start()
@@ -190,9 +197,10 @@ def run(runs: int = 7, quick: bool = False) -> str:
         "counter increases, one pod per node with Kubeflow/JobSet/Volcano/batch job labels "
         "(~12.5 pods per job), `training_steps_total` for half the pods, exporter `up` per node. "
         "Memory: *peak RSS growth* is the kernel high-water mark (VmHWM, reset via "
-        "/proc/self/clear_refs) minus RSS before one build; *tracemalloc peak* counts Python "
-        "objects and numpy buffers allocated during one build; *retained* is what the finished "
-        "snapshot holds. Reproduce: `make bench` or `python -m bench snapshot_build`."
+        "/proc/self/clear_refs after malloc_trim) minus RSS before the first build; "
+        "*tracemalloc peak* counts Python objects and numpy buffers allocated during one build; "
+        "*retained* is what the finished snapshot holds. "
+        "Reproduce: `make bench` or `python -m bench snapshot_build`."
     )
     return "\n".join(lines)
 

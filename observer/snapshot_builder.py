@@ -17,21 +17,29 @@ What it guarantees:
 - Missing data is NaN, and every catalog metric has a column (all-NaN when not collected).
 - Immutable: frozen records, read-only mappings, arrays with `flags.writeable = False`.
 
-Example::
+Inputs are columns (observer.snapshot_inputs): `GpuColumns` (identity rows), `MetricSeries` per
+metric, `PodSeries` for `training_steps_total`, `ExporterHealth`; nodes and pods are records
+(observer.k8s_records makes them from kube-state-metrics series or API objects). Example:
 
-    from observer.snapshot_builder import build_snapshot
-    from observer.snapshot_inputs import GpuColumns, MetricSeries
-
-    gpus = GpuColumns.from_label_dicts(series_labels)         # UUID, Hostname/hostname, gpu, ...
-    util = MetricSeries(value=v, timestamp=t, uuid=uuids)      # or row=positions in `gpus`
-    snap = build_snapshot(
-        taken_at=now,
-        gpus=gpus,
-        metrics={"DCGM_FI_DEV_GPU_UTIL": util},
-        nodes=k8s_nodes,                                       # observer.model.Node records
-        pods=k8s_pods,                                         # Pod records, job_index unset
-        job_label_keys=DEFAULT_JOB_LABEL_KEYS,
-    )
+>>> import numpy as np
+>>> from observer.model import NodeName, Pod, frozen_map
+>>> from observer.snapshot_inputs import GpuColumns, MetricSeries
+>>> gpus = GpuColumns.from_label_dicts([
+...     {"UUID": "GPU-a", "Hostname": "node-1", "gpu": "0", "modelName": "NVIDIA H100",
+...      "pod": "llama-worker-0", "namespace": "ml"},
+...     {"UUID": "GPU-b", "hostname": "node-1", "gpu": "1", "modelName": "NVIDIA H100"},
+... ])
+>>> util = MetricSeries(value=np.array([97.0, 3.0]), timestamp=np.array([100.0, 100.0]),
+...                     uuid=np.array(["GPU-b", "GPU-a"], dtype=object))
+>>> pod = Pod("ml", "llama-worker-0", NodeName("node-1"),
+...           labels=frozen_map({"training.kubeflow.org/job-name": "llama"}))
+>>> snap = build_snapshot(105.0, gpus, {"DCGM_FI_DEV_GPU_UTIL": util}, pods=[pod])
+>>> snap.jobs[0].key, snap.pods[0].rank, snap.gpus.job_index.tolist()
+('ml/llama', 0, [0, -1])
+>>> snap.metrics["DCGM_FI_DEV_GPU_UTIL"].value.tolist()
+[3.0, 97.0]
+>>> snap.nodes[0].in_kubernetes  # node-1 is known from GPU labels only
+False
 
 `SnapshotBuilder(...).build_with_report(...)` also returns a `BuildReport` (duplicates, unknown
 series, nodes outside Kubernetes, pods synthesised from GPU labels) for the collector to log.

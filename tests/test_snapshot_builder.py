@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer.gpu_rows import NO_HOSTNAME
 from observer.job_identity import JobIdentity
@@ -521,3 +523,47 @@ def test_simulated_layout_round_trips_through_the_builder() -> None:
         p = snap.gpus.pod_index[i]
         if p != NO_INDEX:
             assert snap.nodes[snap.gpus.node_index[i]].name == snap.pods[p].node
+
+
+def test_module_docstring_example() -> None:
+    import doctest
+
+    import observer.snapshot_builder as module
+
+    assert doctest.testmod(module).failed == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),  # GPU
+            st.one_of(st.none(), st.integers(0, 3)),  # timestamp (None: NaN)
+            st.integers(0, 1000),  # value
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_newest_sample_wins_like_a_plain_loop(
+    samples: list[tuple[int, int | None, int]], by_row: bool
+) -> None:
+    rows = [row("n", d) for d in range(6)]
+    ts = np.array([np.nan if t is None else NOW + t for _, t, _ in samples], dtype=float)
+    values = np.array([float(v) for _, _, v in samples])
+    if by_row:
+        s = MetricSeries(values, ts, row=np.array([g for g, _, _ in samples], dtype=np.int32))
+    else:
+        s = MetricSeries(values, ts, uuid=obj([rows[g]["UUID"] for g, _, _ in samples]))
+    snap = build_snapshot(NOW, gpu_rows(rows), {UTIL: s})
+    expected: dict[int, tuple[float, float]] = {}
+    for (g, _, v), t in zip(samples, ts, strict=True):
+        key = -np.inf if np.isnan(t) else t
+        if g not in expected or key >= expected[g][0]:
+            expected[g] = (key, float(v))
+    got = snap.metrics[UTIL].value
+    for g in range(6):
+        if g in expected:
+            assert got[g] == expected[g][1]
+        else:
+            assert np.isnan(got[g])

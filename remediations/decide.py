@@ -113,6 +113,14 @@ def matches(rule: Rule, t: Tracked, view: ClusterView, pool_label: str) -> bool:
     return True
 
 
+def _subject_target(t: Tracked) -> str:
+    if t.job is not None and t.node is None:
+        return f"job/{t.job}"
+    if t.node is not None:
+        return f"node/{t.node}"
+    return "fleet"
+
+
 def _breaker(
     policy: Policy, findings: Sequence[Finding], fleet: Fleet, memory: Memory, now: float
 ) -> tuple[dict[str, float], str | None]:

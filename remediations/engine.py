@@ -23,6 +23,7 @@ from remediations.gates import Ledger, LedgerEntry
 from remediations.incidents import Change, TrackerState
 from remediations.policy import Policy, load_policy
 from remediations.store import ActionRecord, NewAction, Store
+from remediations.store.records import ActionBrief
 from remediations.types import ActionState, Verdict
 from remediations.view import ClusterView, NodeView
 
@@ -42,7 +43,7 @@ HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
 
 
 def summarize(
-    actions: Iterable[ActionRecord], open_incidents: set[str], exclude: str | None = None
+    actions: Iterable[ActionBrief], open_incidents: set[str], exclude: str | None = None
 ) -> JournalSummary:
     """The journal as `decide` and the runner's gates need it."""
     entries: list[LedgerEntry] = []
@@ -91,14 +92,13 @@ class RemediationEngine:
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
         self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
+        self._rule_params = {r.name: r.params for r in policy.rules}
 
     def journal_summary(self, now: float) -> JournalSummary:
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
-        recent = {a.id: a for a in self.store.actions(since=horizon)}
-        recent.update({a.id: a for a in self.store.active_actions()})
         open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
-        return summarize(recent.values(), open_ids)
+        return summarize(self.store.briefs(horizon), open_ids)
 
     def cycle(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
@@ -121,70 +121,68 @@ class RemediationEngine:
         self.store.save_incidents(c.incident for c in result.changes)
         if result.trip is not None:
             self.store.trip_breaker(result.trip, now)
-        for d in result.decisions:
-            self._journal(d, now)
+        self._journal(result.decisions, now)
         self.memory = result.memory
         return result
 
-    def _journal(self, d: ActionDecision, now: float) -> None:
-        if d.decision is Verdict.DENY or d.plan is None:
-            self.store.audit(
-                now,
-                "decision",
-                f"{d.playbook} on {d.target}: deny",
-                incident_id=d.incident_id,
-                target=d.target,
-                detail={"reasons": list(d.reasons), "rule": d.rule, "escalate": d.escalate},
+    def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
+        """Journal a cycle's decisions in one transaction (before the runner can act)."""
+        news: list[NewAction] = []
+        denials: list[dict[str, object]] = []
+        for d in decisions:
+            if d.decision is Verdict.DENY or d.plan is None:
+                denials.append(
+                    {
+                        "message": f"{d.playbook} on {d.target}: deny",
+                        "incident_id": d.incident_id,
+                        "target": d.target,
+                        "detail": {
+                            "reasons": list(d.reasons),
+                            "rule": d.rule,
+                            "escalate": d.escalate,
+                        },
+                    }
+                )
+                continue
+            timeout = self.policy.gates.approval_timeout
+            if d.decision is Verdict.AWAIT_APPROVAL:
+                state, deadline = ActionState.AWAITING_APPROVAL, now + timeout
+            elif d.dry_run:
+                state, deadline = ActionState.DONE, None
+            else:
+                state, deadline = ActionState.APPROVED, now + timeout
+            news.append(
+                NewAction(
+                    idempotency_key=d.idempotency_key,
+                    incident_id=d.incident_id,
+                    playbook=d.playbook,
+                    target=d.target,
+                    target_nodes=d.plan.target_nodes,
+                    disruptive=d.plan.disruptive,
+                    mode=d.mode,
+                    rule=d.rule,
+                    state=state,
+                    decision=d.decision,
+                    reasons=d.reasons,
+                    params=self._params(d.rule),
+                    plan=d.plan.intents,
+                    dry_run=d.dry_run,
+                    attempt=d.attempt,
+                    result="dry-run: not executed" if state is ActionState.DONE else "",
+                    deadline=deadline,
+                )
             )
-            return
-        if d.decision is Verdict.AWAIT_APPROVAL:
-            state, deadline = (
-                ActionState.AWAITING_APPROVAL,
-                now + self.policy.gates.approval_timeout,
-            )
-        elif d.dry_run:
-            state, deadline = ActionState.DONE, None
-        else:
-            state, deadline = ActionState.APPROVED, now + self.policy.gates.approval_timeout
-        self.store.propose(
-            NewAction(
-                idempotency_key=d.idempotency_key,
-                incident_id=d.incident_id,
-                playbook=d.playbook,
-                target=d.target,
-                target_nodes=d.plan.target_nodes,
-                disruptive=d.plan.disruptive,
-                mode=d.mode,
-                rule=d.rule,
-                state=state,
-                decision=d.decision,
-                reasons=d.reasons,
-                params=self._params(d.rule),
-                plan=d.plan.intents,
-                dry_run=d.dry_run,
-                attempt=d.attempt,
-                result="dry-run: not executed" if state is ActionState.DONE else "",
-                deadline=deadline,
-            ),
-            now,
-        )
+        self.store.propose_many(news, now, denials)
 
     def _params(self, rule_name: str) -> dict[str, object]:
-        for r in self.policy.rules:
-            if r.name == rule_name:
-                return dict(r.params)
-        return {}
+        return dict(self._rule_params.get(rule_name, {}))
 
     def expire(self, now: float) -> int:
         """Awaiting approval (or approved and never started) past the deadline: expired."""
         n = 0
-        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
-            if (
-                a.deadline is not None
-                and now >= a.deadline
-                and self.store.update_action(
-                    a, now, state=ActionState.EXPIRED, result="expired: deadline passed"
-                )
+        for a in self.store.due(now):
+            if self.store.update_action(
+                a, now, state=ActionState.EXPIRED, result="expired: deadline passed"
             ):
                 n += 1
         return n

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.findings import Finding, FindingKind
 from remediations.store.records import IncidentRecord
 from remediations.types import IncidentId, IncidentStatus, stable_id
 
@@ -31,8 +31,7 @@ class Hysteresis:
 
 
 def entity_key(f: Finding) -> str:
-    kind, node, gpu, job = f.entity
-    return f"{kind}|{node or ''}|{gpu or ''}|{job or ''}"
+    return f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +139,14 @@ def step(
     by_key: dict[str, list[Finding]] = {}
     gap_nodes: set[str] = set()
     fleet_gap = False
+    gap_kind = FindingKind.MONITORING_GAP
     for f in findings:
-        by_key.setdefault(entity_key(f), []).append(f)
-        if f.kind is FindingKind.MONITORING_GAP:
+        key = f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
+        if key in by_key:
+            by_key[key].append(f)
+        else:
+            by_key[key] = [f]
+        if f.kind is gap_kind:
             if f.node is None:
                 fleet_gap = True
             else:
@@ -152,37 +156,52 @@ def step(
     entries: dict[str, Tracked] = {}
     changes: list[IncidentChange] = []
     for key, group in by_key.items():
-        f = _worst(group)
+        f = group[0] if len(group) == 1 else _worst(group)
         old = state.entries.get(key)
+        sev = f.severity.value
         if old is None:
-            old = Tracked(
-                key=key,
-                kind=f.kind.value,
-                node=f.node,
-                gpu_uuid=f.gpu_uuid,
-                job=f.job,
-                severity=f.severity.value,
-                summary=f.summary,
-                first_seen=min(g.first_seen for g in group),
-                last_seen=f.last_seen,
+            first = f.first_seen if len(group) == 1 else min(g.first_seen for g in group)
+            t = Tracked(
+                key,
+                f.kind.value,
+                f.node,
+                f.gpu_uuid,
+                f.job,
+                sev,
+                f.summary,
+                first,
+                f.last_seen,
+                1,
+                0,
+                None,
+                0.0,
+                f.evidence,
             )
-        t = replace(
-            old,
-            severity=f.severity.value,
-            summary=f.summary,
-            last_seen=max(old.last_seen, f.last_seen),
-            seen_cycles=old.seen_cycles + 1,
-            healthy_cycles=0,
-            evidence=f.evidence,
-        )
+        else:
+            t = Tracked(
+                key,
+                old.kind,
+                old.node,
+                old.gpu_uuid,
+                old.job,
+                sev,
+                f.summary,
+                old.first_seen,
+                max(old.last_seen, f.last_seen),
+                old.seen_cycles + 1,
+                0,
+                old.incident_id,
+                old.opened_at,
+                f.evidence,
+            )
         if t.incident_id is None:
-            critical = f.severity is Severity.CRITICAL and params.critical_opens_at_once
+            critical = sev == "critical" and params.critical_opens_at_once
             if critical or t.seen_cycles >= params.open_after:
                 t = replace(
                     t, incident_id=IncidentId(stable_id(cluster, key, t.first_seen)), opened_at=now
                 )
                 changes.append(IncidentChange(Change.OPENED, record(cluster, t, now)))
-        elif old.severity != t.severity or old.healthy_cycles > 0:
+        elif old is not None and (old.severity != sev or old.healthy_cycles > 0):
             changes.append(IncidentChange(Change.UPDATED, record(cluster, t, now)))
         entries[key] = t
 

@@ -95,9 +95,7 @@ class Runner:
     ) -> ActionRecord | None:
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
-        recent = {r.id: r for r in self.store.actions(since=horizon)}
-        recent.update({r.id: r for r in self.store.active_actions()})
-        summary = summarize(recent.values(), self.open_incidents(), exclude=a.id)
+        summary = summarize(self.store.briefs(horizon), self.open_incidents(), exclude=a.id)
         fleet = Fleet.of(view, g.pool_label)
         fleet = Fleet(
             fleet.gpu_nodes, fleet.unschedulable | disrupted, fleet.pool_of, fleet.pool_size

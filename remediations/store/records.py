@@ -120,6 +120,22 @@ class ActionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ActionBrief:
+    """The columns the gates count (rate, cooldown, attempts, blast radius): cheap to load."""
+
+    id: ActionId
+    incident_id: IncidentId
+    playbook: str
+    target: str
+    target_nodes: tuple[str, ...]
+    disruptive: bool
+    state: ActionState
+    dry_run: bool
+    created_at: float
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class AuditRecord:
     id: int
     cluster: str

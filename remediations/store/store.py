@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from remediations.store.migrate import make_engine, upgrade
 from remediations.store.records import (
+    ActionBrief,
     ActionRecord,
     AuditRecord,
     EngineState,
@@ -297,14 +298,14 @@ class Store:
         ]
         if not rows:
             return
-        dialect = self.engine.dialect.name
-        mod: Any = postgresql if dialect == "postgresql" else sqlite
+        mod: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         keep = ("id", "cluster", "kind", "entity_key", "node", "gpu_uuid", "job", "opened_at")
+        stmt = mod.insert(IncidentRow.__table__)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"], set_={c: stmt.excluded[c] for c in rows[0] if c not in keep}
+        )
         with self.engine.begin() as conn:
-            for i in range(0, len(rows), 2000):
-                stmt = mod.insert(IncidentRow).values(rows[i : i + 2000])
-                changed = {c: stmt.excluded[c] for c in rows[0] if c not in keep}
-                conn.execute(stmt.on_conflict_do_update(index_elements=["id"], set_=changed))
+            conn.execute(stmt, rows)  # executemany: compiled once
 
     # ---- actions -----------------------------------------------------------------------------
 
@@ -365,6 +366,96 @@ class Store:
                 raise
             return existing, False
 
+    def propose_many(
+        self, news: Sequence[NewAction], now: float, denials: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """Journal a cycle's actions (keys already journaled are skipped) and its deny audit
+        rows in one transaction. Returns how many actions were new."""
+        if not news and not denials:
+            return 0
+        rows = [
+            {
+                "id": stable_id(self.cluster, n.idempotency_key),
+                "cluster": self.cluster,
+                "idempotency_key": n.idempotency_key,
+                "incident_id": n.incident_id,
+                "playbook": n.playbook,
+                "target": n.target,
+                "target_nodes": list(n.target_nodes),
+                "disruptive": n.disruptive,
+                "mode": n.mode.value,
+                "rule": n.rule,
+                "state": n.state.value,
+                "version": 1,
+                "decision": n.decision.value,
+                "reasons": list(n.reasons),
+                "params": dict(n.params),
+                "plan": [i.to_json() for i in n.plan],
+                "progress": 0,
+                "step_started": None,
+                "dry_run": n.dry_run,
+                "attempt": n.attempt,
+                "created_at": now,
+                "updated_at": now,
+                "approved_by": None,
+                "lease_owner": None,
+                "lease_until": None,
+                "result": n.result,
+                "phase": "run",
+                "deadline": n.deadline,
+            }
+            for n in news
+        ]
+        mod: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        with self.engine.begin() as conn:
+            existing: set[str] = set()
+            ids = [r["id"] for r in rows]
+            for i in range(0, len(ids), 500):
+                existing.update(
+                    conn.scalars(select(ActionRow.id).where(ActionRow.id.in_(ids[i : i + 500])))
+                )
+            fresh = [r for r in rows if r["id"] not in existing]
+            if fresh:
+                conn.execute(mod.insert(ActionRow.__table__).on_conflict_do_nothing(), fresh)
+            audits = [
+                {
+                    "cluster": self.cluster,
+                    "at": now,
+                    "actor": ACTOR,
+                    "kind": "decision",
+                    "action_id": r["id"],
+                    "incident_id": r["incident_id"],
+                    "target": r["target"],
+                    "message": f"{r['playbook']} on {r['target']}: {r['decision']}",
+                    "detail": {
+                        "reasons": r["reasons"],
+                        "mode": r["mode"],
+                        "rule": r["rule"],
+                        "state": r["state"],
+                        "dry_run": r["dry_run"],
+                    },
+                }
+                for r in fresh
+            ]
+            audits += [
+                {
+                    "cluster": self.cluster,
+                    "at": now,
+                    "actor": ACTOR,
+                    "kind": "decision",
+                    "action_id": None,
+                    "target": "",
+                    "message": "",
+                    "incident_id": None,
+                    "detail": {},
+                    **d,
+                }
+                for d in denials
+            ]
+            if audits:
+                conn.execute(insert(AuditRow), audits)
+            return len(fresh)
+
     def get_action(self, action_id: str) -> ActionRecord | None:
         with Session(self.engine) as s:
             row = s.get(ActionRow, action_id)
@@ -392,6 +483,52 @@ class Store:
             q = q.where(ActionRow.target == target)
         with Session(self.engine) as s:
             return [_action(r) for r in s.scalars(q.order_by(ActionRow.created_at, ActionRow.id))]
+
+    def briefs(self, since: float) -> list[ActionBrief]:
+        """Every action updated since `since` or not yet terminal, as light records."""
+        active = [s.value for s in ActionState if not s.terminal]
+        cols = (
+            ActionRow.id,
+            ActionRow.incident_id,
+            ActionRow.playbook,
+            ActionRow.target,
+            ActionRow.target_nodes,
+            ActionRow.disruptive,
+            ActionRow.state,
+            ActionRow.dry_run,
+            ActionRow.created_at,
+            ActionRow.attempt,
+        )
+        q = select(*cols).where(
+            ActionRow.cluster == self.cluster,
+            (ActionRow.updated_at >= since) | ActionRow.state.in_(active),
+        )
+        with self.engine.connect() as conn:
+            return [
+                ActionBrief(
+                    ActionId(r[0]),
+                    IncidentId(r[1]),
+                    r[2],
+                    r[3],
+                    tuple(r[4] or ()),
+                    bool(r[5]),
+                    ActionState(r[6]),
+                    bool(r[7]),
+                    r[8],
+                    r[9],
+                )
+                for r in conn.execute(q)
+            ]
+
+    def due(self, now: float) -> list[ActionRecord]:
+        """Actions awaiting approval (or approved, not started) whose deadline has passed."""
+        q = select(ActionRow).where(
+            ActionRow.cluster == self.cluster,
+            ActionRow.state.in_([ActionState.AWAITING_APPROVAL.value, ActionState.APPROVED.value]),
+            ActionRow.deadline <= now,
+        )
+        with Session(self.engine) as s:
+            return [_action(r) for r in s.scalars(q)]
 
     def active_actions(self) -> list[ActionRecord]:
         return self.actions([s for s in ActionState if not s.terminal])

@@ -146,7 +146,8 @@ class JobIdentity:
         """Pods with `job_index` and `rank` filled in (same order), and the jobs sorted by key.
 
         A job's `pod_indices` are in rank order; pods without a rank (launchers, parameter
-        servers, unlabelled) follow, by name. Two pods may share a rank while one is replaced.
+        servers, unlabelled) follow, by name. Two pods may share a rank while one is replaced;
+        the Running one comes first.
         """
         members: dict[JobKey, list[int]] = {}
         kinds: dict[JobKey, str] = {}
@@ -166,7 +167,12 @@ class JobIdentity:
                 out[i] = _with_job(pods[i], job_index, rank)
             order = sorted(
                 range(len(idx)),
-                key=lambda j: (ranks[j] == NO_INDEX, ranks[j], pods[idx[j]].name),
+                key=lambda j: (
+                    ranks[j] == NO_INDEX,
+                    ranks[j],
+                    pods[idx[j]].phase != "Running",  # a replacement's live pod first
+                    pods[idx[j]].name,
+                ),
             )
             jobs.append(Job(key, kinds[key], tuple(idx[j] for j in order)))
         return tuple(out), tuple(jobs)

@@ -567,3 +567,34 @@ def test_newest_sample_wins_like_a_plain_loop(
             assert got[g] == expected[g][1]
         else:
             assert np.isnan(got[g])
+
+
+def test_jobset_global_index_and_replacement_pods() -> None:
+    js = "jobset.sigs.k8s.io/"
+    done = "batch.kubernetes.io/job-completion-index"
+
+    def member(name: str, rjob: str, global_index: int, completion: int, phase: str) -> Pod:
+        labels = {
+            f"{js}jobset-name": "js",
+            f"{js}replicatedjob-name": rjob,
+            f"{js}job-index": "0",
+            f"{js}job-global-index": str(global_index),
+            done: str(completion),
+        }
+        return Pod("ns", name, NodeName("n"), phase=phase, labels=frozen_map(labels))
+
+    pods = [
+        member("js-workers-0-1-old", "workers", 1, 1, "Failed"),
+        member("js-workers-0-1-new", "workers", 1, 1, "Running"),
+        member("js-workers-0-0", "workers", 1, 0, "Running"),
+        member("js-driver-0-0", "driver", 0, 0, "Running"),
+        member("js-driver-0-1", "driver", 0, 1, "Running"),
+    ]
+    recs, (job,) = JobIdentity().assign(pods)
+    assert [(recs[i].name, recs[i].rank) for i in job.pod_indices] == [
+        ("js-driver-0-0", 0),
+        ("js-driver-0-1", 1),
+        ("js-workers-0-0", 2),
+        ("js-workers-0-1-new", 3),
+        ("js-workers-0-1-old", 3),
+    ]

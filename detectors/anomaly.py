@@ -114,9 +114,11 @@ def detect(
         ).fit(x[ok])
         scores[ok] = forest.score_samples(x[ok])
         flagged = ok & (scores < params.score_threshold)
-    acc = np.where(ok, persist(cur["acc"], flagged, dt), cur["acc"]).astype(np.float32)
+    acc = np.where(ok, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
+        np.float32
+    )
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
-    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
         ctx = gpu_context(snapshot, int(i))

@@ -4,6 +4,8 @@ Detectors restate a condition every cycle it holds; people, `backtest` output an
 want one record per episode: when it began (`first_seen`), when it was last seen, and its worst
 severity. An episode ends when a cycle passes without the entity being reported (after
 `grace_cycles` further silent cycles, so that one missing scrape does not split an episode).
+Cycles in which the episode's node, or the whole fleet, is in a monitoring gap do not count as
+silent: not seeing a fault is not seeing it end.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from detectors.findings import Finding
+from detectors.findings import Finding, FindingKind
 
 EntityKey = tuple[str, str | None, str | None, str | None]
 
@@ -35,7 +37,8 @@ class EpisodeTracker:
     def observe(self, now: float, findings: Iterable[Finding]) -> list[Finding]:
         """Merge one cycle's findings; returns the episodes that ended in this cycle."""
         seen: set[EntityKey] = set()
-        for f in findings:
+        cycle = list(findings)
+        for f in cycle:
             key = f.entity
             seen.add(key)
             cur = self.open.get(key)
@@ -45,9 +48,16 @@ class EpisodeTracker:
             else:
                 cur.finding = _merge(cur.finding, f)
                 cur.missed = 0
+        # Blind spots are not evidence of recovery: an episode on a node (or fleet) whose
+        # telemetry is in a monitoring gap this cycle stays open without counting a miss.
+        gaps = [f for f in cycle if f.kind == FindingKind.MONITORING_GAP]
+        fleet_blind = any(f.node is None for f in gaps)
+        blind = {f.node for f in gaps}
         ended: list[Finding] = []
         for key in [k for k in self.open if k not in seen]:
             cur = self.open[key]
+            if key[0] != FindingKind.MONITORING_GAP.value and (fleet_blind or key[1] in blind):
+                continue
             cur.missed += 1
             if cur.missed > self.grace_cycles:
                 ended.append(cur.finding)

@@ -70,9 +70,9 @@ def detect(
         else np.nan_to_num(pcie_pm) > params.pcie_replays_per_minute
     )
     flagged = crc_bad | pcie_bad
-    acc = persist(cur["acc"], flagged, dt)
+    acc = persist(cur["acc"], flagged, dt, params.min_seconds)
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
-    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
         node = node_name(snapshot, int(g.node_index[i]))

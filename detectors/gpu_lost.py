@@ -116,7 +116,11 @@ def detect(
     has_node = g.node_index >= 0
     node_ok[has_node] = view.node_up[g.node_index[has_node]]
     silent = view.gpu_age > params.stale_intervals * interval
-    lost = ~view.fleet_gap & ((silent & node_ok) | xid79)
+    # Blind (fleet gap, node exporter down): keep what we knew, judge nothing new.
+    was_lost = ~np.isnan(cur["onset"])
+    lost = (~view.fleet_gap & ((silent & node_ok) | xid79)) | (
+        was_lost & (view.fleet_gap | ~node_ok)
+    )
     onset = np.where(lost, np.fmin(cur["onset"], now), np.nan)
 
     findings: list[Finding] = []
@@ -147,9 +151,11 @@ def detect(
                 recommended_action=ACTION,
             )
         )
-    if gone is not None and len(gone) and not view.fleet_gap:
+    if gone is not None and len(gone):
         up_nodes = {str(snapshot.nodes[i].name) for i in np.flatnonzero(view.node_up)}
         gone_on = np.array([n in up_nodes for n in gone["node"]], dtype=bool)
+        if view.fleet_gap:
+            gone_on = ~np.isnan(gone["onset"])
         g_onset = np.where(gone_on, np.fmin(gone["onset"], now), np.nan)
         gone = gone.replace(onset=g_onset)
         for i in np.flatnonzero(gone_on):

@@ -2,11 +2,12 @@
 
 Only four clock-event bits mean the hardware is protecting itself — HW_SLOWDOWN (0x8),
 SW_THERMAL (0x20), HW_THERMAL (0x40), HW_POWER_BRAKE (0x80), the ones DCGM diagnostics fail
-on; idle, power-cap, sync-boost and app-clock reasons are normal operation. They matter only
-while the GPU is busy (an idle GPU's clock is irrelevant) and only when they hold: power brake
-and slowdown bits flap on transients (NVSentinel #1447), so a leaky persistence counter must
-reach `min_seconds` first. Where the reasons field is not collected (it is off in dcgm-exporter's
-defaults), an SM clock 20 % below the median of busy GPUs of the same model stands in.
+on; idle, power-cap, sync-boost and app-clock reasons are normal operation. They count whatever
+the load (an idle GPU cannot reach a thermal slowdown unless its cooling has failed, and a power
+brake is an external signal), but only when they hold: power brake and slowdown bits flap on
+transients (NVSentinel #1447), so a leaky persistence counter must reach `min_seconds` first.
+Where the reasons field is not collected (it is off in dcgm-exporter's defaults), an SM clock
+20 % below the median of busy GPUs of the same model stands in.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ _ACTIONS = {
 @dataclass(frozen=True, slots=True)
 class Params:
     busy_util: float = 50.0
-    """Judge clocks only above 50 % utilisation: below that the GPU downclocks by design."""
+    """The clock fallback judges only above 50 % utilisation: below that the GPU downclocks
+    by design."""
     min_seconds: float = 60.0
     """Harmful reasons must hold for a minute (two 30 s scrapes) before it is a finding."""
     clock_drop: float = 0.2
@@ -90,7 +92,7 @@ def detect(
         has_bits = ~np.isnan(reasons)
         bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
     harmful = bits & int(HARMFUL_CLOCK_EVENTS)
-    flagged = busy & (harmful != 0)
+    flagged = harmful != 0
     baseline = np.full(n, np.nan)
     slow = np.zeros(n, dtype=bool)
     if clock is not None:
@@ -103,9 +105,9 @@ def detect(
         with np.errstate(invalid="ignore"):
             slow = busy & ~has_bits & (clock < (1.0 - params.clock_drop) * baseline)
     flagged |= slow
-    acc = persist(cur["acc"], flagged, dt)
+    acc = persist(cur["acc"], flagged, dt, params.min_seconds)
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
-    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
     temp = value(snapshot, GPU_TEMP, now, age)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
@@ -125,7 +127,9 @@ def detect(
             Finding(
                 kind=FindingKind.GPU_THROTTLE,
                 severity=Severity.WARNING,
-                summary=f"GPU {g.device_index[i]} on {node} throttled under load: {what}",
+                summary=f"GPU {g.device_index[i]} on {node} throttled "
+                + ("under load" if busy[i] else "while idle (cooling or power failure)")
+                + f": {what}",
                 first_seen=float(onset[i]),
                 last_seen=now,
                 node=node,

@@ -41,7 +41,11 @@ class State:
         return self.nodes.nbytes()
 
 
-_SPEC = {"onset": (np.float64, np.nan)}
+_SPEC = {
+    "onset": (np.float64, np.nan),
+    "watched": (np.bool_, False),
+    "last": (np.float64, np.nan),
+}
 
 
 def detect(
@@ -50,7 +54,12 @@ def detect(
     view = telemetry_view(snapshot, now, params.stale_intervals, params.fleet_fraction)
     keys = np.array([n.name for n in snapshot.nodes], dtype=object)
     prev = align(state.nodes if state else None, keys, _SPEC)
-    silent = view.node_has_gpus & ~view.node_up
+    # A node is watched once it has had GPUs; after Prometheus' lookback its vanished series
+    # leave the snapshot, but a silent exporter stays a gap (CPU nodes are never watched).
+    watched = view.node_has_gpus | prev["watched"]
+    silent = watched & ~view.node_up
+    seen = np.where(np.isfinite(view.node_age), now - view.node_age, np.nan)
+    last = np.fmax(prev["last"], seen)
     onset = np.where(silent, np.fmin(prev["onset"], now), np.nan)
     findings: list[Finding] = []
     fleet_onset = float("nan")
@@ -86,7 +95,7 @@ def detect(
         )
     else:
         for i in np.flatnonzero(silent):
-            age = float(view.node_age[i])
+            age = now - float(last[i])
             since = float(onset[i])
             sev = Severity.WARNING if now - since >= params.warn_after_seconds else Severity.INFO
             never = not np.isfinite(age)
@@ -112,7 +121,7 @@ def detect(
                     ),
                 )
             )
-    return findings, State(prev.replace(onset=onset), fleet_onset)
+    return findings, State(prev.replace(onset=onset, watched=watched, last=last), fleet_onset)
 
 
 SPEC = register(

@@ -4,7 +4,9 @@ When one rank dies or deadlocks, every other rank blocks in NCCL: a spin kernel 
 so GPU utilisation (time with a kernel resident) stays pinned near 100 %, while no real math runs
 — tensor pipe near 0, NVLink traffic near 0, power near idle. Static rules on utilisation never
 see it, and PyTorch's watchdog waits 10 minutes. The signature must hold on (nearly) every fresh
-GPU of the job; where the job exports `training_steps_total`, flat steps confirm it sooner, and
+GPU of the job (NVLink traffic is reported as evidence but not required: its counter increase
+spans the collector's window, which still holds pre-hang traffic for a minute or two); where
+the job exports `training_steps_total`, flat steps confirm it sooner, and
 steps that keep rising over a window longer than the stall rule it out. Look-alikes that stay
 quiet: checkpoints (utilisation drops too), evaluation phases (tensor work continues at a lower
 rate), start-up (utilisation 0 until the first kernel).
@@ -51,8 +53,6 @@ class Params:
     power_fraction: float = 0.5
     """Power <= half of the job's own computing power (its learned baseline): a spin kernel
     draws near-idle power, real work does not. Skipped until a baseline is known."""
-    nvlink_fraction: float = 0.1
-    """NVLink traffic <= 10 % of the job's computing baseline, where NVLink is collected."""
     ranks_fraction: float = 0.9
     """Share of the job's fresh GPUs that must show the signature: a hang stalls every rank."""
     min_coverage: float = 0.5
@@ -83,6 +83,7 @@ class State:
 _SPEC = {
     "acc": (np.float32, 0.0),
     "onset": (np.float64, np.nan),
+    "since": (np.float64, np.nan),
     "power": (np.float32, np.nan),
     "nvlink": (np.float32, np.nan),
 }
@@ -120,10 +121,6 @@ def detect(
         with np.errstate(invalid="ignore"):
             low = ~(power > params.power_fraction * base_p)  # unknown baseline passes
         sig &= low
-    if nvl is not None:
-        base_n = cur["nvlink"][jsafe]
-        with np.errstate(invalid="ignore"):
-            sig &= ~(nvl > params.nvlink_fraction * base_n)
     n_sig = np.bincount(jid[sig], minlength=nj)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(n_fresh > 0, n_sig / np.maximum(n_fresh, 1), 0.0)
@@ -143,12 +140,16 @@ def detect(
     if steps_col is not None and steps_col.window_seconds > 0:
         window = steps_col.window_seconds
 
-    acc = np.where(judged, persist(cur["acc"], stalled, dt), cur["acc"]).astype(np.float32)
+    acc = np.where(judged, persist(cur["acc"], stalled, dt, params.min_seconds), cur["acc"]).astype(
+        np.float32
+    )
     # Steps that still rose although the signature has held longer than their window: not hung.
-    acc = np.where(steps_moving & (acc > window + interval), 0.0, acc).astype(np.float32)
+    held = now - np.fmin(cur["since"], now)
+    acc = np.where(steps_moving & (held > window + interval), 0.0, acc).astype(np.float32)
     need = np.where(steps_flat, params.min_seconds_with_steps, params.min_seconds)
     active = ((acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))) & ~steps_moving
-    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
+    since = np.where(acc > 0, np.fmin(cur["since"], now - acc.astype(np.float64)), np.nan)
 
     # Learn each job's computing baseline while it clearly computes (not stalled).
     computing = np.zeros(nj, dtype=bool)
@@ -181,7 +182,7 @@ def detect(
                 kind=FindingKind.NCCL_HANG,
                 severity=Severity.CRITICAL,
                 summary=(
-                    f"job {job.key} looks hung in a collective for {float(acc[j]):.0f}s: "
+                    f"job {job.key} looks hung in a collective for {now - onset[j]:.0f}s: "
                     f"{int(n_sig[j])}/{int(n_fresh[j])} GPUs busy-spinning with no compute"
                 ),
                 first_seen=float(onset[j]),
@@ -198,13 +199,14 @@ def detect(
                     if np.isnan(cur["power"][j])
                     else round(float(cur["power"][j]), 1),
                     "steps_increase": snapshot.job_steps_increase.get(job.key),
-                    "stalled_s": round(float(acc[j]), 1),
+                    "stalled_s": round(float(now - onset[j]), 1),
+                    "nvlink_bytes_per_s": None if nvl is None else _median(nvl, members),
                     "nodes": nodes[:16],
                 },
                 recommended_action=ACTION,
             )
         )
-    new = cur.replace(acc=acc, onset=onset, power=new_power, nvlink=new_nvl)
+    new = cur.replace(acc=acc, onset=onset, since=since, power=new_power, nvlink=new_nvl)
     return findings, State(new, now)
 
 

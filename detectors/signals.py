@@ -190,11 +190,14 @@ def dt_since(last_now: float, now: float, interval: float) -> float:
     return float(min(now - last_now, 4.0 * interval))
 
 
-def persist(acc: AnyFloat, flagged: BoolArray, dt: float, decay: float = 2.0) -> F32Array:
+def persist(
+    acc: AnyFloat, flagged: BoolArray, dt: float, cap: float, decay: float = 2.0
+) -> F32Array:
     """Leaky persistence: seconds of condition, growing by dt while flagged, draining `decay`
     times faster while not. A condition that comes and goes (rotating imbalance, flapping
-    throttle bits) never accumulates; one that holds reaches a threshold in its own duration."""
-    grown = np.where(flagged, acc + dt, np.maximum(acc - decay * dt, 0.0))
+    throttle bits) never accumulates; one that holds reaches a threshold in its own duration.
+    Capped at `cap` (the firing threshold), so an episode ends within cap/decay of its cause."""
+    grown = np.where(flagged, np.minimum(acc + dt, cap), np.maximum(acc - decay * dt, 0.0))
     out: F32Array = np.asarray(grown, dtype=np.float32)
     return out
 

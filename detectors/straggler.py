@@ -147,12 +147,16 @@ def detect(
     with np.errstate(invalid="ignore"):
         group_flag = judged & comparable & (gmed - med >= params.min_gap) & ~flagged
 
-    acc = np.where(judged, persist(cur["acc"], flagged, dt), cur["acc"]).astype(np.float32)
+    acc = np.where(judged, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
+        np.float32
+    )
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
-    onset = np.where(active, np.fmin(cur["onset"], now - acc), np.nan)
-    gacc = np.where(judged, persist(cur["gacc"], group_flag, dt), cur["gacc"]).astype(np.float32)
+    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
+    gacc = np.where(
+        judged, persist(cur["gacc"], group_flag, dt, params.min_seconds), cur["gacc"]
+    ).astype(np.float32)
     gactive = hysteresis(gacc, ~np.isnan(cur["gonset"]), params.min_seconds) & ~active
-    gonset = np.where(gactive, np.fmin(cur["gonset"], now - gacc), np.nan)
+    gonset = np.where(gactive, np.fmin(cur["gonset"], now - gacc.astype(np.float64)), np.nan)
 
     power = value(snapshot, POWER, now, age)
     findings: list[Finding] = []

@@ -10,7 +10,7 @@ from observer.catalog import XID_COUNT_METRIC
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 
-T0 = 10_000.0
+T0 = 1_767_225_600.0  # a real epoch: float32 state must not lose seconds
 
 
 def test_xid48_is_critical_within_one_scrape_and_holds_until_reset() -> None:
@@ -105,10 +105,13 @@ def test_thermal_bits_under_load_fire_after_a_minute_and_flapping_does_not() -> 
     assert all_findings(cyc) == []
 
 
-def test_power_cap_and_idle_reasons_and_idle_gpus_are_not_throttling() -> None:
-    fleet = Fleet(nodes=1).set(THROTTLE, float(0x4 | 0x1))
-    fleet.set(THROTTLE, float(0x40), gpu=(0, 2)).set(UTIL, 0.0, gpu=(0, 2))
+def test_power_cap_and_idle_reasons_are_not_throttling_but_a_hot_idle_gpu_is() -> None:
+    fleet = Fleet(nodes=1).set(THROTTLE, float(0x4 | 0x10 | 0x2))
     assert all_findings(replay("gpu_throttle", fleet, steps(T0, T0 + 300))) == []
+    fleet.set(THROTTLE, float(0x40 | 0x1), gpu=(0, 2)).set(UTIL, 0.0, gpu=(0, 2))
+    found = all_findings(replay("gpu_throttle", fleet, steps(T0, T0 + 300)))
+    assert {f.gpu_uuid for f in found} == {"GPU-000-2"}
+    assert "while idle" in found[0].summary
 
 
 def test_clock_fallback_only_without_the_reasons_field() -> None:

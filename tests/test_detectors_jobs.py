@@ -10,7 +10,7 @@ from detectors.signals import GPU_TEMP, GR_ACTIVE, POWER, TENSOR_ACTIVE, UTIL
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 
-T0 = 100_000.0
+T0 = 1_767_225_600.0  # a real epoch: float32 state must not lose seconds
 WAIT = 0.8  # peers of a 25 % slower rank wait ~20 % of each step
 
 

@@ -9,7 +9,7 @@ from detectors.findings import FindingKind, Severity
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 
-T0 = 50_000.0
+T0 = 1_767_225_600.0  # a real epoch: float32 state must not lose seconds
 
 
 def _ages(fleet: Fleet, t: float, gone_at: float, **where: object) -> None:

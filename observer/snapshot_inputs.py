@@ -207,7 +207,9 @@ class ExporterHealth:
     """What the collector knows about each node's exporter and about the source as a whole."""
 
     up: Mapping[str, bool] = field(default_factory=dict)
-    """Node name -> the exporter answered its last scrape (`up == 1`)."""
+    """Node name -> the exporter answered its last scrape (`up == 1`). Prometheus labels `up` by
+    scrape target (`instance`), so the collector maps targets to nodes (e.g. through the
+    exporter pod's node in `kube_pod_info`). Nodes named here appear even without GPU rows."""
     last_scrape: Mapping[str, float] = field(default_factory=dict)
     """Node name -> time of the exporter's last successful scrape (unix seconds)."""
     scrape_interval: float | None = None

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from observer.simulator import k8s_objects as ko
+from observer.simulator import k8s_pods as kp
 from observer.simulator.clock import SimClock
-from observer.simulator.controller import TERMINAL, JobController, is_ready
+from observer.simulator.controller import JobController
 from observer.simulator.device_health import DevicePlugin, device_faults
+from observer.simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
 from observer.simulator.k8s_store import Conflict, ObjectStore
 from observer.simulator.layout import Layout, SimPod, build_layout
 from observer.simulator.scenario import Scenario, WorkloadKind
@@ -27,18 +29,6 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", ko.GPU_NAMESPA
 
 class NotFound(Exception):
     """The object does not exist (HTTP 404)."""
-
-
-class TooManyRequests(Exception):
-    """The eviction would violate a PodDisruptionBudget (HTTP 429)."""
-
-    def __init__(self, message: str, cause: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class Invalid(Exception):
-    """The request is understood but not allowed (HTTP 500 for several PDBs, like the real one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +102,7 @@ class SimCluster:
                 ds = ko.daemonset_object(name, wall, sc.cluster, len(self.layout.nodes))
                 self.store.put("daemonsets", ds)
                 for i, n in enumerate(self.layout.nodes):
-                    pod = ko.daemon_pod(ds, n.name, wall)
+                    pod = kp.daemon_pod(ds, n.name, wall)
                     pod["status"]["hostIP"] = pod["status"]["podIP"] = ko.node_ip(i)
                     self.store.put("pods", pod)
         for w in sc.workloads:
@@ -144,7 +134,7 @@ class SimCluster:
 
     def _refresh_pdbs(self) -> None:
         if self.store.resource_version != self._pdb_seen_rv:
-            self.controller.refresh_pdbs()
+            refresh_pdbs(self.store, self.controller.replicas)
             self._pdb_seen_rv = self.store.resource_version
 
     # --- reads --------------------------------------------------------------------------------
@@ -244,7 +234,7 @@ class SimCluster:
         if owners[0].get("kind") == "DaemonSet":
             ds = self.store.get("daemonsets", ko.GPU_NAMESPACE, owners[0]["name"])
             if ds is not None and self.store.get("nodes", "", pod["spec"]["nodeName"]) is not None:
-                fresh = ko.daemon_pod(ds, pod["spec"]["nodeName"], self.clock.now())
+                fresh = kp.daemon_pod(ds, pod["spec"]["nodeName"], self.clock.now())
                 fresh["status"]["hostIP"] = fresh["status"]["podIP"] = pod["status"].get(
                     "hostIP", ""
                 )
@@ -267,37 +257,7 @@ class SimCluster:
             pod = self.get("pods", namespace, name)
             if pod["metadata"].get("deletionTimestamp"):
                 return
-            labels = pod["metadata"].get("labels") or {}
-            _, pdbs = self.store.objects("poddisruptionbudgets", namespace)
-            matching = [
-                b
-                for b in pdbs
-                if all(
-                    labels.get(k) == v
-                    for k, v in (b["spec"]["selector"].get("matchLabels") or {}).items()
-                )
-            ]
-            phase = pod["status"].get("phase")
-            if len(matching) > 1:
-                raise Invalid(
-                    "This pod has more than one PodDisruptionBudget, which the eviction "
-                    "subresource does not support."
-                )
-            if matching and phase not in TERMINAL and phase != "Pending":
-                pdb = matching[0]
-                st = self.controller.pdb_status(pdb)
-                allowed = (
-                    st["disruptionsAllowed"] > 0
-                    if is_ready(pod)
-                    else (st["currentHealthy"] >= st["desiredHealthy"])
-                )
-                if not allowed:
-                    raise TooManyRequests(
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        f"The disruption budget {pdb['metadata']['name']} needs "
-                        f"{st['desiredHealthy']} healthy pods and has {st['currentHealthy']} "
-                        "currently",
-                    )
+            check_eviction(self.store, pod, self.controller.replicas)
             if not dry_run:
                 self._emit(pod, "Evicted", "Evicted by the eviction API", component="gpufleet-sim")
                 self.delete("pods", namespace, name)
@@ -343,3 +303,13 @@ class SimCluster:
 def _key(resource: str, obj: Obj) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return (resource, str(meta.get("namespace", "")), str(meta["name"]))
+
+
+__all__ = [
+    "ClusterOptions",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "SimCluster",
+    "TooManyRequests",
+]

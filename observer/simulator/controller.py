@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from observer.simulator import k8s_objects as ko
+from observer.simulator import k8s_pods as kp
+from observer.simulator.disruption import TERMINAL
 from observer.simulator.k8s_store import ObjectStore
 from observer.simulator.layout import SimNode, SimPod
 from observer.simulator.scenario import WorkloadKind
 
 Obj = dict[str, Any]
-TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass(slots=True)
@@ -33,13 +34,6 @@ class Slot:
     ready_at: float | None = None
     placement: SimPod | None = None
     """Where it runs, as the metric engine sees it (set once Running)."""
-
-
-def is_ready(pod: Obj) -> bool:
-    if pod.get("status", {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-        return False
-    conds = pod.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def tolerates(pod: Obj, taint: Obj) -> bool:
@@ -124,7 +118,7 @@ class JobController:
 
     def schedule(self, pod: Obj, slot: Slot, now: float, prefer: str | None = None) -> bool:
         """Bind `pod` (not stored yet or Pending) to a node with room; False if none fits."""
-        need = ko.gpu_count(pod)
+        need = kp.gpu_count(pod)
         used = self._used()
         reasons: dict[str, int] = {}
         names = [n.name for n in self.nodes]
@@ -145,7 +139,7 @@ class JobController:
                 continue
             slot.gpus = tuple(free[:need])
             slot.ready_at = now + self.startup_seconds
-            ko.set_scheduled(pod, name, self.wall_of(now))
+            kp.set_scheduled(pod, name, self.wall_of(now))
             self.store.put("pods", pod)
             ns, pname = pod["metadata"]["namespace"], pod["metadata"]["name"]
             self.emit(
@@ -160,7 +154,7 @@ class JobController:
         was = pod.get("status", {}).get("conditions") or [{}]
         if pod["spec"].get("nodeName") is None and was[0].get("message") == msg:
             return False
-        ko.set_unschedulable(pod, self.wall_of(now), msg)
+        kp.set_unschedulable(pod, self.wall_of(now), msg)
         self.store.put("pods", pod)
         self.emit(pod, "FailedScheduling", msg, type_="Warning", component="default-scheduler")
         return False
@@ -168,7 +162,7 @@ class JobController:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def create(self, template: SimPod, now: float, *, place_as_layout: bool) -> None:
-        pod = ko.workload_pod(
+        pod = kp.workload_pod(
             template,
             ts=self.wall_of(now),
             owner_uid=self.owner_uids[template.workload],
@@ -186,8 +180,8 @@ class JobController:
     def _start(self, pod: Obj, slot: Slot, now: float, start: float) -> None:
         node = pod["spec"]["nodeName"]
         slot.placement = replace(slot.template, node=node, gpu_indices=slot.gpus, start=start)
-        ip = ko.pod_ip(slot.template.namespace, slot.template.name, start)
-        ko.set_running(pod, self.wall_of(now), self.host_ips.get(node, ""), ip)
+        ip = kp.pod_ip(slot.template.namespace, slot.template.name, start)
+        kp.set_running(pod, self.wall_of(now), self.host_ips.get(node, ""), ip)
         self.store.put("pods", pod)
 
     def _ended(self, slot: Slot, end: float) -> None:
@@ -240,7 +234,7 @@ class JobController:
         self._ended(slot, slot.template.end if slot.template.end is not None else now)
         if slot.template.kind == WorkloadKind.TRAINING:
             pod = copy.deepcopy(pod)
-            ko.set_finished(pod, self.wall_of(now))
+            kp.set_finished(pod, self.wall_of(now))
             self.store.put("pods", pod)
             slot.gpus = ()
         else:
@@ -254,35 +248,3 @@ class JobController:
     def placements(self) -> list[SimPod]:
         """Every placement that ever ran (ended ones with `end` set), then the running ones."""
         return [*self.ended, *self.running()]
-
-    # --- disruption budgets -------------------------------------------------------------------
-
-    def pdb_status(self, pdb: Obj) -> Obj:
-        sel = pdb["spec"]["selector"].get("matchLabels") or {}
-        ns = pdb["metadata"]["namespace"]
-        _, pods = self.store.objects("pods", ns)
-        matching = [
-            p
-            for p in pods
-            if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
-        ]
-        expected = max(len(matching), self.replicas.get(f"{ns}/{pdb['metadata']['name']}", 0))
-        healthy = sum(1 for p in matching if is_ready(p))
-        if "minAvailable" in pdb["spec"]:
-            desired = int(pdb["spec"]["minAvailable"])
-        else:
-            desired = max(0, expected - int(pdb["spec"].get("maxUnavailable", 0)))
-        return {
-            "observedGeneration": pdb["metadata"].get("generation", 1),
-            "disruptionsAllowed": max(0, healthy - desired),
-            "currentHealthy": healthy,
-            "desiredHealthy": desired,
-            "expectedPods": expected,
-        }
-
-    def refresh_pdbs(self) -> None:
-        _, pdbs = self.store.objects("poddisruptionbudgets")
-        for pdb in pdbs:
-            status = self.pdb_status(pdb)
-            if status != pdb.get("status"):
-                self.store.put("poddisruptionbudgets", {**pdb, "status": status})

@@ -23,6 +23,7 @@ from observer.simulator.cluster import SimCluster
 from observer.simulator.k8s_faults import FaultInjector, status_body
 from observer.simulator.k8s_query import BadRequest
 from observer.simulator.k8s_verbs import Reply, Request, Verbs, error
+from observer.simulator.kubeconfig import write_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -322,29 +323,4 @@ class KubeApiServer:
         return write_kubeconfig(path, self.url, context=context)
 
 
-def kubeconfig_text(
-    server_url: str, *, context: str = "gpufleet-sim", namespace: str = "default"
-) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": context, "cluster": {"server": server_url}}],
-        "users": [{"name": context, "user": {}}],
-        "contexts": [
-            {
-                "name": context,
-                "context": {"cluster": context, "user": context, "namespace": namespace},
-            }
-        ],
-        "current-context": context,
-        "preferences": {},
-    }
-    return json.dumps(doc, indent=2) + "\n"  # JSON is YAML; both kubectl and the client read it
-
-
-def write_kubeconfig(path: str | Path, server_url: str, *, context: str = "gpufleet-sim") -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(kubeconfig_text(server_url, context=context))
-    p.chmod(0o600)
-    return p
+__all__ = ["KubeApiServer", "write_kubeconfig"]

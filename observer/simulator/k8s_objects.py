@@ -1,38 +1,23 @@
 """JSON bodies of the Kubernetes objects a simulated GPU fleet consists of.
 
-Nodes, workload pods, the GPU operator's DaemonSet pods, PodDisruptionBudgets and Events, shaped
+Nodes, the GPU operator's DaemonSets, PodDisruptionBudgets and Events (pods: `k8s_pods`), shaped
 like a real API server returns them (field names, required fields, RFC 3339 times), so that the
-real `kubernetes` client deserialises them and kubectl's drain filters treat them as on a real
-cluster (DaemonSet-owned pods skipped, controller-owned pods evicted).
+real `kubernetes` client deserialises them and kubectl treats them as on a real cluster.
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
-import zlib
 from datetime import UTC, datetime
 from typing import Any
 
-from observer.simulator.layout import POOL_LABEL, SimNode, SimPod
-from observer.simulator.scenario import WorkloadKind
+from observer.simulator.layout import SimNode
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 GPU_NAMESPACE = "gpu-operator"
 DAEMONSETS = ("nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset")
 KUBELET_VERSION = "v1.31.4"
-CONTAINER = {
-    WorkloadKind.TRAINING: "pytorch",
-    WorkloadKind.INFERENCE: "server",
-    WorkloadKind.IDLE: "notebook",
-}
-"""Container names, as the exporters' `container` label has them."""
-OWNER_API = {
-    "PyTorchJob": "kubeflow.org/v1",
-    "Job": "batch/v1",
-    "ReplicaSet": "apps/v1",
-    "DaemonSet": "apps/v1",
-}
 
 
 def rfc3339(ts: float) -> str:
@@ -45,7 +30,7 @@ def new_uid(seed: str | None = None) -> str:
     return str(uuidlib.uuid4())
 
 
-def _meta(name: str, ts: float, namespace: str | None = None, uid: str | None = None) -> Obj:
+def object_meta(name: str, ts: float, namespace: str | None = None, uid: str | None = None) -> Obj:
     meta: Obj = {"name": name, "uid": uid or new_uid(), "creationTimestamp": rfc3339(ts)}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -55,12 +40,6 @@ def _meta(name: str, ts: float, namespace: str | None = None, uid: str | None = 
 def node_ip(position: int) -> str:
     """The node's InternalIP (the same formula as the kube-state-metrics side)."""
     return f"10.0.{position // 250}.{position % 250 + 2}"
-
-
-def pod_ip(namespace: str, name: str, start: float) -> str:
-    """A pod IP that changes when the pod is recreated (the same formula as kube-state-metrics)."""
-    h = zlib.crc32(f"{namespace}/{name}/{start}".encode())
-    return f"10.{128 + (h >> 16) % 64}.{(h >> 8) % 256}.{max(2, h % 254)}"
 
 
 def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
@@ -78,7 +57,7 @@ def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
         "pods": "110",
         GPU: str(n.gpus),
     }
-    meta = _meta(n.name, ts, uid=new_uid(f"{cluster}/node/{n.name}"))
+    meta = object_meta(n.name, ts, uid=new_uid(f"{cluster}/node/{n.name}"))
     meta["labels"] = {
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
@@ -129,68 +108,8 @@ def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
     }
 
 
-def owner_ref(kind: str, name: str, uid: str) -> Obj:
-    return {
-        "apiVersion": OWNER_API.get(kind, "v1"),
-        "kind": kind,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def workload_pod(p: SimPod, *, ts: float, owner_uid: str, pool: str | None, grace: int = 30) -> Obj:
-    """A pod of a workload, not yet scheduled (no nodeName, phase Pending)."""
-    meta = _meta(p.name, ts, p.namespace)
-    meta["labels"] = dict(p.labels)
-    meta["ownerReferences"] = [owner_ref(p.owner_kind, p.owner_name, owner_uid)]
-    container = {
-        "name": CONTAINER.get(p.kind, "main"),
-        "image": "nvcr.io/nvidia/pytorch:24.07-py3",
-        "resources": {
-            "limits": {GPU: str(len(p.gpu_indices))},
-            "requests": {GPU: str(len(p.gpu_indices))},
-        },
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-    }
-    spec: Obj = {
-        "containers": [container],
-        "restartPolicy": "Never" if p.kind == WorkloadKind.TRAINING else "Always",
-        "terminationGracePeriodSeconds": grace,
-        "schedulerName": "default-scheduler",
-        "tolerations": [
-            {"key": GPU, "operator": "Exists", "effect": "NoSchedule"},
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-    }
-    if pool:
-        spec["nodeSelector"] = {POOL_LABEL: pool}
-    if p.priority_class:
-        spec["priorityClassName"] = p.priority_class
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": meta,
-        "spec": spec,
-        "status": {"phase": "Pending", "qosClass": "BestEffort"},
-    }
-
-
 def daemonset_object(name: str, ts: float, cluster: str, nodes: int) -> Obj:
-    meta = _meta(name, ts, GPU_NAMESPACE, uid=new_uid(f"{cluster}/ds/{name}"))
+    meta = object_meta(name, ts, GPU_NAMESPACE, uid=new_uid(f"{cluster}/ds/{name}"))
     meta["labels"] = {"app": name}
     meta["generation"] = 1
     return {
@@ -217,110 +136,13 @@ def daemonset_object(name: str, ts: float, cluster: str, nodes: int) -> Obj:
     }
 
 
-def daemon_pod(ds: Obj, node: str, ts: float) -> Obj:
-    ds_name = ds["metadata"]["name"]
-    meta = _meta(f"{ds_name}-{node}", ts, GPU_NAMESPACE)
-    meta["labels"] = {"app": ds_name, "controller-revision-hash": "sim"}
-    meta["ownerReferences"] = [owner_ref("DaemonSet", ds_name, ds["metadata"]["uid"])]
-    pod = {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": meta,
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": ds_name, "image": f"nvcr.io/nvidia/k8s/{ds_name}:latest"}],
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 30,
-            "priorityClassName": "system-node-critical",
-            "tolerations": [{"operator": "Exists"}],
-        },
-        "status": {},
-    }
-    set_running(pod, ts, host_ip="")
-    return pod
-
-
-def set_running(pod: Obj, ts: float, host_ip: str, pod_ip: str | None = None) -> None:
-    t = rfc3339(ts)
-    names = [c["name"] for c in pod["spec"]["containers"]]
-    pod["status"] = {
-        "phase": "Running",
-        "qosClass": pod["status"].get("qosClass", "BestEffort"),
-        "hostIP": host_ip,
-        "podIP": pod_ip or host_ip,
-        "startTime": t,
-        "conditions": [
-            {"type": c, "status": "True", "lastTransitionTime": t}
-            for c in (
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled",
-            )
-        ],
-        "containerStatuses": [
-            {
-                "name": n,
-                "ready": True,
-                "restartCount": 0,
-                "started": True,
-                "image": "sim",
-                "imageID": "sim",
-                "containerID": f"containerd://{new_uid().replace('-', '')}",
-                "state": {"running": {"startedAt": t}},
-                "lastState": {},
-            }
-            for n in names
-        ],
-    }
-
-
-def set_scheduled(pod: Obj, node: str, ts: float) -> None:
-    pod["spec"]["nodeName"] = node
-    pod["status"] = {
-        "phase": "Pending",
-        "qosClass": "BestEffort",
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(ts)}
-        ],
-    }
-
-
-def set_unschedulable(pod: Obj, ts: float, message: str) -> None:
-    pod["status"] = {
-        "phase": "Pending",
-        "qosClass": "BestEffort",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": message,
-                "lastTransitionTime": rfc3339(ts),
-            }
-        ],
-    }
-
-
-def set_finished(pod: Obj, ts: float) -> None:
-    t = rfc3339(ts)
-    pod["status"]["phase"] = "Succeeded"
-    pod["status"]["conditions"] = [
-        {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": t}
-    ]
-    for cs in pod["status"].get("containerStatuses", []):
-        cs["ready"] = False
-        cs["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": t}}
-
-
 def pdb_object(
     namespace: str, name: str, selector: dict[str, str], ts: float, max_unavailable: int
 ) -> Obj:
     return {
         "kind": "PodDisruptionBudget",
         "apiVersion": "policy/v1",
-        "metadata": {**_meta(name, ts, namespace), "generation": 1},
+        "metadata": {**object_meta(name, ts, namespace), "generation": 1},
         "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector}},
         "status": {
             "observedGeneration": 1,
@@ -360,7 +182,7 @@ def event_object(
     return {
         "kind": "Event",
         "apiVersion": "v1",
-        "metadata": _meta(name, ts, namespace),
+        "metadata": object_meta(name, ts, namespace),
         "involvedObject": ref,
         "reason": reason,
         "message": message,
@@ -372,10 +194,3 @@ def event_object(
         "reportingComponent": component,
         "reportingInstance": host or "",
     }
-
-
-def gpu_count(pod: Obj) -> int:
-    total = 0
-    for c in pod.get("spec", {}).get("containers", []):
-        total += int((c.get("resources", {}).get("limits") or {}).get(GPU, 0))
-    return total

@@ -13,8 +13,7 @@ import base64
 import copy
 import json
 import os
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,8 @@ from observer.simulator import k8s_tables as tables
 from observer.simulator.cluster import Invalid, NotFound, SimCluster, TooManyRequests
 from observer.simulator.k8s_faults import status_body
 from observer.simulator.k8s_query import BadRequest, apply_patch, field_matcher, label_matcher
-from observer.simulator.k8s_store import Conflict, Expired, WatchEvent
+from observer.simulator.k8s_store import Conflict
+from observer.simulator.k8s_watch import decorate, watch_events
 
 Obj = dict[str, Any]
 
@@ -67,8 +67,7 @@ def not_found(req: Request) -> Reply:
     return error(404, f'{what} "{req.name}" not found', "NotFound", req)
 
 
-def _decorate(res: disc.Resource, obj: Obj) -> Obj:
-    return {**obj, "kind": res.kind, "apiVersion": res.api_version}
+_decorate = decorate
 
 
 class Verbs:
@@ -145,68 +144,16 @@ class Verbs:
             },
         )
 
-    def watch(self, req: Request, stopping: Any = None) -> Iterator[Obj]:
-        """Watch events as JSON dicts; ends at timeoutSeconds, on shutdown, or with a 410 ERROR."""
-        res = req.resource
-        labels = label_matcher(req.params.get("labelSelector"))
-        fields = field_matcher(req.params.get("fieldSelector"))
-        if req.name:
-            by_name = req.name
-            fields_inner = fields
-            fields = lambda o: o["metadata"]["name"] == by_name and fields_inner(o)  # noqa: E731
-        ns = req.namespace
-
-        def accept(e: WatchEvent) -> bool:
-            return (
-                (ns is None or e.obj["metadata"].get("namespace", "") == ns)
-                and labels(e.obj)
-                and fields(e.obj)
-            )
-
-        timeout = float(req.params.get("timeoutSeconds") or 1800)
-        bookmarks = req.params.get("allowWatchBookmarks") == "true"
-        deadline = time.monotonic() + timeout
-        rv_param = req.params.get("resourceVersion", "")
-        store = self.cluster.store
-        if rv_param in ("", "0"):
-            rv, items = self._matching(req)
-            for o in items:
-                if req.name is None or o["metadata"]["name"] == req.name:
-                    yield {"type": "ADDED", "object": _decorate(res, o)}
-        else:
-            try:
-                rv = int(rv_param)
-            except ValueError:
-                yield {
-                    "type": "ERROR",
-                    "object": status_body(
-                        400, f"invalid resourceVersion {rv_param!r}", "BadRequest"
-                    ),
-                }
-                return
-        last_bookmark = time.monotonic()
-        while not store.closed and not (stopping is not None and stopping()):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                events, seen = store.wait(res.plural, rv, min(left, 0.5), accept)
-            except Expired as exc:
-                yield {"type": "ERROR", "object": status_body(410, str(exc), "Expired")}
-                return
-            for e in events:
-                yield {"type": e.type, "object": _decorate(res, e.obj)}
-            rv = max(seen, rv)
-            if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_interval:
-                last_bookmark = time.monotonic()
-                yield {
-                    "type": "BOOKMARK",
-                    "object": {
-                        "kind": res.kind,
-                        "apiVersion": res.api_version,
-                        "metadata": {"resourceVersion": str(rv)},
-                    },
-                }
+    def watch(self, req: Request, stopping: Callable[[], bool] = lambda: False) -> Iterator[Obj]:
+        """Watch events as JSON dicts (see `k8s_watch`)."""
+        return watch_events(
+            self.cluster.store,
+            req.resource,
+            req.namespace,
+            req.params,
+            stopping=stopping,
+            bookmark_interval=self.bookmark_interval,
+        )
 
     # --- writes -------------------------------------------------------------------------------
 

@@ -133,7 +133,7 @@ def _hits_confounder(f: Finding, c: Mapping[str, Any], grace: float) -> bool:
         return True
     if c.get("job") and f.job == c["job"]:
         return True
-    return f.node is not None and f.node in (c.get("nodes") or [c.get("node")])
+    return bool(f.node is not None and f.node in (c.get("nodes") or [c.get("node")]))
 
 
 def score(

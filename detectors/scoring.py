@@ -122,8 +122,8 @@ def _concerns(f: Finding, fault: Mapping[str, Any], grace: float) -> bool:
         return True
     # A job-level finding about the faulty GPU's job, or a GPU finding on a hung job's GPUs.
     if fault["kind"] == "nccl_hang":
-        return f.job == fault["job"]
-    return f.job is not None and f.job == fault.get("job") and f.gpu_uuid is None
+        return bool(f.job == fault["job"])
+    return bool(f.job is not None and f.job == fault.get("job") and f.gpu_uuid is None)
 
 
 def _hits_confounder(f: Finding, c: Mapping[str, Any], grace: float) -> bool:

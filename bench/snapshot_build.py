@@ -30,7 +30,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.fleet_columns import fleet_columns
+from bench._fleet_columns import fleet_columns
 from bench.report import median, stamp, table
 from observer.catalog import METRICS
 from observer.snapshot_builder import SnapshotBuilder

@@ -5,7 +5,7 @@ inventory query), one series per GPU per catalog metric whose label strings are 
 metric (as each PromQL answer is parsed separately), a few GPUs missing from some metrics (so the
 lookup path, not only the fast path, is exercised), counters with increases, pods from Kubernetes
 with the job labels of four operators, `training_steps_total` for half the pods, exporter `up`
-per node and range-query sample times. Not a module of the `python -m bench` run list.
+per node and range-query sample times. Underscored: a helper, not a benchmark of `python -m bench`.
 """
 
 from __future__ import annotations

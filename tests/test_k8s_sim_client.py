@@ -303,3 +303,15 @@ def test_gpu_fault_makes_device_plugin_drop_allocatable(tmp_path: Path) -> None:
             pod = v1.read_namespaced_pod("big-worker-0", "ml")
             assert pod.spec.node_name is None
             assert "Insufficient nvidia.com/gpu" in pod.status.conditions[0].message
+
+
+def test_no_execute_taint_moves_pods_off(sim: Sim, api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    taint = {"key": "gpufleet.io/quarantine", "value": "xid79", "effect": "NoExecute"}
+    old_uid = v1.read_namespaced_pod("big-worker-0", "ml").metadata.uid
+    v1.patch_node("h100-0002", {"spec": {"taints": [taint]}})
+    pod = v1.read_namespaced_pod("big-worker-0", "ml")
+    assert pod.metadata.uid != old_uid and pod.spec.node_name == "h100-0003"
+    left = {p.metadata.name for p in v1.list_pod_for_all_namespaces(
+        field_selector="spec.nodeName=h100-0002").items}  # fmt: skip
+    assert left == {"nvidia-dcgm-exporter-h100-0002", "nvidia-device-plugin-daemonset-h100-0002"}

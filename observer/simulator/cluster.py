@@ -16,7 +16,7 @@ from typing import Any
 from observer.simulator import k8s_objects as ko
 from observer.simulator import k8s_pods as kp
 from observer.simulator.clock import SimClock
-from observer.simulator.controller import JobController
+from observer.simulator.controller import JobController, tolerates
 from observer.simulator.device_health import DevicePlugin, device_faults
 from observer.simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
 from observer.simulator.k8s_store import Conflict, ObjectStore
@@ -192,8 +192,26 @@ class SimCluster:
                     self._note_node_change(old, obj)
             out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
             if resource == "nodes":
+                self._evict_for_no_execute(out)
                 self.tick()
             return out
+
+    def _evict_for_no_execute(self, node: Obj) -> None:
+        """The taint manager: pods that do not tolerate a NoExecute taint leave the node."""
+        taints = [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
+        if not taints:
+            return
+        for pod in self.pods_on(node["metadata"]["name"]):
+            if all(tolerates(pod, t) for t in taints):
+                continue
+            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            self._emit(
+                pod,
+                "TaintManagerEviction",
+                f"Marking for deletion Pod {ns}/{name}",
+                component="taint-eviction-controller",
+            )
+            self.delete("pods", ns, name)
 
     def _note_node_change(self, old: Obj, new: Obj) -> None:
         was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))

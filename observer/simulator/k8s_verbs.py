@@ -145,8 +145,8 @@ class Verbs:
         )
 
     def watch(self, req: Request, stopping: Callable[[], bool] = lambda: False) -> Iterator[Obj]:
-        """Watch events as JSON dicts (see `k8s_watch`)."""
-        return watch_events(
+        """Watch events as JSON dicts (see `k8s_watch`); Table rows when kubectl asks for them."""
+        events = watch_events(
             self.cluster.store,
             req.resource,
             req.namespace,
@@ -154,6 +154,10 @@ class Verbs:
             stopping=stopping,
             bookmark_interval=self.bookmark_interval,
         )
+        if not tables.wants_table(req.accept):
+            return events
+        include = req.params.get("includeObject", "Metadata")
+        return (_as_table(req.resource.plural, e, include) for e in events)
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -284,6 +288,15 @@ class Verbs:
                 "code": 201,
             },
         )
+
+
+def _as_table(resource: str, event: Obj, include: str) -> Obj:
+    """A watch event whose object is a one-row Table (what `kubectl get -w` asks for)."""
+    if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+        return event
+    obj = event["object"]
+    meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+    return {"type": event["type"], "object": tables.table(resource, [obj], meta, include)}
 
 
 def _sort_key(o: Obj) -> str:

@@ -239,3 +239,19 @@ def test_live_placement_moves_a_pod(sim: FleetSimulator) -> None:
     nvl_after = after.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
     ok = ~np.isnan(nvl_before) & ~np.isnan(nvl_after)
     assert (nvl_after[ok] >= nvl_before[ok]).all()
+
+
+def test_fleet_without_workloads_is_idle() -> None:
+    from observer.simulator.scenario import scenario_from_dict
+
+    sc = scenario_from_dict(
+        {
+            "name": "empty",
+            "pools": [{"name": "p", "model": "H200", "nodes": 1, "gpus_per_node": 2}],
+            "faults": [{"kind": "xid48_dbe", "node": "p-0000", "gpu": 1, "start": "30s"}],
+        }
+    )
+    s = FleetSimulator(sc).sample(sc.start + 60, [])
+    assert s.gpu_pod.tolist() == [-1, -1] and s.pod_steps.size == 0
+    assert s.metrics["DCGM_FI_DEV_XID_ERRORS"].tolist() == [0, 48]
+    assert (s.metrics["DCGM_FI_DEV_GPU_UTIL"] == 0).all()

@@ -162,7 +162,8 @@ class FleetSimulator:
         sel = active[flat_pod]
         gpu_pod[flat_gpu[sel]] = flat_pod[sel]
         allocated = gpu_pod >= 0
-        pod_job = np.where(allocated, p_job[np.maximum(gpu_pod, 0)], -1)
+        pod_job = np.full(n, -1, dtype=np.int64)
+        pod_job[allocated] = p_job[gpu_pod[allocated]]
         # Level table: one row per job, then "allocated, unknown workload" and "unallocated".
         row = np.where(allocated, np.where(pod_job >= 0, pod_job, nj), nj + 1)
         rng = np.random.default_rng([_seed(self.scenario.seed), _seed(self.step_index(t))])

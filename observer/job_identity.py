@@ -158,13 +158,20 @@ class JobIdentity:
                 members.setdefault(hit[0], []).append(i)
                 kinds.setdefault(hit[0], hit[1])
                 ksm[i] = hit[2]
-        out = list(pods)
+        out = [  # a record from an earlier snapshot may carry a stale job
+            p
+            if p.job_index == NO_INDEX and p.rank == NO_INDEX
+            else _with_job(p, NO_INDEX, NO_INDEX)
+            for p in pods
+        ]
         jobs: list[Job] = []
         for job_index, key in enumerate(sorted(members)):
             idx = members[key]
             ranks = _ranks([_rank_parts(pods[i], ksm[i]) for i in idx])
             for i, rank in zip(idx, ranks, strict=True):
-                out[i] = _with_job(pods[i], job_index, rank)
+                p = pods[i]
+                same = p.job_index == job_index and p.rank == rank  # reused across cycles
+                out[i] = p if same else _with_job(p, job_index, rank)
             order = sorted(
                 range(len(idx)),
                 key=lambda j: (

@@ -598,3 +598,13 @@ def test_jobset_global_index_and_replacement_pods() -> None:
         ("js-workers-0-1-new", 3),
         ("js-workers-0-1-old", 3),
     ]
+
+
+def test_pod_records_from_an_earlier_snapshot_are_reassigned() -> None:
+    first = two_node_fleet()
+    stale = [dataclasses.replace(p, job_index=5, rank=9) for p in first.pods]
+    loner = Pod("ml", "solo", NodeName("n1"), job_index=3, rank=2)
+    recs, _ = JobIdentity().assign([*first.pods, *stale[:1], loner])
+    assert [p.job_index for p in recs] == [0, 0, 0, NO_INDEX]
+    assert [p.rank for p in recs] == [0, 1, 0, NO_INDEX]
+    assert recs[0] is first.pods[0]  # already right: reused, not rebuilt

@@ -6,11 +6,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer.catalog import METRICS, Kind
 from observer.model import FloatArray
 from observer.simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
-from observer.simulator.scenario import Scenario
+from observer.simulator.scenario import Scenario, scenario_from_dict
 from tests.simulator_cases import MIN, small
 
 THERMAL_BITS = 0x20 | 0x40
@@ -242,8 +244,6 @@ def test_live_placement_moves_a_pod(sim: FleetSimulator) -> None:
 
 
 def test_fleet_without_workloads_is_idle() -> None:
-    from observer.simulator.scenario import scenario_from_dict
-
     sc = scenario_from_dict(
         {
             "name": "empty",
@@ -255,3 +255,19 @@ def test_fleet_without_workloads_is_idle() -> None:
     assert s.gpu_pod.tolist() == [-1, -1] and s.pod_steps.size == 0
     assert s.metrics["DCGM_FI_DEV_XID_ERRORS"].tolist() == [0, 48]
     assert (s.metrics["DCGM_FI_DEV_GPU_UTIL"] == 0).all()
+
+
+_SIM = FleetSimulator(small())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0, 2400), st.floats(0, 2400))
+def test_counters_never_decrease_between_any_two_times(a: float, b: float) -> None:
+    lo, hi = sorted((a, b))
+    x, y = _SIM.sample(_SIM.scenario.start + lo), _SIM.sample(_SIM.scenario.start + hi)
+    for spec in METRICS:
+        if spec.kind == Kind.COUNTER:
+            ok = ~np.isnan(x.metrics[spec.name]) & ~np.isnan(y.metrics[spec.name])
+            assert (y.metrics[spec.name][ok] >= x.metrics[spec.name][ok]).all(), spec.name
+    ok = ~np.isnan(x.pod_steps) & ~np.isnan(y.pod_steps)
+    assert (y.pod_steps[ok] >= x.pod_steps[ok]).all()

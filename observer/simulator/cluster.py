@@ -133,9 +133,11 @@ class SimCluster:
             self._refresh_pdbs()
 
     def _refresh_pdbs(self) -> None:
-        if self.store.resource_version != self._pdb_seen_rv:
+        seen = max(self.store.changed_at("pods"), self.store.changed_at("poddisruptionbudgets"))
+        if seen != self._pdb_seen_rv:
             refresh_pdbs(self.store, self.controller.replicas)
-            self._pdb_seen_rv = self.store.resource_version
+            pdb_rv = self.store.changed_at("poddisruptionbudgets")
+            self._pdb_seen_rv = max(pdb_rv, self.store.changed_at("pods"))
 
     # --- reads --------------------------------------------------------------------------------
 

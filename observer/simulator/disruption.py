@@ -43,11 +43,8 @@ def _selects(pdb: Obj, pod: Obj) -> bool:
     return all(labels.get(k) == v for k, v in wanted.items())
 
 
-def pdb_status(store: ObjectStore, pdb: Obj, replicas: Mapping[str, int]) -> Obj:
-    """The status the disruption controller would write (`replicas`: ns/name -> job scale)."""
+def _status(pdb: Obj, matching: list[Obj], replicas: Mapping[str, int]) -> Obj:
     ns = pdb["metadata"]["namespace"]
-    _, pods = store.objects("pods", ns)
-    matching = [p for p in pods if _selects(pdb, p)]
     expected = max(len(matching), replicas.get(f"{ns}/{pdb['metadata']['name']}", 0))
     healthy = sum(1 for p in matching if is_ready(p))
     if "minAvailable" in pdb["spec"]:
@@ -63,11 +60,34 @@ def pdb_status(store: ObjectStore, pdb: Obj, replicas: Mapping[str, int]) -> Obj
     }
 
 
+def pdb_status(store: ObjectStore, pdb: Obj, replicas: Mapping[str, int]) -> Obj:
+    """The status the disruption controller would write (`replicas`: ns/name -> job scale)."""
+    _, pods = store.objects("pods", pdb["metadata"]["namespace"])
+    return _status(pdb, [p for p in pods if _selects(pdb, p)], replicas)
+
+
 def refresh_pdbs(store: ObjectStore, replicas: Mapping[str, int]) -> None:
-    """Write changed PDB statuses (call under the store lock)."""
+    """Write changed PDB statuses (call under the store lock); one pass over the pods."""
     _, pdbs = store.objects("poddisruptionbudgets")
+    if not pdbs:
+        return
+    by_label: dict[tuple[str, str, str], list[Obj]] = {}
+    _, pods = store.objects("pods")
+    for p in pods:
+        ns = p["metadata"]["namespace"]
+        for k, v in (p["metadata"].get("labels") or {}).items():
+            by_label.setdefault((ns, k, v), []).append(p)
     for pdb in pdbs:
-        status = pdb_status(store, pdb, replicas)
+        wanted = pdb["spec"].get("selector", {}).get("matchLabels") or {}
+        if wanted:  # candidates: the pods with the first required label, then the full test
+            k, v = next(iter(wanted.items()))
+            candidates = by_label.get((pdb["metadata"]["namespace"], k, v), [])
+            matching = [p for p in candidates if _selects(pdb, p)]
+        else:
+            matching = [
+                p for p in pods if p["metadata"]["namespace"] == pdb["metadata"]["namespace"]
+            ]
+        status = _status(pdb, matching, replicas)
         if status != pdb.get("status"):
             store.put("poddisruptionbudgets", {**pdb, "status": status})
 

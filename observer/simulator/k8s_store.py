@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,9 @@ class ObjectStore:
     def __init__(self, history: int = 2000) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._objects: dict[Key, Obj] = {}
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        """resource -> (namespace, name) -> object."""
+        self._last_change: dict[str, int] = {}
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=max(1, history))
         self._compacted = 0
@@ -76,23 +78,25 @@ class ObjectStore:
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         with self._lock:
-            return self._objects.get((resource, namespace, name))
+            return self._objects.get(resource, {}).get((namespace, name))
+
+    def changed_at(self, resource: str) -> int:
+        """The resourceVersion of the newest write to `resource` (0 if never written)."""
+        with self._lock:
+            return self._last_change.get(resource, 0)
 
     def objects(self, resource: str, namespace: str | None = None) -> tuple[int, list[Obj]]:
         """(current resourceVersion, objects sorted by namespace/name)."""
         with self._lock:
-            items = [
-                (k, o)
-                for k, o in self._objects.items()
-                if k[0] == resource and (namespace is None or k[1] == namespace)
-            ]
-            items.sort(key=lambda kv: (kv[0][1], kv[0][2]))
-            return self._rv, [o for _, o in items]
+            objs = self._objects.get(resource, {})
+            keys = sorted(k for k in objs if namespace is None or k[0] == namespace)
+            return self._rv, [objs[k] for k in keys]
 
     def _record(self, event_type: str, resource: str, obj: Obj) -> None:
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
         self._history.append(WatchEvent(self._rv, event_type, resource, obj))
+        self._last_change[resource] = self._rv
         self._changed.notify_all()
 
     def put(
@@ -101,7 +105,8 @@ class ObjectStore:
         """Store `obj` (taking ownership) with a new resourceVersion; ADDED or MODIFIED."""
         with self._lock:
             key = key_of(resource, obj)
-            old = self._objects.get(key)
+            objs = self._objects.setdefault(resource, {})
+            old = objs.get(key[1:])
             if create and old is not None:
                 raise Conflict(f'{resource} "{key[2]}" already exists')
             if expect_rv and old is not None and old["metadata"]["resourceVersion"] != expect_rv:
@@ -111,14 +116,14 @@ class ObjectStore:
                 )
             self._rv += 1
             obj["metadata"]["resourceVersion"] = str(self._rv)
-            self._objects[key] = obj
+            objs[key[1:]] = obj
             self._record("ADDED" if old is None else "MODIFIED", resource, obj)
             return obj
 
     def delete(self, resource: str, namespace: str, name: str) -> Obj | None:
         """Remove an object; its DELETED event carries the new resourceVersion."""
         with self._lock:
-            old = self._objects.pop((resource, namespace, name), None)
+            old = self._objects.get(resource, {}).pop((namespace, name), None)
             if old is None:
                 return None
             self._rv += 1
@@ -164,6 +169,6 @@ class ObjectStore:
             self.closed = True
             self._changed.notify_all()
 
-    def keys(self, resource: str) -> Iterable[Key]:
+    def count(self, resource: str) -> int:
         with self._lock:
-            return [k for k in self._objects if k[0] == resource]
+            return len(self._objects.get(resource, {}))

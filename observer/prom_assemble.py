@@ -1,0 +1,132 @@
+"""One cycle's PromQL answers -> a FleetSnapshot, through the one snapshot builder.
+
+Separate from the HTTP adapter (observer.prom_collector) so that instant cycles and the steps
+of a range replay assemble identically, and so the rules live in one readable place:
+counters join their latest value with the server-side `increase()`; sparse answers (error
+counters, XID count) become 0 for GPUs that report, when the family exists at all; `up` and the
+inferred scrape interval feed TelemetryHealth; a failed or partial query marks the snapshot
+degraded with the reason, never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from observer.catalog import XID_COUNT_METRIC
+from observer.model import Event, FleetSnapshot, Node, Pod
+from observer.prom_parse import (
+    Vector,
+    exporter_up,
+    fill_zero,
+    gpu_series,
+    identity,
+    keys_list,
+    kube_records,
+    merge_counter,
+    pod_series,
+    present_families,
+    split_families,
+    values,
+)
+from observer.prom_queries import SPARSE_COUNTERS, PromSettings, counter_families
+from observer.snapshot_builder import BuildReport, SnapshotBuilder
+from observer.snapshot_inputs import ExporterHealth, MetricSeries
+from observer.telemetry_health import snap_interval
+
+Answers = Mapping[str, Vector | None]
+"""Query name -> its vector, or None when that query failed this cycle."""
+
+
+def _stamps(current: Vector) -> dict[str, float]:
+    """GPU key -> newest sample time over its current label sets."""
+    out: dict[str, float] = {}
+    if not current:
+        return out
+    v = values(current)
+    uuid = [r["metric"].get("UUID", "") for r in current]
+    mig = [r["metric"].get("GPU_I_ID", "") for r in current]
+    for k, t in zip(keys_list(np.array(uuid, dtype=object), np.array(mig, dtype=object)),
+                    v.tolist(), strict=True):  # fmt: skip
+        if t > out.get(k, -np.inf):
+            out[k] = t
+    return out
+
+
+def interval_from(answer: Vector | None, window: float) -> float | None:
+    """Scrape interval from `max(count_over_time(x[window]))`; None when unknown."""
+    if not answer:
+        return None
+    count = float(answer[0]["value"][1])
+    return snap_interval(window / count) if count >= 2 else None
+
+
+def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
+    current = answers.get("identity") or []
+    gpus = identity(current, [])
+    n_cur = len(current)
+    stamp_of = _stamps(current)
+    present = present_families(answers.get("families") or [])
+    metrics: dict[str, MetricSeries] = {
+        fam: gpu_series(rows, stamp_of) for fam, rows in split_families(
+            answers.get("values") or []).items()
+    }  # fmt: skip
+    sparse_ok = answers.get("values") is not None
+    for fam in counter_families():
+        value = metrics.get(fam)
+        if fam in SPARSE_COUNTERS and fam in present and sparse_ok:
+            value = fill_zero(value, gpus, n_cur)
+        rows = answers.get(f"increase:{fam}")
+        inc = gpu_series(rows, stamp_of, s.window, as_increase=True) if rows else None
+        if rows is not None and fam in SPARSE_COUNTERS and fam in present:
+            inc = fill_zero(inc, gpus, n_cur, increase=True, window=s.window)
+        merged = merge_counter(value, inc)
+        if merged is not None:
+            metrics[fam] = merged
+    xid = answers.get("xid_count")
+    if xid is not None and XID_COUNT_METRIC in present:
+        metrics[XID_COUNT_METRIC] = fill_zero(
+            gpu_series(xid, stamp_of) if xid else None, gpus, n_cur
+        )
+    return metrics
+
+
+def assemble(
+    answers: Answers,
+    at: float,
+    s: PromSettings,
+    problems: Sequence[str],
+    builder: SnapshotBuilder,
+    *,
+    nodes: Sequence[Node] | None = None,
+    pods: Sequence[Pod] | None = None,
+    events: Iterable[Event] = (),
+) -> tuple[FleetSnapshot, BuildReport]:
+    """Build the snapshot at `at`. Kubernetes records given by the caller (the Kubernetes
+    collector) win over kube-state-metrics'."""
+    gpus = identity(answers.get("identity") or [], answers.get("vanished") or [])
+    ksm_nodes, ksm_pods = kube_records(
+        answers.get("kube") or [], answers.get("kube_status") or [], s.target_labels
+    )
+    node_list = list(nodes) if nodes is not None else ksm_nodes
+    pod_list = list(pods) if pods is not None else ksm_pods
+    known = {str(h) for h in gpus.hostname.tolist() if h} | {str(n.name) for n in node_list}
+    up, _unmapped = exporter_up(answers.get("up") or [], known)
+    exporters = ExporterHealth(
+        up=up,
+        scrape_interval=interval_from(answers.get("interval"), s.interval_window),
+        source_ok=not problems,
+        degraded_reason="; ".join(problems),
+    )
+    steps = pod_series(answers.get("steps") or [], answers.get("steps_increase") or [])
+    return builder.build_with_report(
+        at,
+        gpus,
+        gpu_metrics(answers, s),
+        nodes=node_list,
+        pods=pod_list,
+        steps=steps,
+        exporters=exporters,
+        events=events,
+    )

@@ -1,0 +1,221 @@
+"""PromQL answers -> the snapshot builder's inputs (GpuColumns, MetricSeries, PodSeries, ...).
+
+The Prometheus collector's answers are JSON vectors (`[{"metric": {...}, "value": [t, "v"]}]`);
+this module turns each into columns with one pass over the series, and applies the few rules
+that make a Prometheus snapshot equal to a direct-scrape one: error counters that came back only
+where non-zero are 0 (not NaN) for GPUs that report, and so is the XID count; a family that no
+GPU reports stays NaN ("not collected"). Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from observer.catalog import (
+    LABEL_HOSTNAME,
+    LABEL_HOSTNAME_NEW,
+    LABEL_MIG_INSTANCE,
+    LABEL_NAMESPACE,
+    LABEL_POD,
+    LABEL_UUID,
+    canonical_name,
+)
+from observer.k8s_records import nodes_from_kube_state_metrics, pods_from_kube_state_metrics
+from observer.model import FloatArray, Node, Pod, StrArray
+from observer.prom_queries import FAMILY_LABEL, IDENTITY_LABELS
+from observer.snapshot_inputs import GpuColumns, MetricSeries, PodSeries, str_column
+
+Vector = Sequence[Mapping[str, Any]]
+"""An instant vector as the HTTP API returns it."""
+NODE_LABELS = ("node", "kubernetes_node", "nodename", LABEL_HOSTNAME, LABEL_HOSTNAME_NEW)
+"""Labels that may name the node of an `up` series, before falling back to `instance`."""
+
+
+def values(vector: Vector) -> FloatArray:
+    return np.fromiter((float(r["value"][1]) for r in vector), dtype=np.float64, count=len(vector))
+
+
+def label(vector: Vector, name: str) -> StrArray:
+    return str_column([r["metric"].get(name, "") for r in vector])
+
+
+def identity(current: Vector, vanished: Vector) -> GpuColumns:
+    """GPU rows: current label sets valued by their sample time; vanished ones with NaN time."""
+    rows = [*current, *vanished]
+    cols = {name: label(rows, name) for name in IDENTITY_LABELS}
+    stamp = np.concatenate([values(current), np.full(len(vanished), np.nan)])
+    return GpuColumns.from_labels(cols, stamp)
+
+
+def gpu_series(
+    vector: Vector,
+    stamp_of: Mapping[str, float],
+    window: float = 0.0,
+    as_increase: bool = False,
+) -> MetricSeries:
+    """A per-GPU vector keyed by UUID (+ GPU_I_ID); the sample time is the GPU's (identity)."""
+    uuid = label(vector, LABEL_UUID)
+    mig = label(vector, LABEL_MIG_INSTANCE)
+    keys = _keys(uuid, mig)
+    stamp = np.fromiter((stamp_of.get(k, np.nan) for k in keys), np.float64, len(keys))
+    v = values(vector)
+    if as_increase:
+        return MetricSeries(np.full(len(v), np.nan), stamp, uuid, mig, increase=v,
+                            window_seconds=window)  # fmt: skip
+    return MetricSeries(v, stamp, uuid, mig)
+
+
+def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
+    return [u if not m else f"{u}/{m}" for u, m in zip(uuid.tolist(), mig.tolist(), strict=True)]
+
+
+def split_families(vector: Vector) -> dict[str, list[Mapping[str, Any]]]:
+    """The `values` answer grouped by family (aliases folded into catalog names)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in vector:
+        out.setdefault(canonical_name(r["metric"].get(FAMILY_LABEL, "")), []).append(r)
+    return out
+
+
+def present_families(vector: Vector) -> set[str]:
+    return {canonical_name(r["metric"].get(FAMILY_LABEL, "")) for r in vector}
+
+
+def fill_zero(
+    series: MetricSeries | None,
+    current: GpuColumns,
+    n_current: int,
+    *,
+    increase: bool = False,
+    window: float = 0.0,
+) -> MetricSeries:
+    """A sparse answer plus 0 for every currently reporting GPU it does not name."""
+    uuid = current.uuid[:n_current]
+    mig = None if current.mig_instance is None else current.mig_instance[:n_current]
+    stamp = current.timestamp[:n_current] if current.timestamp is not None else np.zeros(n_current)
+    named: set[str] = set()
+    if series is not None:
+        assert series.uuid is not None
+        named = set(keys_list(series.uuid, series.mig_instance))
+    missing = np.fromiter((k not in named for k in keys_list(uuid, mig)), bool, n_current)
+    zeros = np.zeros(int(missing.sum()))
+    filler = MetricSeries(
+        np.full(zeros.shape[0], np.nan) if increase else zeros,
+        stamp[missing],
+        uuid[missing],
+        None if mig is None else mig[missing],
+        increase=zeros if increase else None,
+        window_seconds=window,
+    )
+    return filler if series is None else _concat(series, filler)
+
+
+def keys_list(uuid: StrArray, mig: StrArray | None) -> list[str]:
+    return _keys(uuid, mig if mig is not None else str_column([""] * len(uuid)))
+
+
+def _concat(a: MetricSeries, b: MetricSeries) -> MetricSeries:
+    def col(x: MetricSeries, c: StrArray | None) -> StrArray:
+        return c if c is not None else str_column([""] * len(x))
+
+    assert a.uuid is not None and b.uuid is not None
+    inc = None
+    if a.increase is not None or b.increase is not None:
+        inc = np.concatenate([_inc(a), _inc(b)])
+    return MetricSeries(
+        np.concatenate([a.value, b.value]),
+        np.concatenate([a.timestamp, b.timestamp]),
+        np.concatenate([a.uuid, b.uuid]),
+        np.concatenate([col(a, a.mig_instance), col(b, b.mig_instance)]),
+        increase=inc,
+        window_seconds=max(a.window_seconds, b.window_seconds),
+    )
+
+
+def _inc(s: MetricSeries) -> FloatArray:
+    return s.increase if s.increase is not None else np.full(len(s), np.nan)
+
+
+def merge_counter(value: MetricSeries | None, inc: MetricSeries | None) -> MetricSeries | None:
+    """One counter column: latest value and increase, joined on the GPU key."""
+    if value is None or inc is None:
+        return value if value is not None else inc
+    assert value.uuid is not None and inc.uuid is not None
+    at = {k: i for i, k in enumerate(keys_list(inc.uuid, inc.mig_instance))}
+    assert inc.increase is not None
+    pos = [at.get(k, -1) for k in keys_list(value.uuid, value.mig_instance)]
+    idx = np.asarray(pos, dtype=np.intp)
+    increase = np.where(idx >= 0, inc.increase[np.maximum(idx, 0)], np.nan)
+    return MetricSeries(
+        value.value, value.timestamp, value.uuid, value.mig_instance,
+        increase=increase, window_seconds=inc.window_seconds,
+    )  # fmt: skip
+
+
+def pod_series(steps: Vector, increase: Vector) -> PodSeries | None:
+    if not steps:
+        return None
+    inc = {(r["metric"].get(LABEL_NAMESPACE, ""), r["metric"].get(LABEL_POD, "")): float(
+        r["value"][1]) for r in increase}  # fmt: skip
+    ns, pod = label(steps, LABEL_NAMESPACE), label(steps, LABEL_POD)
+    keys = zip(ns.tolist(), pod.tolist(), strict=True)
+    return PodSeries(
+        namespace=ns,
+        pod=pod,
+        value=values(steps),
+        timestamp=np.array([float(r["value"][0]) for r in steps]),
+        increase=np.array([inc.get(k, np.nan) for k in keys]),
+    )
+
+
+def exporter_up(vector: Vector, known_nodes: set[str]) -> tuple[dict[str, bool], int]:
+    """Node -> up == 1 from `up` series, and how many series named no known node."""
+    up: dict[str, bool] = {}
+    unmapped = 0
+    for r in vector:
+        m = r["metric"]
+        name = next((m[k] for k in NODE_LABELS if m.get(k) in known_nodes), None)
+        if name is None:
+            host = str(m.get("instance", "")).rsplit(":", 1)[0]
+            name = host if host in known_nodes else None
+        if name is None:
+            unmapped += 1
+            continue
+        up[name] = up.get(name, False) or float(r["value"][1]) == 1.0
+    return up, unmapped
+
+
+def kube_records(
+    kube: Vector, status: Vector, strip: Sequence[str]
+) -> tuple[list[Node], list[Pod]]:
+    """Nodes and pods from kube-state-metrics series (Prometheus' target labels removed)."""
+    drop = set(strip) | {"__name__"}
+    fams: dict[str, list[dict[str, str]]] = {}
+    for r in [*kube, *status]:
+        m = r["metric"]
+        fams.setdefault(m.get("__name__", ""), []).append(
+            {k: v for k, v in m.items() if k not in drop}
+        )
+    ones = [(row, 1.0) for row in fams.get("kube_pod_status_phase", [])]
+    pods = pods_from_kube_state_metrics(
+        fams.get("kube_pod_info", []), fams.get("kube_pod_labels", []), ones
+    )
+    unsched_rows = [
+        (row, float(r["value"][1]))
+        for r, row in zip(
+            [r for r in kube if r["metric"].get("__name__") == "kube_node_spec_unschedulable"],
+            fams.get("kube_node_spec_unschedulable", []),
+            strict=True,
+        )
+    ]
+    nodes = nodes_from_kube_state_metrics(
+        fams.get("kube_node_info", []),
+        fams.get("kube_node_labels", []),
+        unsched_rows,
+        [(row, 1.0) for row in fams.get("kube_node_status_condition", [])],
+        fams.get("kube_node_spec_taint", []),
+    )
+    return nodes, pods

@@ -3,8 +3,9 @@
 Silence is not failure. When every GPU of a node stops reporting at once, the common cause is the
 exporter (restart, OOM, scrape failure), not eight GPUs dying together; when most of the fleet
 goes quiet, it is Prometheus or the network. Saying so — and only so — is what keeps an exporter
-outage from becoming a wall of gpu_lost pages. Info at first; a warning once a gap outlasts any
-restart (`warn_after_seconds`), because a blind spot that lasts is itself an operational problem.
+outage from becoming a wall of gpu_lost pages. Info: it is a statement about the monitoring, not
+about the GPUs (Prometheus' own `up == 0` alerting pages for the exporter); set
+`warn_after_seconds` to escalate gaps that outlast any restart to a warning.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class Params:
     fleet_fraction: float = 0.5
     """At least this share of GPU nodes silent is a source-side gap (Prometheus, network), reported
     once for the fleet instead of per node: half the fleet failing at once is not the nodes."""
-    warn_after_seconds: float = 1800.0
-    """A gap longer than 30 min outlasts any exporter restart or rollout: warning, not info."""
+    warn_after_seconds: float = 0.0
+    """Escalate a gap to warning after this long (0: never). 1800 (30 min, longer than any
+    exporter restart or rollout) suits teams without alerting on the exporters themselves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,12 @@ _SPEC = {
     "watched": (np.bool_, False),
     "last": (np.float64, np.nan),
 }
+
+
+def _severity(lasted: float, params: Params) -> Severity:
+    if params.warn_after_seconds > 0 and lasted >= params.warn_after_seconds:
+        return Severity.WARNING
+    return Severity.INFO
 
 
 def detect(
@@ -66,7 +74,7 @@ def detect(
     if view.fleet_gap:
         prev_fleet = state.fleet_onset if state else float("nan")
         fleet_onset = now if np.isnan(prev_fleet) else prev_fleet
-        sev = Severity.WARNING if now - fleet_onset >= params.warn_after_seconds else Severity.INFO
+        sev = _severity(now - fleet_onset, params)
         reason = (
             snapshot.telemetry.degraded_reason
             if snapshot.telemetry and snapshot.telemetry.degraded_reason
@@ -97,7 +105,7 @@ def detect(
         for i in np.flatnonzero(silent):
             age = now - float(last[i])
             since = float(onset[i])
-            sev = Severity.WARNING if now - since >= params.warn_after_seconds else Severity.INFO
+            sev = _severity(now - since, params)
             never = not np.isfinite(age)
             findings.append(
                 Finding(

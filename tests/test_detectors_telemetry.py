@@ -6,6 +6,7 @@ import numpy as np
 
 from detectors.base import bind
 from detectors.findings import FindingKind, Severity
+from detectors.monitoring_gap import Params as GapParams
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 
@@ -89,11 +90,13 @@ def test_fleet_wide_scrape_gap_is_one_finding_and_no_gpu_is_judged() -> None:
     assert [f.node for f in all_findings(replay("monitoring_gap", fleet2, [T0]))] == [None]
 
 
-def test_a_long_gap_becomes_a_warning() -> None:
+def test_a_long_gap_stays_info_unless_configured_to_escalate() -> None:
     fleet = Fleet(nodes=3)
-    cycles = replay(
-        "monitoring_gap", fleet, steps(T0, T0 + 2400, 60), lambda f, t: _ages(f, t, T0, node=1)
-    )
+    times = steps(T0, T0 + 2400, 60)
+    change = lambda f, t: _ages(f, t, T0, node=1)  # noqa: E731
+    assert replay("monitoring_gap", fleet, times, change)[-1][1][0].severity == Severity.INFO
+    params = GapParams(warn_after_seconds=1800.0)
+    cycles = replay("monitoring_gap", fleet, times, change, params)
     assert cycles[-1][1][0].severity == Severity.WARNING
 
 

@@ -315,3 +315,43 @@ def test_no_execute_taint_moves_pods_off(sim: Sim, api: client.ApiClient) -> Non
     left = {p.metadata.name for p in v1.list_pod_for_all_namespaces(
         field_selector="spec.nodeName=h100-0002").items}  # fmt: skip
     assert left == {"nvidia-dcgm-exporter-h100-0002", "nvidia-device-plugin-daemonset-h100-0002"}
+
+
+def test_namespaces_and_paging_across_similar_names(api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    assert "gpufleet" in {n.metadata.name for n in v1.list_namespace().items}
+    v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="ml-prod")))
+    assert v1.read_namespace("ml-prod").status.phase == "Active"
+    ref = client.V1ObjectReference(kind="Node", name="h100-0000")
+    for ns in ("ml", "ml-prod"):
+        for i in range(3):
+            meta = client.V1ObjectMeta(name=f"e{i}")
+            v1.create_namespaced_event(ns, client.CoreV1Event(metadata=meta, involved_object=ref))
+    with pytest.raises(client.ApiException) as err:
+        v1.create_namespaced_event("nope", client.CoreV1Event(metadata=meta, involved_object=ref))
+    assert err.value.status == 404
+    everything = [
+        (e.metadata.namespace, e.metadata.name) for e in v1.list_event_for_all_namespaces().items
+    ]
+    paged: list[tuple[str, str]] = []
+    token = None
+    while True:
+        page = v1.list_event_for_all_namespaces(limit=2, _continue=token)
+        paged += [(e.metadata.namespace, e.metadata.name) for e in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert paged == everything
+
+
+def test_injected_connection_drop(sim: Sim, api: client.ApiClient) -> None:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+    cfg.retries = 0
+    sim.api.faults.add(r"^/api/v1/nodes$", -1, count=1)
+    with client.ApiClient(cfg) as bare:
+        v1 = client.CoreV1Api(bare)
+        with pytest.raises(Exception) as err:
+            v1.list_node()
+        assert not isinstance(err.value, client.ApiException)
+        assert len(v1.list_node().items) == 4

@@ -24,7 +24,8 @@ from observer.simulator.layout import Layout, SimPod, build_layout
 from observer.simulator.scenario import Scenario, WorkloadKind
 
 Obj = dict[str, Any]
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", ko.GPU_NAMESPACE)
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", "gpufleet", ko.GPU_NAMESPACE)
+"""Namespaces that exist from the start (`gpufleet`: where gpufleet itself would run)."""
 
 
 class NotFound(Exception):

@@ -23,6 +23,8 @@ from observer.simulator.layout import SimNode, SimPod
 from observer.simulator.scenario import WorkloadKind
 
 Obj = dict[str, Any]
+NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+"""The alphabet of generated name suffixes (Kubernetes' rand.String)."""
 
 
 @dataclass(slots=True)
@@ -116,15 +118,12 @@ class JobController:
                 return f"node(s) had untolerated taint {{{kv}}}"
         return None
 
-    def schedule(self, pod: Obj, slot: Slot, now: float, prefer: str | None = None) -> bool:
+    def schedule(self, pod: Obj, slot: Slot, now: float) -> bool:
         """Bind `pod` (not stored yet or Pending) to a node with room; False if none fits."""
         need = kp.gpu_count(pod)
         used = self._used()
         reasons: dict[str, int] = {}
         names = [n.name for n in self.nodes]
-        if prefer in names:
-            names.remove(prefer)
-            names.insert(0, prefer)
         gpus_of = {n.name: n.gpus for n in self.nodes}
         for name in names:
             node = self.store.get("nodes", "", name)
@@ -199,7 +198,8 @@ class JobController:
         if t.end is not None and now >= t.end:
             return
         if t.kind != WorkloadKind.TRAINING:
-            t = replace(t, name=f"{t.owner_name}-{secrets.token_hex(3)[:5]}")
+            suffix = "".join(secrets.choice(NAME_CHARS) for _ in range(5))
+            t = replace(t, name=f"{t.owner_name}-{suffix}")
         self.create(t, now, place_as_layout=False)
 
     def tick(self, now: float) -> None:

@@ -124,6 +124,9 @@ class _Handler(BaseHTTPRequestHandler):
             if rule is not None:
                 if rule.delay:
                     time.sleep(rule.delay)
+                if rule.status < 0:  # the connection drops without an answer
+                    self.close_connection = True
+                    return
                 if rule.status:
                     headers = (
                         (("Retry-After", str(rule.retry_after)),) if rule.status == 429 else ()

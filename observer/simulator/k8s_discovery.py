@@ -51,7 +51,7 @@ RESOURCES = (
     Resource("", "v1", "nodes", "Node", False, (*READ, "update", "patch"), ("no",)),
     Resource("", "v1", "pods", "Pod", True, (*READ, "update", "patch", "delete"), ("po",)),
     Resource("", "v1", "events", "Event", True, (*READ, *WRITE), ("ev",)),
-    Resource("", "v1", "namespaces", "Namespace", False, READ, ("ns",)),
+    Resource("", "v1", "namespaces", "Namespace", False, (*READ, "create"), ("ns",)),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, READ, ("pdb",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, (*READ, *WRITE)),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, READ, ("ds",)),

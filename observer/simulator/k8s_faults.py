@@ -25,7 +25,8 @@ REASONS = {
 class FaultRule:
     """Answer the next `count` requests whose path matches `path` (a regex) with `status`.
 
-    `status` 0 serves the request normally after `delay` seconds (a slow server).
+    `status` 0 serves the request normally after `delay` seconds (a slow server); -1 closes
+    the connection without answering (a reset).
     `count` < 0 means every matching request until cleared.
     """
 

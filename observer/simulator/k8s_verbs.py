@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from observer.simulator import k8s_discovery as disc
 from observer.simulator import k8s_tables as tables
 from observer.simulator.cluster import Invalid, NotFound, SimCluster, TooManyRequests
+from observer.simulator.controller import NAME_CHARS
 from observer.simulator.k8s_faults import status_body
 from observer.simulator.k8s_query import BadRequest, apply_patch, field_matcher, label_matcher
 from observer.simulator.k8s_store import Conflict
@@ -106,7 +107,7 @@ class Verbs:
         if token:
             try:
                 state = json.loads(base64.urlsafe_b64decode(token.encode()))
-                start, token_rv = str(state["start"]), int(state["rv"])
+                start, token_rv = (str(state["ns"]), str(state["name"])), int(state["rv"])
             except (ValueError, KeyError, TypeError):
                 return error(400, "continue key is not valid", "BadRequest")
             if token_rv < self.cluster.store.compacted:
@@ -123,7 +124,8 @@ class Verbs:
         if limit > 0 and len(items) > limit:
             rest = len(items) - limit
             items = items[:limit]
-            nxt = {"rv": rv, "start": _sort_key(items[-1])}
+            last = _sort_key(items[-1])
+            nxt = {"rv": rv, "ns": last[0], "name": last[1]}
             meta["continue"] = base64.urlsafe_b64encode(json.dumps(nxt).encode()).decode()
             meta["remainingItemCount"] = rest
         items = [_decorate(req.resource, o) for o in items]
@@ -180,9 +182,8 @@ class Verbs:
         body = self._body(req)
         meta = body["metadata"]
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = (
-                meta["generateName"] + base64.b32encode(os.urandom(4)).decode().lower()[:5]
-            )
+            suffix = "".join(secrets.choice(NAME_CHARS) for _ in range(5))
+            meta["name"] = meta["generateName"] + suffix
         if not meta.get("name"):
             return error(
                 422,
@@ -202,6 +203,10 @@ class Verbs:
                 name=req.namespace,
                 kind="namespaces",
             )
+        if req.resource.plural == "namespaces":
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+            body.setdefault("spec", {"finalizers": ["kubernetes"]})
+            body["status"] = {"phase": "Active"}
         meta.pop("resourceVersion", None)
         if req.params.get("dryRun") == "All":
             return Reply(201, body)
@@ -299,5 +304,6 @@ def _as_table(resource: str, event: Obj, include: str) -> Obj:
     return {"type": event["type"], "object": tables.table(resource, [obj], meta, include)}
 
 
-def _sort_key(o: Obj) -> str:
-    return f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+def _sort_key(o: Obj) -> tuple[str, str]:
+    """The store's list order: namespace, then name."""
+    return (str(o["metadata"].get("namespace", "")), str(o["metadata"]["name"]))

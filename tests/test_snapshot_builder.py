@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer.gpu_rows import NO_HOSTNAME
+from observer.gpu_rows import NO_HOSTNAME, resolve_gpu_rows
 from observer.job_identity import JobIdentity
 from observer.model import NO_INDEX, FleetSnapshot, Node, NodeName, Pod, frozen_map
 from observer.simulator.layout import build_layout
@@ -608,3 +608,31 @@ def test_pod_records_from_an_earlier_snapshot_are_reassigned() -> None:
     assert [p.job_index for p in recs] == [0, 0, 0, NO_INDEX]
     assert [p.rank for p in recs] == [0, 1, 0, NO_INDEX]
     assert recs[0] is first.pods[0]  # already right: reused, not rebuilt
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    dup_rows=st.integers(0, 5),
+    keep_p=st.floats(0.0, 1.0),
+    shuffle=st.booleans(),
+    unknown=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_series_positions_match_a_plain_dict_lookup(
+    n: int, dup_rows: int, keep_p: float, shuffle: bool, unknown: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    rows = [row(f"n{i // 8:03d}", i % 8) for i in range(n)]
+    rows += [rows[int(i)] for i in rng.integers(0, max(n, 1), dup_rows)] if n else []
+    cols = gpu_rows(rows)
+    resolved = resolve_gpu_rows(cols, [])
+    keys = [r["UUID"] for r in rows[:n] if rng.random() < keep_p]
+    for k in range(unknown):
+        keys.insert(int(rng.integers(0, len(keys) + 1)), f"GPU-unknown-{k}")
+    if shuffle:
+        rng.shuffle(keys)
+    s = MetricSeries(np.zeros(len(keys)), np.zeros(len(keys)), uuid=obj(keys))
+    gpu_of = {u: i for i, u in enumerate(resolved.keys[resolved.gpu_rows].tolist())}
+    expected = [gpu_of.get(k, NO_INDEX) for k in keys]
+    assert resolved.positions(s).tolist() == expected

@@ -35,30 +35,39 @@ class GpuRows:
     node_index: IntArray
     nodes: tuple[Node, ...]
     duplicate_rows: int
+    key_to_row: dict[str, int]
+    """Row key -> the identity row kept for it (the newest)."""
+    _gpu_of_row: IntArray | None = None
     _row_to_gpu: IntArray | None = None
-    _key_to_gpu: dict[str, int] | None = None
     _seen: list[tuple[StrArray, IntArray]] = field(default_factory=list)
 
     @property
     def count(self) -> int:
         return int(self.gpu_rows.shape[0])
 
+    def gpu_of_kept_row(self) -> IntArray:
+        """GPU position per identity row, for kept rows (others: NO_INDEX)."""
+        if self._gpu_of_row is None:
+            out = np.full(len(self.keys), NO_INDEX, dtype=np.int32)
+            out[self.gpu_rows] = np.arange(self.count, dtype=np.int32)
+            self._gpu_of_row = out
+        return self._gpu_of_row
+
     def row_to_gpu(self) -> IntArray:
         """GPU position of every identity row (duplicates map to their kept GPU)."""
         if self._row_to_gpu is None:
             if self.duplicate_rows == 0:
-                out = np.empty(len(self.keys), dtype=np.int32)
-                out[self.gpu_rows] = np.arange(self.count, dtype=np.int32)
+                self._row_to_gpu = self.gpu_of_kept_row()
             else:
-                out = lookup(self.keys, self.key_to_gpu())
-            self._row_to_gpu = out
+                self._row_to_gpu = self.lookup(self.keys)
         return self._row_to_gpu
 
-    def key_to_gpu(self) -> dict[str, int]:
-        if self._key_to_gpu is None:
-            keys = self.keys[self.gpu_rows].tolist()
-            self._key_to_gpu = dict(zip(keys, range(self.count), strict=True))
-        return self._key_to_gpu
+    def lookup(self, keys: StrArray) -> IntArray:
+        """GPU position per key by hashing (NO_INDEX for keys not among the identity rows)."""
+        rows = lookup(keys, self.key_to_row)
+        if not self.key_to_row:
+            return rows  # all NO_INDEX
+        return np.where(rows >= 0, self.gpu_of_kept_row()[rows], NO_INDEX).astype(np.int32)
 
     def positions(self, series: MetricSeries) -> IntArray:
         """GPU position of each series, NO_INDEX for GPUs not among the identity rows."""
@@ -85,18 +94,17 @@ class GpuRows:
         identity rows vectorised, and hash individually only keys in blocks that do not line up.
         Keys in any other order cost one full hash lookup plus a few vectorised passes."""
         m, n = len(keys), len(self.keys)
-        index = self.key_to_gpu()
         if m == 0 or n == 0:
-            return lookup(keys, index)
+            return self.lookup(keys)
         heads = np.arange(0, m, _BLOCK)
-        head_gpu = lookup(keys[heads], index)
-        head_row = np.where(head_gpu >= 0, self.gpu_rows[np.maximum(head_gpu, 0)], -n - _BLOCK)
+        head_row = lookup(keys[heads], self.key_to_row)
+        head_row[head_row < 0] = -n - _BLOCK
         tails = np.minimum(heads + _BLOCK - 1, m - 1)  # do blocks line up at all? (cheap probe)
         tail_row = head_row + (tails - heads)
         lined_up = (tail_row >= 0) & (tail_row < n)
         lined_up[lined_up] = self.keys[tail_row[lined_up]] == keys[tails[lined_up]]
         if np.count_nonzero(lined_up) < heads.size // 2:
-            return lookup(keys, index)
+            return self.lookup(keys)
         block = np.arange(m) // _BLOCK
         cand = head_row[block] + (np.arange(m) - heads[block])
         ok = (cand >= 0) & (cand < n)
@@ -105,7 +113,7 @@ class GpuRows:
         pos = np.where(ok, self.row_to_gpu()[cand], NO_INDEX).astype(np.int32)
         miss = np.flatnonzero(~ok)
         if miss.size:
-            pos[miss] = lookup(keys[miss], index)
+            pos[miss] = self.lookup(keys[miss])
         return pos
 
     def _column(self, col: StrArray | None) -> StrArray:
@@ -175,6 +183,7 @@ def resolve_gpu_rows(
         node_index=node_of_kept[order].astype(np.int32),
         nodes=nodes,
         duplicate_rows=n - len(kept),
+        key_to_row=newest,
     )
 
 

@@ -181,6 +181,8 @@ class SnapshotBuilder:
         unknown: dict[str, int] = {}
         newest = np.full(g, np.nan)
         for name, parts in grouped.items():
+            if not parts:
+                continue
             pos = np.concatenate([rows.positions(s) for s in parts])
             ts = np.concatenate([s.timestamp for s in parts]).astype(np.float64, copy=False)
             keep, n_dup, n_unknown = newest_per_position(pos, ts)
@@ -193,12 +195,7 @@ class SnapshotBuilder:
             stamp = _scatter(g, at, ts[keep])
             increase = None
             if any(s.increase is not None for s in parts):
-                inc = np.concatenate(
-                    [
-                        s.increase if s.increase is not None else np.full(len(s), np.nan)
-                        for s in parts
-                    ]
-                )
+                inc = np.concatenate([_increase(s) for s in parts])
                 increase = _scatter(g, at, inc[keep])
             window = max(s.window_seconds for s in parts)
             columns[name] = MetricColumn(value, stamp, increase, window)

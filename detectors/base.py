@@ -81,16 +81,13 @@ def bind(name: str, params: Any = None) -> Detector:
 
 
 def jsonable(value: Any) -> Any:
-    """numpy scalars and arrays -> plain Python, so evidence serialises as JSON."""
+    """numpy scalars and arrays -> plain Python, NaN/inf -> None, so evidence is strict JSON."""
     if isinstance(value, np.generic):
-        out = value.item()
-        if isinstance(out, float):
-            return round(out, 4)
-        return out
+        return jsonable(value.item())
     if isinstance(value, np.ndarray):
         return [jsonable(v) for v in value.tolist()]
     if isinstance(value, float):
-        return round(value, 4)
+        return round(value, 4) if np.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from detectors.base import Detector, bind, registry
+from detectors.base import Detector, bind, jsonable, registry
 from detectors.findings import Finding
 from observer.model import FleetSnapshot
 
@@ -53,6 +53,13 @@ class CycleResult:
     state: SuiteState
     seconds: Mapping[str, float]
     """Wall seconds each detector took (self-telemetry; never used for detection)."""
+
+
+def _finalise(f: Finding, name: str) -> Finding:
+    """Stamp the detector's name; evidence as strict JSON (numpy -> Python, NaN -> None)."""
+    return dataclasses.replace(
+        f, detector=f.detector or name, evidence=MappingProxyType(jsonable(dict(f.evidence)))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +100,7 @@ class DetectorSuite:
                 counts[det.name] = counts.get(det.name, 0) + 1
             else:
                 states[det.name] = new_state
-                findings.extend(
-                    f if f.detector else dataclasses.replace(f, detector=det.name) for f in found
-                )
+                findings.extend(_finalise(f, det.name) for f in found)
             seconds[det.name] = time.perf_counter() - t0
         new = SuiteState(MappingProxyType(states), MappingProxyType(counts))
         return CycleResult(tuple(findings), tuple(failures), new, MappingProxyType(seconds))

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detectors.suite import DetectorSuite
 from detectors.signals import THROTTLE, XID
+from detectors.suite import DetectorSuite
 from tests.fleet import HEALTHY_TRAINING, Fleet
 
 T0 = 1_767_225_600.0

@@ -100,8 +100,10 @@ class GpuColumns:
         if old is not None and new is not None:
             old_col, new_col = str_column(old), str_column(new)
             hostname = np.where(old_col != "", old_col, new_col)
-        elif old is not None or new is not None:
-            hostname = str_column(old if old is not None else new)  # type: ignore[arg-type]
+        elif old is not None:
+            hostname = str_column(old)
+        elif new is not None:
+            hostname = str_column(new)
         else:
             hostname = np.full(n, "", dtype=object)
 

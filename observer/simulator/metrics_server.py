@@ -40,11 +40,14 @@ class LiveMetrics:
         """(sample, placements) — reused for `max_age` wall seconds while nothing changed."""
         pods = self.cluster.pods_for_metrics()
         rv = self.cluster.store.resource_version
+        t = self.cluster.clock.scenario_time()
         with self._lock:
             c = self._cached
-            if c is not None and c[1] == rv and time.monotonic() - c[0] < self.max_age:
-                return c[2], c[3]
-            s = self.engine.sample(self.cluster.clock.scenario_time(), pods=pods)
+            fresh = c is not None and time.monotonic() - c[0] < self.max_age
+            step = self.engine.step_index
+            if c is not None and fresh and c[1] == rv and step(c[2].t) == step(t):
+                return c[2], c[3]  # reused within max_age, but never across scrape steps
+            s = self.engine.sample(t, pods=pods)
             self._cached = (time.monotonic(), rv, s, pods)
             return s, pods
 

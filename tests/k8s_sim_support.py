@@ -61,12 +61,19 @@ class Sim:
 
 @contextmanager
 def running_sim(
-    tmp_path: Path, *, history: int = 2000, startup: float = 30.0, **extra: Any
+    tmp_path: Path,
+    *,
+    history: int = 2000,
+    startup: float = 30.0,
+    termination: float = 0.0,
+    **extra: Any,
 ) -> Iterator[Sim]:
     sc = small_scenario(**extra)
     wall = ManualWall(time.time())
     clock = SimClock(sc.start, wall=wall)
-    options = ClusterOptions(startup_seconds=startup, history=history)
+    options = ClusterOptions(
+        startup_seconds=startup, history=history, termination_seconds=termination
+    )
     cluster = SimCluster(sc, clock=clock, options=options)
     api = KubeApiServer(cluster, bookmark_interval=0.2).start()
     try:

@@ -355,3 +355,27 @@ def test_injected_connection_drop(sim: Sim, api: client.ApiClient) -> None:
             v1.list_node()
         assert not isinstance(err.value, client.ApiException)
         assert len(v1.list_node().items) == 4
+
+
+def test_terminating_pods_linger_for_the_grace_period(tmp_path: Path) -> None:
+    with running_sim(tmp_path, termination=10.0) as sim:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+        with client.ApiClient(cfg) as api:
+            v1 = client.CoreV1Api(api)
+            uid = v1.read_namespaced_pod("big-worker-0", "ml").metadata.uid
+            v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
+            pod = v1.read_namespaced_pod("big-worker-0", "ml")
+            assert pod.metadata.uid == uid and pod.metadata.deletion_timestamp is not None
+            assert pod.spec.node_name == "h100-0002"
+            pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("big", "ml")
+            assert pdb.status.current_healthy == 0
+            # Evicting a pod that is already terminating succeeds without a second deletion.
+            v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
+            sim.advance(11)
+            fresh = v1.read_namespaced_pod("big-worker-0", "ml")
+            assert fresh.metadata.uid != uid and fresh.metadata.deletion_timestamp is None
+            # gracePeriodSeconds=0 (kubectl delete --force --grace-period=0) removes at once.
+            v1.delete_namespaced_pod("serve-0", "serving", grace_period_seconds=0)
+            names = {p.metadata.name for p in v1.list_namespaced_pod("serving").items}
+            assert "serve-0" not in names and len(names) == 2

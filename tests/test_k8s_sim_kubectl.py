@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +123,25 @@ def test_drain_blocked_by_pdb_retries_until_timeout(sim: Sim) -> None:
     assert "node/h100-0000 drained" in out.stdout
     nodes = {sim.node_of("ml", f"train-worker-{r}") for r in (0, 1)}
     assert "h100-0000" not in nodes and None not in nodes
+
+
+def test_drain_waits_for_terminating_pods(tmp_path: Path) -> None:
+    with running_sim(tmp_path, termination=3.0) as sim:
+        stop = threading.Event()
+
+        def clock() -> None:  # scenario time runs 4x faster than real time
+            while not stop.wait(0.25):
+                sim.wall.advance(1.0)
+
+        t = threading.Thread(target=clock)
+        t.start()
+        try:
+            out = kubectl(
+                sim, "drain", "h100-0002", "--ignore-daemonsets", "--delete-emptydir-data",
+                "--timeout=30s",
+            )  # fmt: skip
+        finally:
+            stop.set()
+            t.join()
+        assert "pod/big-worker-0 evicted" in out.stdout
+        assert sim.node_of("ml", "big-worker-0") == "h100-0003"

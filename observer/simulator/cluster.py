@@ -42,6 +42,9 @@ class ClusterOptions:
     """Watch events kept; a watch from an older resourceVersion gets 410 Gone."""
     daemonsets: bool = True
     """GPU operator DaemonSet pods (dcgm-exporter, device plugin) on every node."""
+    termination_seconds: float = 0.0
+    """Scenario seconds a deleted or evicted pod stays Terminating (deletionTimestamp set)
+    before it is gone; 0 removes it at once, as does a delete with gracePeriodSeconds 0."""
 
 
 class SimCluster:
@@ -59,6 +62,8 @@ class SimCluster:
         self.options = options or ClusterOptions()
         self.store = ObjectStore(self.options.history)
         self._pdb_seen_rv = -1
+        self._terminating: dict[tuple[str, str], tuple[str, float]] = {}
+        """(namespace, name) -> (uid, scenario time it is gone) of Terminating pods."""
         pools = {f"{w.namespace}/{w.name}": w.pool for w in scenario.workloads}
         owner_uids = {k: ko.new_uid(f"{scenario.cluster}/owner/{k}") for k in pools}
         self.controller = JobController(
@@ -129,6 +134,7 @@ class SimCluster:
         """Apply everything due by the clock's current scenario time."""
         with self.store.lock:
             t = self.clock.scenario_time()
+            self._reap(t)
             self.devices.update(t)
             self.controller.tick(t)
             self._refresh_pdbs()
@@ -233,7 +239,9 @@ class SimCluster:
         *,
         uid: str | None = None,
         dry_run: bool = False,
+        grace: int | None = None,
     ) -> Obj:
+        """Delete an object; a pod may first stay Terminating (`termination_seconds`)."""
         with self.store.lock:
             obj = self.get(resource, namespace, name)
             if uid is not None and obj["metadata"]["uid"] != uid:
@@ -243,11 +251,39 @@ class SimCluster:
                 )
             if dry_run:
                 return obj
+            if resource == "pods" and grace != 0 and self.options.termination_seconds > 0:
+                if obj["metadata"].get("deletionTimestamp"):
+                    return obj
+                return self._start_terminating(obj)
+            self._terminating.pop((namespace, name), None)
             gone = self.store.delete(resource, namespace, name)
             assert gone is not None
             if resource == "pods":
                 self._pod_gone(gone)
             return gone
+
+    def _start_terminating(self, pod: Obj) -> Obj:
+        pod = copy.deepcopy(pod)
+        meta = pod["metadata"]
+        meta["deletionTimestamp"] = ko.rfc3339(self.clock.now())
+        meta["deletionGracePeriodSeconds"] = int(
+            pod["spec"].get("terminationGracePeriodSeconds", 30)
+        )
+        due = self.clock.scenario_time() + self.options.termination_seconds
+        self._terminating[(meta["namespace"], meta["name"])] = (meta["uid"], due)
+        return self.store.put("pods", pod)
+
+    def _reap(self, now: float) -> None:
+        """Terminating pods whose time is up are gone (their controllers then replace them)."""
+        for key, (uid, due) in list(self._terminating.items()):
+            if due > now:
+                continue
+            del self._terminating[key]
+            pod = self.store.get("pods", *key)
+            if pod is not None and pod["metadata"]["uid"] == uid:
+                gone = self.store.delete("pods", *key)
+                if gone is not None:
+                    self._pod_gone(gone)
 
     def _pod_gone(self, pod: Obj) -> None:
         now = self.clock.scenario_time()

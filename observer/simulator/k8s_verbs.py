@@ -253,9 +253,16 @@ class Verbs:
         opts = req.body if isinstance(req.body, dict) else {}
         uid = (opts.get("preconditions") or {}).get("uid")
         dry = req.params.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        grace_raw = opts.get("gracePeriodSeconds", req.params.get("gracePeriodSeconds"))
+        grace = None if grace_raw is None else int(grace_raw)
         try:
             gone = self.cluster.delete(
-                req.resource.plural, req.namespace or "", req.name or "", uid=uid, dry_run=dry
+                req.resource.plural,
+                req.namespace or "",
+                req.name or "",
+                uid=uid,
+                dry_run=dry,
+                grace=grace,
             )
         except NotFound:
             return not_found(req)

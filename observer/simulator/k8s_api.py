@@ -107,6 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception:  # headers are sent: end the stream rather than answer twice
+            log.exception("k8s-sim: watch %s failed", self.path)
         self.close_connection = True
 
     # --- routing ------------------------------------------------------------------------------

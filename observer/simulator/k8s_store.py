@@ -102,7 +102,11 @@ class ObjectStore:
     def put(
         self, resource: str, obj: Obj, *, expect_rv: str | None = None, create: bool = False
     ) -> Obj:
-        """Store `obj` (taking ownership) with a new resourceVersion; ADDED or MODIFIED."""
+        """Store `obj` with a new resourceVersion; ADDED or MODIFIED. Returns the stored object.
+
+        The top level and metadata are copied, so a caller that built `obj` from a stored object
+        with `{**old, ...}` cannot change the old version (which watch history still holds).
+        """
         with self._lock:
             key = key_of(resource, obj)
             objs = self._objects.setdefault(resource, {})
@@ -115,7 +119,7 @@ class ObjectStore:
                     "been modified; please apply your changes to the latest version and try again"
                 )
             self._rv += 1
-            obj["metadata"]["resourceVersion"] = str(self._rv)
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self._rv)}}
             objs[key[1:]] = obj
             self._record("ADDED" if old is None else "MODIFIED", resource, obj)
             return obj

@@ -54,6 +54,18 @@ def _stamps(current: Vector) -> dict[str, float]:
     return out
 
 
+def last_seen(vanished: Vector) -> dict[str, float]:
+    """Node -> newest last-seen time of its vanished GPUs (their node's age stays known)."""
+    out: dict[str, float] = {}
+    for r in vanished:
+        m = r["metric"]
+        node = m.get("Hostname") or m.get("hostname") or ""
+        t = float(r["value"][1])
+        if node and t > out.get(node, -np.inf):
+            out[node] = t
+    return out
+
+
 def interval_from(answer: Vector | None, window: float) -> float | None:
     """Scrape interval from `max(count_over_time(x[window]))`; None when unknown."""
     if not answer:
@@ -115,6 +127,7 @@ def assemble(
     up, _unmapped = exporter_up(answers.get("up") or [], known)
     exporters = ExporterHealth(
         up=up,
+        last_scrape=last_seen(answers.get("vanished") or []),
         scrape_interval=interval_from(answers.get("interval"), s.interval_window),
         source_ok=not problems,
         degraded_reason="; ".join(problems),

@@ -7,8 +7,9 @@ per GPU per metric":
 - `identity`: one row per GPU label set with its sample time (`timestamp()` on the bare
   selector, the only form where Prometheus returns the sample's own time). Only the labels the
   snapshot uses are kept (`max by (...)`), accepting `Hostname` and `hostname` and MIG labels.
-- `vanished`: GPUs seen within the inventory window but absent now (XID 79), so a lost GPU is a
-  row with NaN metrics rather than missing.
+- `vanished`: GPUs seen within the inventory window but absent now (XID 79, exporter down past
+  the lookback), valued by when they were last seen: a lost GPU is a row with NaN metrics rather
+  than missing, and its node's last-sample age stays known.
 - `values`: every gauge (and error-counter totals, only where non-zero) in one query, keyed by
   UUID (+ `GPU_I_ID`) and a `gf` label that carries the family name; restricted to each GPU's
   *newest* label set, because backfilled data has no staleness markers and an old pod's series
@@ -100,6 +101,8 @@ class PromSettings:
     """Counter increase window (seconds); at least 2 scrape intervals."""
     inventory_window: float = 900.0
     """GPUs seen this long ago are still rows of the snapshot (with NaN metrics)."""
+    inventory_step: float = 15.0
+    """Resolution of the inventory subquery that finds when a vanished GPU was last seen."""
     inventory_metric: str = "DCGM_FI_DEV_FB_USED"
     """The family that enumerates GPUs (default-on, reported per MIG instance too)."""
     interval_window: float = 600.0
@@ -181,8 +184,8 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
         Query("identity", f"max by ({ident}) (timestamp({inv}))", essential=True),
         Query(
             "vanished",
-            f"group by ({ident}) (last_over_time({inv}[{_dur(s.inventory_window)}])) "
-            f"unless on ({KEY}) {inv}",
+            f"max by ({ident}) (max_over_time(timestamp({inv})[{_dur(s.inventory_window)}:"
+            f"{_dur(s.inventory_step)}])) unless on ({KEY}) {inv}",
         ),
         Query(
             "values",

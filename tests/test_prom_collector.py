@@ -54,10 +54,6 @@ def prom_1m(
     handle.stop()
 
 
-def collect(url: str, at: float, **kw: float) -> PrometheusCollector:
-    return PrometheusCollector(PromSettings(url, **kw))  # type: ignore[arg-type]
-
-
 def test_snapshot_at_ten_minutes(prom: PrometheusHandle, scenario: Scenario) -> None:
     t = scenario.start + 10 * MIN
     with PrometheusCollector(PromSettings(prom.url)) as c:
@@ -157,9 +153,9 @@ def test_prometheus_stopped_raises(
     sc = scenario.model_copy(update={"duration": 120.0, "faults": [], "confounders": []})
     handle = prometheus_factory(sc)
     handle.stop()
-    with PrometheusCollector(PromSettings(handle.url, retries=1, backoff=0.05)) as c:
-        with pytest.raises(CollectionError) as err:
-            c.collect(sc.start + 60)
+    settings = PromSettings(handle.url, retries=1, backoff=0.05)
+    with PrometheusCollector(settings) as c, pytest.raises(CollectionError) as err:
+        c.collect(sc.start + 60)
     assert err.value.temporary and "unreachable" in str(err.value)
     assert handle.url in str(err.value) and "--prometheus-url" in err.value.hint
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import select
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -379,3 +382,59 @@ def test_terminating_pods_linger_for_the_grace_period(tmp_path: Path) -> None:
             v1.delete_namespaced_pod("serve-0", "serving", grace_period_seconds=0)
             names = {p.metadata.name for p in v1.list_namespaced_pod("serving").items}
             assert "serve-0" not in names and len(names) == 2
+
+
+CANDIDATE = """
+import sys
+from kubernetes import config
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+config.load_kube_config(config_file=sys.argv[2])
+name = sys.argv[1]
+cfg = electionconfig.Config(
+    LeaseLock("gpufleet-leader", "gpufleet", name),
+    lease_duration=4, renew_deadline=3, retry_period=1,
+    onstarted_leading=lambda: print("LEADING", name, flush=True),
+    onstopped_leading=lambda: print("STOPPED", name, flush=True),
+)
+leaderelection.LeaderElection(cfg).run()
+"""
+
+
+def test_client_leader_election_with_lease_lock(sim: Sim, tmp_path: Path) -> None:
+    """The kubernetes client's own LeaseLock elects one leader; the other stays a follower."""
+    script = tmp_path / "candidate.py"
+    script.write_text(CANDIDATE)
+    procs = {}
+    try:
+        for name in ("a", "b"):
+            procs[name] = subprocess.Popen(
+                [sys.executable, str(script), name, str(sim.kubeconfig)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+            if name == "a":
+                assert procs["a"].stdout is not None
+                assert procs["a"].stdout.readline().strip() == "LEADING a"
+        time.sleep(2.5)  # a renews every second, so b stays a follower
+        co = client.CoordinationV1Api(client.ApiClient(_config(sim)))
+        lease = co.read_namespaced_lease("gpufleet-leader", "gpufleet")
+        assert lease.spec.holder_identity == "a"
+        assert procs["b"].poll() is None
+        procs["a"].kill()  # the leader dies without releasing: b takes over once the lease expires
+        out_b = procs["b"].stdout
+        assert out_b is not None
+        ready, _, _ = select.select([out_b], [], [], 15)
+        assert ready and out_b.readline().strip() == "LEADING b"
+        lease = co.read_namespaced_lease("gpufleet-leader", "gpufleet")
+        assert lease.spec.holder_identity == "b"
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+def _config(sim: Sim) -> client.Configuration:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+    return cfg

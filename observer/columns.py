@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from observer.model import NO_INDEX, FloatArray, IntArray, StrArray
+from observer.model import NO_INDEX, BoolArray, FloatArray, IntArray, StrArray
 
 Positions = npt.NDArray[np.intp]
 
@@ -77,11 +77,11 @@ def same_keys(a: np.ndarray, b: np.ndarray) -> bool:
     return a is b or (a.shape == b.shape and bool((a == b).all()))
 
 
-def newest_per_position(pos: IntArray, timestamp: FloatArray) -> tuple[Positions, int, int]:
+def newest_per_position(pos: np.ndarray, timestamp: FloatArray) -> tuple[Positions, int, int]:
     """Which series to keep: (indices into the series, duplicates dropped, unknown dropped).
 
     Series with pos NO_INDEX are dropped; among series of one position the newest sample wins
-    (a NaN timestamp is oldest), ties go to the later series.
+    (a NaN timestamp is oldest), ties go to the later series. Two `ufunc.at` passes, no sort.
     """
     known = pos >= 0
     n_unknown = int(pos.shape[0] - np.count_nonzero(known))
@@ -93,19 +93,64 @@ def newest_per_position(pos: IntArray, timestamp: FloatArray) -> tuple[Positions
     if counts.max() <= 1:
         return idx, 0, n_unknown
     ts = np.nan_to_num(timestamp[idx], nan=-np.inf)
-    order = np.lexsort((np.arange(p.size), ts, p))
-    ps = p[order]
-    last = np.ones(ps.size, dtype=bool)
-    last[:-1] = ps[1:] != ps[:-1]
-    keep = idx[order[last]]
+    best = np.full(counts.size, -np.inf)
+    np.maximum.at(best, p, ts)
+    newest = np.flatnonzero(ts == best[p])
+    last = np.full(counts.size, -1, dtype=np.intp)
+    np.maximum.at(last, p[newest], newest)
+    keep = idx[last[last >= 0]]
     return keep, int(p.size - keep.size), n_unknown
 
 
-def scatter(n: int, pos: IntArray, values: FloatArray) -> FloatArray:
-    """A read-only column of `n` rows: `values` at `pos`, NaN elsewhere."""
-    out = np.full(n, np.nan)
-    out[pos] = values
-    return readonly(out)
+CHUNK = 1 << 16
+BLOCK = 64
+
+
+def first_occurrence(keys: StrArray, chunk: int = CHUNK) -> tuple[Positions, dict[Any, int]]:
+    """Per row, the first row holding the same key; and the index key -> first row.
+
+    Rows that repeat earlier rows in the same order (identity rows gathered from one metric's
+    series after another's) are matched by hashing one key per 64-row block and comparing whole
+    blocks vectorised; every other row is hashed (`dict.setdefault` through `map`, in C).
+    """
+    n = len(keys)
+    first = np.empty(n, dtype=np.intp)
+    index: dict[Any, int] = {}
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        rest = np.arange(start, stop)
+        if start:
+            aligned = _aligned_rows(keys, start, stop, index, first)
+            if aligned is not None:
+                rest = rest[~aligned]
+        first[rest] = np.fromiter(
+            map(index.setdefault, keys[rest].tolist(), rest.tolist()), np.intp, count=rest.size
+        )
+    return first, index
+
+
+def _aligned_rows(
+    keys: StrArray, start: int, stop: int, index: Mapping[Any, int], first: Positions
+) -> BoolArray | None:
+    """Rows start..stop that repeat, block by block, rows before `start` (their `first` is
+    filled in); None when too few blocks line up to be worth it."""
+    heads = np.arange(start, stop, BLOCK)
+    head_row = lookup(keys[heads], index).astype(np.intp)
+    tails = np.minimum(heads + BLOCK - 1, stop - 1)
+    tail_row = np.where(head_row >= 0, head_row + (tails - heads), -1)
+    probe = (tail_row >= 0) & (tail_row < start)
+    probe[probe] = keys[tail_row[probe]] == keys[tails[probe]]
+    if np.count_nonzero(probe) < heads.size // 2:
+        return None
+    block = (np.arange(start, stop) - start) // BLOCK
+    cand = np.where(
+        head_row[block] >= 0, head_row[block] + (np.arange(start, stop) - heads[block]), -1
+    )
+    ok = (cand >= 0) & (cand < start)
+    cand[~ok] = 0
+    ok &= keys[cand] == keys[start:stop]
+    first[start:stop][ok] = first[cand[ok]]
+    return ok
 
 
 A = TypeVar("A", bound=np.ndarray)

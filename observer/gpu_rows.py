@@ -13,11 +13,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from observer.columns import factorize, lookup, readonly, same_keys
+from observer.columns import (
+    BLOCK,
+    Positions,
+    factorize,
+    first_occurrence,
+    lookup,
+    newest_per_position,
+    readonly,
+    same_keys,
+)
 from observer.model import NO_INDEX, GpuTable, IntArray, Node, NodeName, StrArray
 from observer.snapshot_inputs import GpuColumns, MetricSeries, gpu_keys
 
-_BLOCK = 64
 NO_HOSTNAME = "<no-hostname>"
 """Node name for GPUs whose series carry neither `Hostname` nor `hostname` (not a valid
 Kubernetes name, so it cannot collide with a real node)."""
@@ -35,39 +43,35 @@ class GpuRows:
     node_index: IntArray
     nodes: tuple[Node, ...]
     duplicate_rows: int
-    key_to_row: dict[str, int]
-    """Row key -> the identity row kept for it (the newest)."""
-    _gpu_of_row: IntArray | None = None
-    _row_to_gpu: IntArray | None = None
+    group: Positions
+    """Per identity row, the first row with the same key (the key's id)."""
+    key_to_group: dict[str, int]
+    """Row key -> its id (first row)."""
+    _gpu_of_group: IntArray | None = None
     _seen: list[tuple[StrArray, IntArray]] = field(default_factory=list)
 
     @property
     def count(self) -> int:
         return int(self.gpu_rows.shape[0])
 
-    def gpu_of_kept_row(self) -> IntArray:
-        """GPU position per identity row, for kept rows (others: NO_INDEX)."""
-        if self._gpu_of_row is None:
+    def gpu_of_group(self) -> IntArray:
+        """GPU position per key id (indexed by row; rows that are not ids: NO_INDEX)."""
+        if self._gpu_of_group is None:
             out = np.full(len(self.keys), NO_INDEX, dtype=np.int32)
-            out[self.gpu_rows] = np.arange(self.count, dtype=np.int32)
-            self._gpu_of_row = out
-        return self._gpu_of_row
+            out[self.group[self.gpu_rows]] = np.arange(self.count, dtype=np.int32)
+            self._gpu_of_group = out
+        return self._gpu_of_group
 
     def row_to_gpu(self) -> IntArray:
         """GPU position of every identity row (duplicates map to their kept GPU)."""
-        if self._row_to_gpu is None:
-            if self.duplicate_rows == 0:
-                self._row_to_gpu = self.gpu_of_kept_row()
-            else:
-                self._row_to_gpu = self.lookup(self.keys)
-        return self._row_to_gpu
+        return self.gpu_of_group()[self.group]
 
     def lookup(self, keys: StrArray) -> IntArray:
         """GPU position per key by hashing (NO_INDEX for keys not among the identity rows)."""
-        rows = lookup(keys, self.key_to_row)
-        if not self.key_to_row:
-            return rows  # all NO_INDEX
-        return np.where(rows >= 0, self.gpu_of_kept_row()[rows], NO_INDEX).astype(np.int32)
+        groups = lookup(keys, self.key_to_group)
+        if not self.key_to_group:
+            return groups  # all NO_INDEX
+        return np.where(groups >= 0, self.gpu_of_group()[groups], NO_INDEX).astype(np.int32)
 
     def positions(self, series: MetricSeries) -> IntArray:
         """GPU position of each series, NO_INDEX for GPUs not among the identity rows."""
@@ -96,21 +100,21 @@ class GpuRows:
         m, n = len(keys), len(self.keys)
         if m == 0 or n == 0:
             return self.lookup(keys)
-        heads = np.arange(0, m, _BLOCK)
-        head_row = lookup(keys[heads], self.key_to_row)
-        head_row[head_row < 0] = -n - _BLOCK
-        tails = np.minimum(heads + _BLOCK - 1, m - 1)  # do blocks line up at all? (cheap probe)
+        heads = np.arange(0, m, BLOCK)
+        head_row = lookup(keys[heads], self.key_to_group)
+        head_row[head_row < 0] = -n - BLOCK
+        tails = np.minimum(heads + BLOCK - 1, m - 1)  # do blocks line up at all? (cheap probe)
         tail_row = head_row + (tails - heads)
         lined_up = (tail_row >= 0) & (tail_row < n)
         lined_up[lined_up] = self.keys[tail_row[lined_up]] == keys[tails[lined_up]]
         if np.count_nonzero(lined_up) < heads.size // 2:
             return self.lookup(keys)
-        block = np.arange(m) // _BLOCK
+        block = np.arange(m) // BLOCK
         cand = head_row[block] + (np.arange(m) - heads[block])
         ok = (cand >= 0) & (cand < n)
         cand[~ok] = 0
         ok &= self.keys[cand] == keys
-        pos = np.where(ok, self.row_to_gpu()[cand], NO_INDEX).astype(np.int32)
+        pos = np.where(ok, self.gpu_of_group()[self.group[cand]], NO_INDEX).astype(np.int32)
         miss = np.flatnonzero(~ok)
         if miss.size:
             pos[miss] = self.lookup(keys[miss])
@@ -153,13 +157,13 @@ def resolve_gpu_rows(
     """Dedupe identity rows, join to nodes, and order GPUs canonically."""
     keys = gpus.mig_keys()
     n = len(keys)
-    if gpus.timestamp is not None:  # later rows win in the dict: put the newest last
-        by_age = np.argsort(np.nan_to_num(gpus.timestamp, nan=-np.inf), kind="stable")
-        newest = dict(zip(keys[by_age].tolist(), by_age.tolist(), strict=True))
+    group, key_to_group = first_occurrence(keys)
+    if len(key_to_group) < n:  # duplicate rows: keep the newest of each key (ties: the later)
+        stamp = gpus.timestamp if gpus.timestamp is not None else np.zeros(n)
+        kept, _, _ = newest_per_position(group, stamp)
+        kept.sort()  # first-seen order of identity rows, so runs of one node stay together
     else:
-        newest = dict(zip(keys.tolist(), range(n), strict=True))
-    kept = np.fromiter(newest.values(), dtype=np.intp, count=len(newest))
-    kept.sort()  # first-seen order of identity rows, so runs of one node stay together
+        kept = np.arange(n)
     host = gpus.hostname[kept]
     if host.size and (host == "").any():
         host = np.where(host == "", NO_HOSTNAME, host)
@@ -183,7 +187,8 @@ def resolve_gpu_rows(
         node_index=node_of_kept[order].astype(np.int32),
         nodes=nodes,
         duplicate_rows=n - len(kept),
-        key_to_row=newest,
+        group=group,
+        key_to_group=key_to_group,
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,9 @@ from observer.catalog import (
     LABEL_UUID,
 )
 from observer.model import FloatArray, IntArray, StrArray
+
+IndexArray = npt.NDArray[np.integer[Any]]
+"""Any integer dtype (`np.arange` gives int64; the snapshot stores int32)."""
 
 
 def str_column(values: Iterable[object] | np.ndarray) -> StrArray:
@@ -71,7 +75,7 @@ class GpuColumns:
 
     uuid: StrArray
     hostname: StrArray
-    device_index: IntArray
+    device_index: IndexArray
     model_name: StrArray
     pci_bus_id: StrArray | None = None
     mig_instance: StrArray | None = None
@@ -181,7 +185,7 @@ class MetricSeries:
     timestamp: FloatArray
     uuid: StrArray | None = None
     mig_instance: StrArray | None = None
-    row: IntArray | None = None
+    row: IndexArray | None = None
     increase: FloatArray | None = None
     window_seconds: float = 0.0
 

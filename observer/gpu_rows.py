@@ -48,6 +48,7 @@ class GpuRows:
     key_to_group: dict[str, int]
     """Row key -> its id (first row)."""
     _gpu_of_group: IntArray | None = None
+    _row_to_gpu: IntArray | None = None
     _seen: list[tuple[StrArray, IntArray]] = field(default_factory=list)
 
     @property
@@ -64,7 +65,9 @@ class GpuRows:
 
     def row_to_gpu(self) -> IntArray:
         """GPU position of every identity row (duplicates map to their kept GPU)."""
-        return self.gpu_of_group()[self.group]
+        if self._row_to_gpu is None:
+            self._row_to_gpu = self.gpu_of_group()[self.group]
+        return self._row_to_gpu
 
     def lookup(self, keys: StrArray) -> IntArray:
         """GPU position per key by hashing (NO_INDEX for keys not among the identity rows)."""

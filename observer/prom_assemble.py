@@ -2,10 +2,11 @@
 
 Separate from the HTTP adapter (observer.prom_collector) so that instant cycles and the steps
 of a range replay assemble identically, and so the rules live in one readable place:
-counters join their latest value with the server-side `increase()`; sparse answers (error
-counters, XID count) become 0 for GPUs that report, when the family exists at all; `up` and the
-inferred scrape interval feed TelemetryHealth; a failed or partial query marks the snapshot
-degraded with the reason, never silently.
+- counters join their latest value with the server-side `increase()`;
+- sparse answers become 0 for GPUs that report: error counters when the family exists at all,
+  the XID count always (dcgm-exporter omits zero counts);
+- `up`, vanished GPUs' last-seen times and the inferred scrape interval feed TelemetryHealth;
+- a failed or partial query marks the snapshot degraded with the reason, never silently.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
         if merged is not None:
             metrics[fam] = merged
     xid = answers.get("xid_count")
-    if xid is not None and XID_COUNT_METRIC in present:
+    if xid is not None:  # dcgm-exporter omits zero counts: reporting GPUs without one have 0
         metrics[XID_COUNT_METRIC] = fill_zero(
             gpu_series(xid, stamp_of) if xid else None, gpus, n_cur
         )

@@ -17,7 +17,9 @@ per GPU per metric":
 - one `increase(...[w])` per counter family (reset-aware on the server); error counters come back
   only where they rose (`> 0`), the rest is filled with 0 for GPUs that report.
 - `families`: which families exist at all (tiny), so absent means "not collected", not 0.
-- XID count, training steps and their increase, `up`, the scrape interval (samples per window
+- the XID count only where its own sample is the GPU's newest (dcgm-exporter drops the
+  series when its window empties; without staleness markers it would linger), then
+  training steps and their increase, `up`, the scrape interval (samples per window
   of the busiest series) and kube-state-metrics (two queries).
 """
 
@@ -203,7 +205,11 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
         queries.append(Query(f"increase:{name}", expr, family=name))
     ksm = f",{s.ksm_matchers}" if s.ksm_matchers else ""
     queries += [
-        Query("xid_count", f"sum by ({KEY}) ({XID_COUNT_METRIC} and {on_newest})"),
+        Query(
+            "xid_count",
+            f"sum by ({KEY}) ({XID_COUNT_METRIC} and (timestamp({XID_COUNT_METRIC}) >= on ({KEY}) "
+            f"group_left max by ({KEY}) (timestamp({inv}))))",
+        ),
         Query("steps", f"max by ({LABEL_NAMESPACE}, {LABEL_POD}) ({STEPS_METRIC})"),
         Query(
             "steps_increase",

@@ -66,6 +66,8 @@ class _Target:
     ok: bool = False
     malformed_total: int = 0
     warned: bool = False
+    inventory: dict[str, tuple[dict[str, str], float]] = field(default_factory=dict)
+    """GPU key -> (labels, last seen): a GPU that vanished from the page stays a row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,7 @@ class ScrapeCollector:
         urls = self.target_urls()
         t = self.now()
         fetched = fetch_all(self._pool, self._session, urls, self.settings.timeout)
+        s = self.settings
         stats: list[QueryStat] = []
         problems: list[str] = []
         malformed = 0
@@ -155,6 +158,12 @@ class ScrapeCollector:
                             "malformed lines of this target are counted, not logged",
                             f.url, page.malformed, page.first_error)  # fmt: skip
             st.page, st.at = page, t
+            for key, labels in page.identity.items():
+                st.inventory[key] = (dict(labels), t)
+            for key in [
+                k for k, (_, seen) in st.inventory.items() if t - seen > s.inventory_window
+            ]:
+                del st.inventory[key]
             st.node = _node_of(page) or st.node
             self._push(page, t)
             stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, page.samples, True))
@@ -200,6 +209,7 @@ class ScrapeCollector:
         status: list[dict[str, Any]] = []
         up: dict[str, bool] = {}
         last: dict[str, float] = {}
+        lost: list[tuple[dict[str, str], float]] = []
         for url in urls:
             st = self._targets[url]
             if st.page is None or not t - st.at <= s.inventory_window:
@@ -208,9 +218,12 @@ class ScrapeCollector:
             if st.node:
                 up[st.node] = st.ok
                 last[st.node] = st.at
-            for labels in page.identity.values():
-                cols.rows.append(dict(labels))
-                cols.stamps.append(st.at)
+            for key, (labels, seen) in st.inventory.items():
+                if key in page.identity:
+                    cols.rows.append(labels)
+                    cols.stamps.append(seen)
+                else:
+                    lost.append((labels, seen))
             for fam, (keys, vals, _) in page.gpu.items():
                 k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
                 k.extend(keys)
@@ -223,10 +236,12 @@ class ScrapeCollector:
                     kube.append(row)
                 elif x == 1:
                     status.append(row)
+        cols.rows += [labels for labels, _ in lost]  # vanished GPUs last: rows, no data
+        cols.stamps += [seen for _, seen in lost]
         gpus = GpuColumns.from_label_dicts(cols.rows, cols.stamps)
         metrics = self._metrics(cols, t)
-        if XID_COUNT_METRIC in metrics:
-            metrics[XID_COUNT_METRIC] = fill_zero(metrics[XID_COUNT_METRIC], gpus, len(gpus))
+        n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
+        metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_paged)
         ksm_nodes, ksm_pods = kube_records(kube, status, ())
         exporters = ExporterHealth(up=up, last_scrape=last, sample_times=[np.array(self._cycles)])
         return self.builder.build_with_report(

@@ -131,3 +131,37 @@ def fleet_columns(n_gpus: int, pods_per_job: float = 12.5, seed: int = 0) -> Fle
         for i in range(min(200, n_nodes))
     ]
     return FleetColumns(now, gpus, metrics, nodes, pods, steps, exporters, events, n_jobs)
+
+
+def every_series_identity(fleet: FleetColumns) -> tuple[GpuColumns, dict[str, MetricSeries]]:
+    """The same fleet as a collector that keeps the labels of every series would pass it:
+    identity rows concatenated metric after metric (21 rows per GPU), series keyed by row."""
+    g = fleet.gpus
+    position = {u: i for i, u in enumerate(g.uuid.tolist())}
+    parts, stamps, metrics, offset = [], [], {}, 0
+    for name, s in fleet.metrics.items():
+        assert s.uuid is not None
+        parts.append(s.uuid)
+        stamps.append(s.timestamp)
+        rows = np.arange(offset, offset + len(s))
+        metrics[name] = MetricSeries(
+            s.value, s.timestamp, row=rows, increase=s.increase, window_seconds=s.window_seconds
+        )
+        offset += len(s)
+    uuid = np.concatenate(parts)
+    src = np.fromiter(map(position.__getitem__, uuid.tolist()), np.intp, count=uuid.size)
+
+    def take(col: np.ndarray | None) -> np.ndarray | None:
+        return None if col is None else col[src]
+
+    cols = GpuColumns(
+        uuid=uuid,
+        hostname=g.hostname[src],
+        device_index=g.device_index[src],
+        model_name=g.model_name[src],
+        pci_bus_id=take(g.pci_bus_id),
+        pod=take(g.pod),
+        namespace=take(g.namespace),
+        timestamp=np.concatenate(stamps),
+    )
+    return cols, metrics

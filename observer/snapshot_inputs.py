@@ -5,9 +5,11 @@ either into the same FleetSnapshot. Per-GPU data are parallel numpy columns; str
 object arrays (`dtype=object`) of Python strings, with "" for an absent label.
 
 - `GpuColumns`: GPU identity rows as dcgm-exporter labels them (one row per series or per GPU;
-  duplicates are fine, the builder keeps the newest row per GPU / MIG instance). Give it the
-  *inventory*: every GPU seen over a lookback longer than the scrape interval, so that a GPU whose
-  series just vanished (XID 79) is still a row, with NaN metrics, rather than silently missing.
+  duplicates are fine, the builder keeps the newest row per GPU / MIG instance). Best give it the
+  *inventory*: one row per GPU seen over a lookback longer than the scrape interval, so that a GPU
+  whose series just vanished (XID 79) is still a row, with NaN metrics, rather than missing.
+  Rows gathered from every metric's series also work (series then keyed by `row`); the builder
+  deduplicates them, at some cost (docs/performance.md).
 - `MetricSeries`: one metric's samples, one entry per series, keyed by GPU UUID (+ MIG instance)
   or by row of the `GpuColumns` it came with.
 - `PodSeries`: a per-pod series such as `training_steps_total{namespace,pod}`.

@@ -1,93 +1,32 @@
-"""The snapshot builder: joins, identity, duplicates, missing data, telemetry, immutability."""
+"""The snapshot builder: joins, hostnames, MIG, unknown nodes, duplicates, NaN, telemetry,
+immutability, canonical order, and the simulator's layout end to end."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from observer.columns import first_occurrence
-from observer.gpu_rows import NO_HOSTNAME, resolve_gpu_rows
-from observer.job_identity import JobIdentity
-from observer.model import NO_INDEX, FleetSnapshot, Node, NodeName, Pod, frozen_map
+from observer.gpu_rows import NO_HOSTNAME
+from observer.model import NO_INDEX, NodeName, Pod, frozen_map
 from observer.simulator.layout import build_layout
 from observer.simulator.scenario import demo_scenario
 from observer.snapshot_builder import SnapshotBuilder, build_snapshot
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.telemetry_health import infer_scrape_interval, snap_interval
-
-NOW = 1_767_225_600.0
-UTIL = "DCGM_FI_DEV_GPU_UTIL"
-TEMP = "DCGM_FI_DEV_GPU_TEMP"
-
-
-def obj(values: Sequence[str]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values)
-    return out
-
-
-def gpu_rows(rows: Sequence[Mapping[str, str]], ts: Sequence[float] | None = None) -> GpuColumns:
-    return GpuColumns.from_label_dicts(rows, ts)
-
-
-def row(host: str, gpu: int, pod: str = "", ns: str = "", **extra: str) -> dict[str, str]:
-    labels = {
-        "UUID": f"GPU-{host}-{gpu}",
-        "Hostname": host,
-        "gpu": str(gpu),
-        "modelName": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": f"00000000:{gpu:02X}:00.0",
-        "pod": pod,
-        "namespace": ns,
-    }
-    labels.update(extra)
-    return labels
-
-
-def series(
-    uuids: Sequence[str], values: Sequence[float] | np.ndarray, ts: Sequence[float] | float = NOW
-) -> MetricSeries:
-    t = np.full(len(values), ts) if isinstance(ts, float) else np.asarray(ts, dtype=float)
-    return MetricSeries(value=np.asarray(values, dtype=float), timestamp=t, uuid=obj(uuids))
-
-
-def node(name: str) -> Node:
-    return Node(NodeName(name), conditions=frozen_map({"Ready": "True"}))
-
-
-def pod(ns: str, name: str, host: str | None, **labels: str) -> Pod:
-    return Pod(ns, name, NodeName(host) if host else None, labels=frozen_map(labels))
-
-
-def two_node_fleet() -> FleetSnapshot:
-    rows = [row("n2", d, f"train-worker-{d // 2}", "ml") for d in range(4)]
-    rows += [row("n1", d) for d in range(2)]
-    uuids = [r["UUID"] for r in rows]
-    pods = [
-        pod(
-            "ml",
-            f"train-worker-{i}",
-            "n2",
-            **{
-                "training.kubeflow.org/job-name": "train",
-                "training.kubeflow.org/replica-index": str(i),
-                "training.kubeflow.org/replica-type": "worker",
-            },
-        )
-        for i in range(2)
-    ]
-    return build_snapshot(
-        NOW,
-        gpu_rows(rows),
-        {UTIL: series(uuids, [10, 11, 12, 13, 14, 15])},
-        nodes=[node("n1"), node("n2")],
-        pods=pods,
-    )
+from tests.snapshot_fixtures import (
+    NOW,
+    TEMP,
+    UTIL,
+    gpu_rows,
+    node,
+    obj,
+    pod,
+    row,
+    series,
+    two_node_fleet,
+)
 
 
 def test_gpus_join_nodes_pods_and_jobs_in_canonical_order() -> None:
@@ -112,121 +51,6 @@ def test_gpus_join_nodes_pods_and_jobs_in_canonical_order() -> None:
     assert list(snap.metrics[UTIL].value) == [14, 15, 10, 11, 12, 13]
     assert g.models == ("NVIDIA H100 80GB HBM3",)
     assert list(snap.gpus_of_job(0)) == [2, 3, 4, 5]
-
-
-@pytest.mark.parametrize(
-    ("labels", "expected_kind"),
-    [
-        (
-            lambda i: {
-                "training.kubeflow.org/job-name": "j",
-                "training.kubeflow.org/replica-index": str(i),
-            },
-            "training.kubeflow.org/job-name",
-        ),
-        (
-            lambda i: {
-                "jobset.sigs.k8s.io/jobset-name": "j",
-                "jobset.sigs.k8s.io/job-index": str(i // 2),
-                "batch.kubernetes.io/job-completion-index": str(i % 2),
-                "batch.kubernetes.io/job-name": f"j-workers-{i // 2}",
-            },
-            "jobset.sigs.k8s.io/jobset-name",
-        ),
-        (
-            lambda i: {"volcano.sh/job-name": "j", "volcano.sh/task-index": str(i)},
-            "volcano.sh/job-name",
-        ),
-        (
-            lambda i: {
-                "batch.kubernetes.io/job-name": "j",
-                "batch.kubernetes.io/job-completion-index": str(i),
-            },
-            "batch.kubernetes.io/job-name",
-        ),
-        (lambda i: {"job-name": "j"}, "job-name"),  # rank from the pod name's ordinal
-        (  # kube-state-metrics' sanitised label names
-            lambda i: {
-                "label_training_kubeflow_org_job_name": "j",
-                "label_training_kubeflow_org_replica_index": str(i),
-            },
-            "training.kubeflow.org/job-name",
-        ),
-    ],
-)
-def test_job_identity_and_rank_for_each_operator(labels, expected_kind: str) -> None:
-    order = [3, 0, 2, 1]  # listed out of rank order, on nodes in another order
-    pods = [pod("ns", f"j-w-{i}", f"n{9 - i}", **labels(i)) for i in order]
-    rows = [row(f"n{9 - i}", 0, f"j-w-{i}", "ns") for i in order]
-    snap = build_snapshot(NOW, gpu_rows(rows), {}, pods=pods)
-    (job,) = snap.jobs
-    assert job.key == "ns/j"
-    assert job.kind == expected_kind
-    assert [snap.pods[i].name for i in job.pod_indices] == [f"j-w-{i}" for i in range(4)]
-    assert [snap.pods[i].rank for i in job.pod_indices] == [0, 1, 2, 3]
-    ranks = [snap.pods[p].rank for p in snap.gpus.pod_index]
-    assert ranks == [3, 2, 1, 0]  # GPUs ordered by node name n6..n9
-
-
-def test_leaders_rank_first_and_launchers_have_no_rank() -> None:
-    kf = "training.kubeflow.org/"
-    pods = [
-        pod(
-            "ml",
-            "pt-master-0",
-            "a",
-            **{f"{kf}job-name": "pt", f"{kf}replica-type": "master", f"{kf}replica-index": "0"},
-        ),
-        pod(
-            "ml",
-            "pt-worker-0",
-            "b",
-            **{f"{kf}job-name": "pt", f"{kf}replica-type": "worker", f"{kf}replica-index": "0"},
-        ),
-        pod(
-            "ml",
-            "pt-worker-1",
-            "c",
-            **{f"{kf}job-name": "pt", f"{kf}replica-type": "worker", f"{kf}replica-index": "1"},
-        ),
-        pod("ml", "mpi-launcher", "a", **{f"{kf}job-name": "mpi", f"{kf}replica-type": "launcher"}),
-        pod(
-            "ml",
-            "mpi-worker-0",
-            "b",
-            **{f"{kf}job-name": "mpi", f"{kf}replica-type": "worker", f"{kf}replica-index": "0"},
-        ),
-    ]
-    recs, jobs = JobIdentity().assign(pods)
-    by_name = {p.name: p for p in recs}
-    assert [by_name[n].rank for n in ("pt-master-0", "pt-worker-0", "pt-worker-1")] == [0, 1, 2]
-    assert by_name["mpi-launcher"].rank == NO_INDEX
-    assert by_name["mpi-worker-0"].rank == 0
-    mpi = next(j for j in jobs if j.key == "ml/mpi")
-    assert [recs[i].name for i in mpi.pod_indices] == ["mpi-worker-0", "mpi-launcher"]
-
-
-def test_job_label_priority_and_custom_keys() -> None:
-    js = pod(
-        "ns",
-        "x-0",
-        "n",
-        **{
-            "jobset.sigs.k8s.io/jobset-name": "big",
-            "batch.kubernetes.io/job-name": "big-workers-0",
-        },
-    )
-    assert JobIdentity().job_of(js) == ("ns/big", "jobset.sigs.k8s.io/jobset-name")
-    custom = pod("ns", "y-0", "n", **{"team.example.com/run": "r1"})
-    assert JobIdentity().job_of(custom) is None
-    assert JobIdentity(("team.example.com/run",)).job_of(custom) == (
-        "ns/r1",
-        "team.example.com/run",
-    )
-    snap = build_snapshot(
-        NOW, gpu_rows([]), {}, pods=[custom], job_label_keys=("team.example.com/run",)
-    )
-    assert [j.key for j in snap.jobs] == ["ns/r1"]
 
 
 def test_hostname_and_Hostname_both_accepted() -> None:
@@ -532,158 +356,3 @@ def test_module_docstring_example() -> None:
     import observer.snapshot_builder as module
 
     assert doctest.testmod(module).failed == 0
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(0, 5),  # GPU
-            st.one_of(st.none(), st.integers(0, 3)),  # timestamp (None: NaN)
-            st.integers(0, 1000),  # value
-        ),
-        max_size=30,
-    ),
-    st.booleans(),
-)
-def test_newest_sample_wins_like_a_plain_loop(
-    samples: list[tuple[int, int | None, int]], by_row: bool
-) -> None:
-    rows = [row("n", d) for d in range(6)]
-    ts = np.array([np.nan if t is None else NOW + t for _, t, _ in samples], dtype=float)
-    values = np.array([float(v) for _, _, v in samples])
-    if by_row:
-        s = MetricSeries(values, ts, row=np.array([g for g, _, _ in samples], dtype=np.int32))
-    else:
-        s = MetricSeries(values, ts, uuid=obj([rows[g]["UUID"] for g, _, _ in samples]))
-    snap = build_snapshot(NOW, gpu_rows(rows), {UTIL: s})
-    expected: dict[int, tuple[float, float]] = {}
-    for (g, _, v), t in zip(samples, ts, strict=True):
-        key = -np.inf if np.isnan(t) else t
-        if g not in expected or key >= expected[g][0]:
-            expected[g] = (key, float(v))
-    got = snap.metrics[UTIL].value
-    for g in range(6):
-        if g in expected:
-            assert got[g] == expected[g][1]
-        else:
-            assert np.isnan(got[g])
-
-
-def test_jobset_global_index_and_replacement_pods() -> None:
-    js = "jobset.sigs.k8s.io/"
-    done = "batch.kubernetes.io/job-completion-index"
-
-    def member(name: str, rjob: str, global_index: int, completion: int, phase: str) -> Pod:
-        labels = {
-            f"{js}jobset-name": "js",
-            f"{js}replicatedjob-name": rjob,
-            f"{js}job-index": "0",
-            f"{js}job-global-index": str(global_index),
-            done: str(completion),
-        }
-        return Pod("ns", name, NodeName("n"), phase=phase, labels=frozen_map(labels))
-
-    pods = [
-        member("js-workers-0-1-old", "workers", 1, 1, "Failed"),
-        member("js-workers-0-1-new", "workers", 1, 1, "Running"),
-        member("js-workers-0-0", "workers", 1, 0, "Running"),
-        member("js-driver-0-0", "driver", 0, 0, "Running"),
-        member("js-driver-0-1", "driver", 0, 1, "Running"),
-    ]
-    recs, (job,) = JobIdentity().assign(pods)
-    assert [(recs[i].name, recs[i].rank) for i in job.pod_indices] == [
-        ("js-driver-0-0", 0),
-        ("js-driver-0-1", 1),
-        ("js-workers-0-0", 2),
-        ("js-workers-0-1-new", 3),
-        ("js-workers-0-1-old", 3),
-    ]
-
-
-def test_pod_records_from_an_earlier_snapshot_are_reassigned() -> None:
-    first = two_node_fleet()
-    stale = [dataclasses.replace(p, job_index=5, rank=9) for p in first.pods]
-    loner = Pod("ml", "solo", NodeName("n1"), job_index=3, rank=2)
-    recs, _ = JobIdentity().assign([*first.pods, *stale[:1], loner])
-    assert [p.job_index for p in recs] == [0, 0, 0, NO_INDEX]
-    assert [p.rank for p in recs] == [0, 1, 0, NO_INDEX]
-    assert recs[0] is first.pods[0]  # already right: reused, not rebuilt
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    n=st.integers(0, 300),
-    dup_rows=st.integers(0, 5),
-    keep_p=st.floats(0.0, 1.0),
-    shuffle=st.booleans(),
-    unknown=st.integers(0, 5),
-    seed=st.integers(0, 2**16),
-)
-def test_series_positions_match_a_plain_dict_lookup(
-    n: int, dup_rows: int, keep_p: float, shuffle: bool, unknown: int, seed: int
-) -> None:
-    rng = np.random.default_rng(seed)
-    rows = [row(f"n{i // 8:03d}", i % 8) for i in range(n)]
-    rows += [rows[int(i)] for i in rng.integers(0, max(n, 1), dup_rows)] if n else []
-    cols = gpu_rows(rows)
-    resolved = resolve_gpu_rows(cols, [])
-    keys = [r["UUID"] for r in rows[:n] if rng.random() < keep_p]
-    for k in range(unknown):
-        keys.insert(int(rng.integers(0, len(keys) + 1)), f"GPU-unknown-{k}")
-    if shuffle:
-        rng.shuffle(keys)
-    s = MetricSeries(np.zeros(len(keys)), np.zeros(len(keys)), uuid=obj(keys))
-    gpu_of = {u: i for i, u in enumerate(resolved.keys[resolved.gpu_rows].tolist())}
-    expected = [gpu_of.get(k, NO_INDEX) for k in keys]
-    assert resolved.positions(s).tolist() == expected
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    base=st.integers(0, 400),
-    repeats=st.integers(1, 4),
-    drop_p=st.floats(0.0, 0.3),
-    shuffle_one=st.booleans(),
-    chunk=st.sampled_from([64, 100, 256, 1 << 16]),
-    seed=st.integers(0, 2**16),
-)
-def test_first_occurrence_matches_a_plain_loop(
-    base: int, repeats: int, drop_p: float, shuffle_one: bool, chunk: int, seed: int
-) -> None:
-    """Identity rows gathered series after series: repeats in order, with gaps and new keys."""
-    rng = np.random.default_rng(seed)
-    keys: list[str] = []
-    for r in range(repeats):
-        seg = [f"GPU-{i}" for i in range(base) if rng.random() >= drop_p]
-        seg.insert(int(rng.integers(0, len(seg) + 1)), f"GPU-new-{r}")
-        if shuffle_one and r == repeats - 1:
-            rng.shuffle(seg)
-        keys += seg
-    first, index = first_occurrence(obj(keys), chunk=chunk)
-    seen: dict[str, int] = {}
-    expected = [seen.setdefault(k, i) for i, k in enumerate(keys)]
-    assert first.tolist() == expected
-    assert index == seen
-
-
-def test_identity_rows_from_every_series_give_the_inventory_snapshot() -> None:
-    """A collector may pass the labels of all series (one row per series, newest wins)."""
-    inventory = [row(f"n{i // 8}", i % 8, f"p{i // 16}", "ns") for i in range(40)]
-    uuids = [r["UUID"] for r in inventory]
-    util = series(uuids, np.arange(40.0))
-    temp = series(uuids[5:], np.arange(35.0) + 100)
-    a = build_snapshot(NOW, gpu_rows(inventory), {UTIL: util, TEMP: temp})
-    moved = dict(inventory[7], pod="p-new")  # an older series still shows the old pod label
-    every = [*inventory, *inventory[5:], moved]
-    stamps = [NOW - 10] * 40 + [NOW - 10] * 35 + [NOW - 60]
-    by_row = {
-        UTIL: MetricSeries(util.value, util.timestamp, row=np.arange(40)),
-        TEMP: MetricSeries(temp.value, temp.timestamp, row=np.arange(40, 75)),
-    }
-    b, report = SnapshotBuilder().build_with_report(NOW, gpu_rows(every, stamps), by_row)
-    assert report.duplicate_identity_rows == 36
-    assert list(a.gpus.uuid) == list(b.gpus.uuid)
-    assert np.array_equal(a.gpus.pod_index, b.gpus.pod_index)
-    for name in (UTIL, TEMP):
-        assert np.array_equal(a.metrics[name].value, b.metrics[name].value, equal_nan=True)

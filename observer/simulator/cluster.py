@@ -10,6 +10,7 @@ from a `SimClock` (injectable).
 from __future__ import annotations
 
 import copy
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ from observer.simulator.scenario import Scenario, WorkloadKind
 Obj = dict[str, Any]
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", "gpufleet", ko.GPU_NAMESPACE)
 """Namespaces that exist from the start (`gpufleet`: where gpufleet itself would run)."""
+MAX_EVENTS = 2000
+"""Events the simulated cluster itself emits are kept up to this many (oldest go first)."""
 
 
 class NotFound(Exception):
@@ -64,6 +67,7 @@ class SimCluster:
         self._pdb_seen_rv = -1
         self._terminating: dict[tuple[str, str], tuple[str, float]] = {}
         """(namespace, name) -> (uid, scenario time it is gone) of Terminating pods."""
+        self._emitted: deque[tuple[str, str]] = deque()
         pools = {f"{w.namespace}/{w.name}": w.pool for w in scenario.workloads}
         owner_uids = {k: ko.new_uid(f"{scenario.cluster}/owner/{k}") for k in pools}
         self.controller = JobController(
@@ -186,6 +190,7 @@ class SimCluster:
     ) -> Obj:
         """Store a changed or new object; node changes let pending pods schedule again."""
         obj = copy.deepcopy(obj)  # the store owns what it holds
+        old: Obj | None = None
         with self.store.lock:
             if create:
                 meta = obj.setdefault("metadata", {})
@@ -197,10 +202,9 @@ class SimCluster:
                     raise NotFound(obj["metadata"]["name"])
                 for f in ("uid", "creationTimestamp"):
                     obj["metadata"][f] = old["metadata"][f]
-                if resource == "nodes":
-                    self._note_node_change(old, obj)
             out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
-            if resource == "nodes":
+            if resource == "nodes" and old is not None:
+                self._note_node_change(old, out)
                 self._evict_for_no_execute(out)
                 self.tick()
             return out
@@ -341,6 +345,9 @@ class SimCluster:
             host=host,
         )
         self.store.put("events", ev)
+        self._emitted.append((ns, ev["metadata"]["name"]))
+        while len(self._emitted) > MAX_EVENTS:  # like the API server's event TTL, by count
+            self.store.delete("events", *self._emitted.popleft())
 
     def set_node_ready(self, node: str, ready: bool) -> None:
         """Flip a node's Ready condition (a test or a scenario fault marking it NotReady)."""

@@ -51,6 +51,13 @@ class ClusterOptions:
 
 
 class SimCluster:
+    """The cluster: objects in an ObjectStore plus the controllers that react to changes.
+
+    Public surface: `get`, `write`, `delete`, `evict`, `tick`, `pods_for_metrics()`,
+    `running_pods()`, `unschedulable_nodes()`, `pods_on(node)`, `set_node_ready()`, and
+    `store` (e.g. `store.compact()` to make every older resourceVersion answer 410).
+    """
+
     def __init__(
         self,
         scenario: Scenario,

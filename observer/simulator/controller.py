@@ -50,6 +50,8 @@ def tolerates(pod: Obj, taint: Obj) -> bool:
 
 
 class JobController:
+    """Scheduler + owners' controllers: places, starts, finishes and replaces workload pods."""
+
     def __init__(
         self,
         store: ObjectStore,

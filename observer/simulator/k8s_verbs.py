@@ -68,10 +68,9 @@ def not_found(req: Request) -> Reply:
     return error(404, f'{what} "{req.name}" not found', "NotFound", req)
 
 
-_decorate = decorate
-
-
 class Verbs:
+    """The API verbs over one simulated cluster (stateless apart from it; thread-safe)."""
+
     def __init__(self, cluster: SimCluster, *, bookmark_interval: float = 10.0) -> None:
         self.cluster = cluster
         self.bookmark_interval = bookmark_interval
@@ -88,7 +87,7 @@ class Verbs:
         obj = self.cluster.store.get(req.resource.plural, req.namespace or "", req.name or "")
         if obj is None:
             return not_found(req)
-        obj = _decorate(req.resource, obj)
+        obj = decorate(req.resource, obj)
         if tables.wants_table(req.accept):
             return Reply(
                 200,
@@ -128,7 +127,7 @@ class Verbs:
             nxt = {"rv": rv, "ns": last[0], "name": last[1]}
             meta["continue"] = base64.urlsafe_b64encode(json.dumps(nxt).encode()).decode()
             meta["remainingItemCount"] = rest
-        items = [_decorate(req.resource, o) for o in items]
+        items = [decorate(req.resource, o) for o in items]
         if tables.wants_table(req.accept):
             return Reply(
                 200,
@@ -216,7 +215,7 @@ class Verbs:
             return error(
                 409, f'{req.resource.plural} "{meta["name"]}" already exists', "AlreadyExists", req
             )
-        return Reply(201, _decorate(req.resource, out))
+        return Reply(201, decorate(req.resource, out))
 
     def update(self, req: Request) -> Reply:
         body = self._body(req)
@@ -231,7 +230,7 @@ class Verbs:
         current = self.cluster.store.get(req.resource.plural, req.namespace or "", req.name or "")
         if current is None:
             return not_found(req)
-        new = apply_patch(_decorate(req.resource, current), req.content_type, req.body)
+        new = apply_patch(decorate(req.resource, current), req.content_type, req.body)
         new["metadata"]["name"], new["kind"] = req.name, req.resource.kind
         expect = None
         if new["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
@@ -247,7 +246,7 @@ class Verbs:
             return not_found(req)
         except Conflict as exc:
             return error(409, str(exc), "Conflict", req)
-        return Reply(200, _decorate(req.resource, out))
+        return Reply(200, decorate(req.resource, out))
 
     def delete(self, req: Request) -> Reply:
         opts = req.body if isinstance(req.body, dict) else {}
@@ -268,7 +267,7 @@ class Verbs:
             return not_found(req)
         except Conflict as exc:
             return error(409, str(exc), "Conflict", req)
-        return Reply(200, _decorate(req.resource, gone))
+        return Reply(200, decorate(req.resource, gone))
 
     def evict(self, req: Request) -> Reply:
         body = req.body if isinstance(req.body, dict) else {}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from tests.k8s_sim_support import Sim, running_sim
+from tests.k8s_sim_support import SMALL, Sim, running_sim
 
 
 @pytest.fixture
@@ -438,3 +438,17 @@ def _config(sim: Sim) -> client.Configuration:
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
     return cfg
+
+
+def test_late_workload_starts_where_the_layout_put_it(tmp_path: Path) -> None:
+    late = {"name": "late", "kind": "training", "namespace": "ml", "pool": "h100",
+            "replicas": 1, "gpus_per_pod": 4, "start": "10m"}  # fmt: skip
+    serve_more = {"name": "filler", "kind": "inference", "namespace": "serving", "pool": "h100",
+                  "replicas": 1, "gpus_per_pod": 4, "start": "5m"}  # fmt: skip
+    with running_sim(tmp_path, workloads=[*SMALL["workloads"], late, serve_more]) as sim:
+        layout = {p.name: (p.node, p.gpu_indices) for p in sim.cluster.layout.pods}
+        assert sim.cluster.store.get("pods", "ml", "late-worker-0") is None
+        sim.advance(11 * 60)
+        placed = {p.name: (p.node, p.gpu_indices) for p in sim.cluster.running_pods()}
+        assert placed["late-worker-0"] == layout["late-worker-0"]
+        assert placed["filler-0"] == layout["filler-0"]

@@ -178,6 +178,12 @@ class JobController:
         else:
             self.schedule(pod, slot, now)
 
+    def _layout_spot_free(self, t: SimPod) -> bool:
+        node = self.store.get("nodes", "", t.node)
+        if node is None or node["spec"].get("unschedulable"):
+            return False
+        return not self._used().get(t.node, set()) & set(t.gpu_indices)
+
     def _start(self, pod: Obj, slot: Slot, now: float, start: float) -> None:
         node = pod["spec"]["nodeName"]
         slot.placement = replace(slot.template, node=node, gpu_indices=slot.gpus, start=start)
@@ -209,8 +215,8 @@ class JobController:
         due = [t for t in self.waiting if t.start <= now]
         if due:
             self.waiting = [t for t in self.waiting if t.start > now]
-            for t in due:
-                self.create(t, now, place_as_layout=False)
+            for t in due:  # where the layout (and so the ground truth) puts them, if still free
+                self.create(t, now, place_as_layout=self._layout_spot_free(t))
         for uid, slot in list(self.slots.items()):
             pod = self._pod_by_uid(uid, slot)
             if pod is None:

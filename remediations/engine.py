@@ -65,7 +65,7 @@ def summarize(
                 a.dry_run and a.state is ActionState.DONE and a.incident_id in open_incidents
             )
             entries.append(
-                LedgerEntry(a.playbook, a.target, a.created_at, a.target_nodes, a.disruptive, holds)
+                LedgerEntry(a.playbook, a.target, a.at, a.target_nodes, a.disruptive, holds)
             )
     return JournalSummary(Ledger.of(entries), frozenset(blocked), attempts)
 

@@ -60,8 +60,14 @@ class Runner:
     def run(
         self, view: ClusterView, now: float, fresh: FreshnessCheck | None = None
     ) -> list[ActionRecord]:
-        """One pass: resume what was interrupted, then start what is approved and allowed."""
+        """One pass: resume what was interrupted, then start what is approved and allowed.
+
+        While automation is paused or the breaker is tripped, nothing moves at all (not even an
+        interrupted drain): a person has said stop, or the fleet looks wrong."""
         touched: list[ActionRecord] = []
+        state = self.store.engine_state()
+        if state.paused or state.breaker_tripped:
+            return touched
         for a in self.store.actions([ActionState.EXECUTING, ActionState.VERIFYING]):
             if a.lease_owner == self.owner or (a.lease_until or 0.0) <= now:
                 mine = self.store.update_action(
@@ -144,6 +150,7 @@ class Runner:
             now,
             state=ActionState.EXECUTING,
             lease_owner=self.owner,
+            started_at=now,
             lease_until=now + self.lease_seconds,
             message=f"approved -> executing (claimed by {self.owner})",
         )

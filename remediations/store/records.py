@@ -91,6 +91,7 @@ class ActionRecord:
     lease_owner: str | None
     lease_until: float | None
     result: str
+    started_at: float | None = None
     phase: str = "run"
     deadline: float | None = None
 
@@ -133,6 +134,12 @@ class ActionBrief:
     dry_run: bool
     created_at: float
     attempt: int
+    started_at: float | None = None
+
+    @property
+    def at(self) -> float:
+        """When it counts for rate and cooldown: its start, else its decision."""
+        return self.started_at if self.started_at is not None else self.created_at
 
 
 @dataclass(frozen=True, slots=True)

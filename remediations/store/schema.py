@@ -84,6 +84,8 @@ class ActionRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(256), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     result: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When it left `approved` for `executing` (what the rate and cooldown gates count)."""
     phase: Mapped[str] = mapped_column(String(16), default="run")
     """`run` while executing the plan, `rollback` while undoing it."""
     deadline: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -72,6 +72,7 @@ def _action(row: ActionRow) -> ActionRecord:
         lease_owner=row.lease_owner,
         lease_until=row.lease_until,
         result=row.result,
+        started_at=row.started_at,
         phase=row.phase,
         deadline=row.deadline,
     )
@@ -400,6 +401,7 @@ class Store:
                 "approved_by": None,
                 "lease_owner": None,
                 "lease_until": None,
+                "started_at": None,
                 "result": n.result,
                 "phase": "run",
                 "deadline": n.deadline,
@@ -498,6 +500,7 @@ class Store:
             ActionRow.dry_run,
             ActionRow.created_at,
             ActionRow.attempt,
+            ActionRow.started_at,
         )
         q = select(*cols).where(
             ActionRow.cluster == self.cluster,
@@ -516,6 +519,7 @@ class Store:
                     bool(r[7]),
                     r[8],
                     r[9],
+                    r[10],
                 )
                 for r in conn.execute(q)
             ]

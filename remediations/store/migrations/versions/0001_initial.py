@@ -69,6 +69,7 @@ def upgrade() -> None:
         sa.Column("lease_owner", sa.String(256), nullable=True),
         sa.Column("lease_until", sa.Float, nullable=True),
         sa.Column("result", sa.Text, nullable=False),
+        sa.Column("started_at", sa.Float, nullable=True),
         sa.Column("phase", sa.String(16), nullable=False),
         sa.Column("deadline", sa.Float, nullable=True),
         sa.UniqueConstraint("cluster", "idempotency_key", name="uq_actions_cluster_key"),

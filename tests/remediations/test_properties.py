@@ -9,6 +9,7 @@ times at the end.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 
@@ -163,7 +164,7 @@ def _check_journal(store: Store) -> None:
             per_target[(a.playbook, a.target)].append(a.started_at)
     for key, ts in per_target.items():
         ts.sort()
-        for x, y in zip(ts, ts[1:], strict=False):
+        for x, y in itertools.pairwise(ts):
             assert y - x >= g.attempts.cooldown, (key, ts)
         for t in ts:
             assert sum(1 for s in ts if t - g.attempts.window < s <= t) <= g.attempts.max_attempts

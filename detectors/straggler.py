@@ -44,15 +44,22 @@ ACTION = (
 
 @dataclass(frozen=True, slots=True)
 class Params:
-    min_gap: float = 0.1
-    """Activity gap (0..1) to the job's median that marks the pacing rank. A 25 % slower rank
-    makes its peers wait ~20 % of each step (gap ~0.18); healthy ranks of one job agree within
-    a few points per scrape."""
+    min_gap: float = 0.07
+    """Activity gap (0..1) to the job's median that marks the pacing rank. A rank s slower makes
+    its peers wait s/(1+s) of each step: at ~0.9 activity, 25 % slower gives a gap of ~0.18,
+    10 % slower ~0.08; 0.07 puts the detection limit near 8-10 % slower. Healthy ranks of one
+    job agree within a few points per scrape, and persistence absorbs the rest."""
     min_activity: float = 0.5
     """The straggler is busy: a rank below 50 % activity is waiting, not pacing."""
     job_active: float = 0.3
     """Judge a job only while it computes (median activity >= 0.3): not during checkpoints,
     hangs or start-up, where ranks legitimately differ."""
+    main_phase: float = 0.85
+    """...and only in its main compute phase: the job's busiest GPU at >= 85 % of the job's own
+    recent peak. Evaluation and other lighter phases lower every rank; a straggler lowers only
+    its peers (they wait) and stays at the peak itself. Counters hold through lighter phases."""
+    peak_decay: float = 0.995
+    """Per-cycle decay of that remembered peak (half-life ~70 cycles, ~35 min at 30 s)."""
     clock_drop: float = 0.1
     """SM clock 10 % below the job's busy median also marks a GPU (same work, fewer cycles)."""
     min_job_gpus: int = 4
@@ -62,6 +69,9 @@ class Params:
     max_outliers: int = 1
     """Where node-mates cannot be compared, at most this many elevated GPUs per job (more is a
     group, i.e. stage imbalance)."""
+    smooth_seconds: float = 60.0
+    """Time constant of the gap smoothing: two 30 s scrapes. Halves per-scrape noise while a
+    real gap (steady for minutes) passes through within a minute or two."""
     min_seconds: float = 180.0
     """Persistence: 3 minutes of flagged scrapes (6 at 30 s), within the 5-minute target and far
     longer than any rotation of per-step imbalance."""
@@ -82,6 +92,9 @@ _SPEC = {
     "onset": (np.float64, np.nan),
     "gacc": (np.float32, 0.0),
     "gonset": (np.float64, np.nan),
+    "peak": (np.float32, np.nan),
+    "gap_job": (np.float32, np.nan),
+    "gap_grp": (np.float32, np.nan),
 }
 
 
@@ -117,7 +130,15 @@ def detect(
     job_med = group_median(act, jid, n_jobs)
     jsafe = np.clip(g.job_index, 0, n_jobs - 1)
     med = np.where(valid, job_med[jsafe], np.nan)
-    judged = valid & (job_n[jsafe] >= params.min_job_gpus) & (med >= params.job_active)
+    job_max = np.full(n_jobs, np.nan)
+    np.fmax.at(job_max, jid[valid], act[valid])
+    top = np.where(valid, job_max[jsafe], np.nan)
+    peak = np.where(valid, np.fmax(top, cur["peak"] * params.peak_decay), cur["peak"]).astype(
+        np.float32
+    )
+    with np.errstate(invalid="ignore"):
+        main = top >= params.main_phase * peak
+    judged = valid & (job_n[jsafe] >= params.min_job_gpus) & (med >= params.job_active) & main
 
     gid, n_groups = _group_ids(g.job_index, g.node_index, valid)
     grp_n = np.bincount(gid[gid >= 0], minlength=n_groups)
@@ -127,8 +148,21 @@ def detect(
     gsize = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
 
     with np.errstate(invalid="ignore"):
-        gap_job = act - med
-        gap_grp = act - gmed
+        raw_job = act - med
+        raw_grp = act - gmed
+    # Smooth the gaps (EWMA, time constant `smooth_seconds`) so that scrape noise around the
+    # threshold does not drain the persistence counter; held while the job is not judged.
+    alpha = float(1.0 - np.exp(-dt / params.smooth_seconds))
+    ej, eg = cur["gap_job"], cur["gap_grp"]
+    gap_job = np.where(
+        judged, np.where(np.isnan(ej), raw_job, ej + alpha * (raw_job - ej)), ej
+    ).astype(np.float32)
+    gap_grp = np.where(
+        judged & ~np.isnan(raw_grp),
+        np.where(np.isnan(eg), raw_grp, eg + alpha * (raw_grp - eg)),
+        eg,
+    ).astype(np.float32)
+    with np.errstate(invalid="ignore"):
         elevated = judged & (gap_job >= params.min_gap) & (act >= params.min_activity)
     outliers = np.bincount(jid[elevated], minlength=n_jobs)
     comparable = gsize >= params.min_group_gpus
@@ -230,7 +264,15 @@ def detect(
                 recommended_action="rebalance the job's pipeline stages or data sharding",
             )
         )
-    new = cur.replace(acc=acc, onset=onset, gacc=gacc, gonset=gonset)
+    new = cur.replace(
+        acc=acc,
+        onset=onset,
+        gacc=gacc,
+        gonset=gonset,
+        peak=peak,
+        gap_job=gap_job,
+        gap_grp=gap_grp,
+    )
     return findings, State(new, now)
 
 

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.version",
     "gpufleet.commands.simulate",
     "gpufleet.commands.demo",
+    "gpufleet.commands.collect",
 )
 
 

@@ -67,12 +67,12 @@ def last_seen(vanished: Vector) -> dict[str, float]:
     return out
 
 
-def interval_from(answer: Vector | None, window: float) -> float | None:
-    """Scrape interval from `max(count_over_time(x[window]))`; None when unknown."""
+def interval_from(answer: Vector | None) -> float | None:
+    """Scrape interval from the `interval` query's median spacing; None when unknown."""
     if not answer:
         return None
-    count = float(answer[0]["value"][1])
-    return snap_interval(window / count) if count >= 2 else None
+    spacing = float(answer[0]["value"][1])
+    return snap_interval(spacing) if spacing > 0 and np.isfinite(spacing) else None
 
 
 def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
@@ -129,7 +129,7 @@ def assemble(
     exporters = ExporterHealth(
         up=up,
         last_scrape=last_seen(answers.get("vanished") or []),
-        scrape_interval=interval_from(answers.get("interval"), s.interval_window),
+        scrape_interval=interval_from(answers.get("interval")),
         source_ok=not problems,
         degraded_reason="; ".join(problems),
     )

@@ -178,9 +178,7 @@ class PrometheusApi:
 
 
 def _short(text: str) -> str:
-    m = re.search(
-        r"\[Errno -?\d+\] ([^')\]]+)|(Connection refused)|(Name or service not known)", text
-    )
+    m = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)|(Name or service not known)", text)
     return (next(g for g in m.groups() if g) if m else text[:160]).strip()
 
 
@@ -236,7 +234,13 @@ class PrometheusCollector:
         stats: list[QueryStat] = []
         problems: list[str] = []
         failures: list[tuple[Query, QueryFailed]] = []
-        for q, result, stat, exc in self._pool.map(one, self.queries):
+        futures = [self._pool.submit(one, q) for q in self.queries]
+        for fut in futures:  # the essential query is first: when it fails, stop right there
+            q, result, stat, exc = fut.result()
+            if exc is not None and (q.essential or exc.unreachable):
+                for other in futures:
+                    other.cancel()
+                self._raise_if_fatal([(q, exc)])
             answers[q.name] = result
             stats.append(stat)
             if exc is not None:

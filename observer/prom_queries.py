@@ -19,8 +19,8 @@ per GPU per metric":
 - `families`: which families exist at all (tiny), so absent means "not collected", not 0.
 - the XID count only where its own sample is the GPU's newest (dcgm-exporter drops the
   series when its window empties; without staleness markers it would linger), then
-  training steps and their increase, `up`, the scrape interval (samples per window
-  of the busiest series) and kube-state-metrics (two queries).
+  training steps and their increase, `up`, the scrape interval (sample spacing of
+  one GPU per node) and kube-state-metrics (two queries).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class PromSettings:
     """Resolution of the inventory subquery that finds when a vanished GPU was last seen."""
     inventory_metric: str = "DCGM_FI_DEV_FB_USED"
     """The family that enumerates GPUs (default-on, reported per MIG instance too)."""
-    interval_window: float = 600.0
+    interval_window: float = 300.0
     up_selector: str = 'up{job=~".*dcgm.*"}'
     ksm_matchers: str = ""
     """Extra matchers for kube-state-metrics series, e.g. `job="kube-state-metrics"`."""
@@ -172,6 +172,20 @@ def newest_label_sets(inv: str) -> str:
     )
 
 
+def interval_query(s: PromSettings) -> str:
+    """Median sample spacing of one GPU per node: (newest - oldest sample time) / count.
+
+    The oldest time comes from a fine subquery (it may be the sample just before the window, so
+    the count is corrected by half a sample); it holds for data younger than the window too.
+    """
+    x = f'{s.inventory_metric}{{{LABEL_GPU}="0"}}'
+    w = _dur(s.interval_window)
+    return (
+        f"quantile(0.5, (timestamp({x}) - min_over_time(timestamp({x})[{w}:5s])) / "
+        f"(count_over_time({x}[{w}]) - 0.5))"
+    )
+
+
 def plan(s: PromSettings) -> tuple[Query, ...]:
     """The cycle's queries, in a fixed order (the count never depends on the fleet)."""
     inv = s.inventory_metric
@@ -216,7 +230,7 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
             f"sum by ({LABEL_NAMESPACE}, {LABEL_POD}) (increase({STEPS_METRIC}[{w}]))",
         ),
         Query("up", s.up_selector),
-        Query("interval", f"max(count_over_time({inv}[{_dur(s.interval_window)}]))"),
+        Query("interval", interval_query(s)),
         Query("kube", f'{{__name__=~"{_names(KSM_FAMILIES)}"{ksm}}}'),
         Query("kube_status", f'{{__name__=~"{_names(KSM_STATUS_FAMILIES)}"{ksm}}} == 1'),
     ]

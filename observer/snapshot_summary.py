@@ -52,7 +52,8 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
         up = bool(t.node_up[i]) if t is not None else True
         if on.any() and (not up or not np.isfinite(age) or age > STALE_INTERVALS * interval):
             stale.append(f"{node.name} ({_age(age)} old{'' if up else ', exporter down'})")
-        k8s = "cordoned" if not node.schedulable else "ready" if node.ready else "not-ready"
+        ready = {"True": "ready", None: "?"}.get(node.conditions.get("Ready"), "not-ready")
+        k8s = "cordoned" if not node.schedulable else ready
         rows.append([
             node.name, ",".join(models) or "-", str(int(on.sum())),
             str(int((on & fresh).sum())), _age(age), "up" if up else "DOWN",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from datetime import UTC, datetime
@@ -127,6 +128,8 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_level != "DEBUG":  # urllib3 logs every retry; our error says it once
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     if args.at and not args.prometheus_url:
         args._parser.error("--at needs --prometheus-url (direct scrape sees only the present)")
     if args.at:

@@ -1,0 +1,229 @@
+"""Every playbook through the real `kubernetes` client against the simulator's Kubernetes API.
+
+The small simulated fleet (tests/k8s_sim_support.py): h100-0000 runs `ml/train` (2 ranks, PDB
+maxUnavailable 1), h100-0001 `serving/serve` (2 pods), h100-0002 `ml/big` (1 rank x 8 GPUs),
+h100-0003 is empty; every node runs the DaemonSet pods. The simulator's wall clock is manual:
+the actuator's back-off sleeps advance it, so PDB retries happen in simulated time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from detectors.findings import Finding, FindingKind, Severity
+from remediations.actuator import KubeActuator
+from remediations.engine import RemediationEngine
+from remediations.policy import Policy, policy_from_dict
+from remediations.runner import Runner
+from remediations.store import Store
+from remediations.types import (
+    ACTION_ANNOTATION,
+    INCIDENT_ANNOTATION,
+    OWNER_ANNOTATION,
+    QUARANTINE_LABEL,
+    QUARANTINE_TAINT,
+    REASON_ANNOTATION,
+    REQUEST_ANNOTATION,
+    ActionState,
+)
+from tests.k8s_sim_support import Sim, running_sim
+from tests.remediations.helpers import finding as _finding
+
+T0 = 1_700_000_000.0
+
+
+def finding(**kw: object) -> Finding:
+    return _finding(first_seen=T0, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    with running_sim(tmp_path, history=5000) as s:
+        yield s
+
+
+@pytest.fixture
+def actuator(sim: Sim) -> Iterator[KubeActuator]:
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:  # back-off passes in simulated time
+        clock[0] += seconds
+        sim.advance(seconds)
+
+    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: clock[0], sleep=sleep)
+    yield act
+    act.close()
+
+
+def _policy(playbook: str, kind: str = "gpu_xid", **params: object) -> Policy:
+    return policy_from_dict({
+        "hysteresis": {"open_after": 1},
+        "gates": {"blast_radius": {"max_nodes": 3, "max_percent_of_pool": 100},
+                  "protected": {"namespaces": ["kube-system"]}},
+        "rules": [{"name": playbook, "match": {"kinds": [kind]}, "playbook": playbook,
+                   "mode": "auto", "params": params}],
+    })  # fmt: skip
+
+
+def _run(
+    policy: Policy,
+    store: Store,
+    act: KubeActuator,
+    findings: list,
+    sim: Sim,  # type: ignore[type-arg]
+    passes: int = 3,
+) -> list:  # type: ignore[type-arg]
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng.cycle(findings, act.cluster_view(T0), T0)
+    runner = Runner(policy, store, act, owner="sim-test", open_incidents=eng.open_incident_ids)
+    now = T0
+    for _ in range(passes):
+        now += 31
+        sim.advance(31)
+        runner.run(act.cluster_view(now), now)
+    return store.actions()
+
+
+def test_quarantine_taints_labels_and_annotates(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    (a,) = _run(_policy("quarantine"), store, actuator, [finding(node="h100-0003")], sim)
+    assert a.state is ActionState.DONE, a
+    node = actuator.core.read_node("h100-0003")
+    assert node.spec.unschedulable
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+        (QUARANTINE_TAINT, "gpu_xid", "NoSchedule")
+    ]
+    assert node.metadata.labels[QUARANTINE_LABEL] == "gpu_xid"
+    ann = node.metadata.annotations
+    assert ann[ACTION_ANNOTATION] == a.id and ann[INCIDENT_ANNOTATION] == a.incident_id
+    assert ann[OWNER_ANNOTATION] == "gpufleet" and ann[REASON_ANNOTATION].startswith("quarantine")
+    writes = [r for r in store.audit_log() if r.kind == "k8s_write"]
+    about = [w for w in writes if w.message.startswith("about to")]
+    assert len(about) == 3 and len(writes) == 6  # journaled before and after each write
+
+
+def test_drain_evicts_through_pdb_with_backoff_and_keeps_daemonsets(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    before = {p.name: p.uid for p in actuator.pods_on_node("h100-0000")}
+    (a,) = _run(
+        _policy("drain", timeout="5m", backoff_initial="5s"),
+        store,
+        actuator,
+        [finding(node="h100-0000")],
+        sim,
+    )
+    assert a.state is ActionState.DONE, a
+    left = actuator.pods_on_node("h100-0000")
+    assert left and all(p.owner_kind == "DaemonSet" for p in left)
+    assert {p.uid for p in left} <= set(before.values())  # DaemonSet pods untouched
+    for rank in ("train-worker-0", "train-worker-1"):
+        p = actuator.pod("ml", rank)
+        assert p is not None and p.node != "h100-0000" and p.uid != before[rank]
+        placements = [x for x in sim.cluster.pods_for_metrics() if x.name == rank]
+        assert sum(x.end is not None for x in placements) == 1  # evicted exactly once
+    assert actuator.core.read_node("h100-0000").spec.unschedulable
+
+
+def test_drain_gives_up_at_the_timeout_when_a_pdb_blocks(sim: Sim, store: Store) -> None:
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:  # time passes for the drain, not for the cluster
+        clock[0] += seconds
+
+    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: clock[0], sleep=sleep)
+    policy = _policy("drain", timeout="2m", backoff_initial="10s", backoff_max="30s")
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng.cycle([finding(node="h100-0000")], act.cluster_view(T0), T0)
+    Runner(policy, store, act, "t").run(act.cluster_view(T0), T0 + 1)
+    (a,) = store.actions()
+    assert a.state is ActionState.FAILED and "disruption budget still blocks" in a.result
+    assert 115 <= clock[0] <= 125  # backed off 10, 20, 30, 30, 30 ... within the 2 min
+    act.close()
+
+
+def test_restart_pod_and_restart_job(sim: Sim, actuator: KubeActuator, store: Store) -> None:
+    serve0 = actuator.pod("serving", "serve-0")
+    train = {n: actuator.pod("ml", n) for n in ("train-worker-0", "train-worker-1")}
+    assert serve0 is not None
+    hang = finding(kind=FindingKind.NCCL_HANG, node=None, gpu=None, job="ml/train")
+    policy = policy_from_dict({"rules": [
+        {"name": "rj", "match": {"kinds": ["nccl_hang"]}, "playbook": "restart_job",
+         "mode": "auto"},
+        {"name": "rp", "match": {"kinds": ["gpu_xid"]}, "playbook": "restart_pod",
+         "mode": "auto"}]})  # fmt: skip
+    view = actuator.cluster_view(T0)
+    gpu_finding = finding(node="h100-0001", gpu="GPU-serve")
+    view = type(view)(view.nodes, view.pods, view.jobs, {"GPU-serve": "serving/serve-0"}, T0)
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng.cycle([hang, gpu_finding], view, T0)
+    runner = Runner(policy, store, actuator, "t")
+    for i in range(3):
+        sim.advance(31)
+        runner.run(actuator.cluster_view(T0 + 31 * (i + 1)), T0 + 31 * (i + 1))
+    states = {a.playbook: a.state for a in store.actions()}
+    assert states == {"restart_job": ActionState.DONE, "restart_pod": ActionState.DONE}
+    new_serve = actuator.pod("serving", "serve-0")
+    assert new_serve is None or new_serve.uid != serve0.uid
+    for n, old in train.items():
+        new = actuator.pod("ml", n)
+        assert new is not None and old is not None and new.uid != old.uid
+        assert new.phase == "Running"
+
+
+def test_migrate_moves_the_job_off_the_node(sim: Sim, actuator: KubeActuator, store: Store) -> None:
+    strag = finding(
+        kind=FindingKind.STRAGGLER,
+        severity=Severity.WARNING,
+        node="h100-0002",
+        gpu="GPU-x",
+        job="ml/big",
+    )
+    (a,) = _run(_policy("migrate", kind="straggler"), store, actuator, [strag], sim)
+    assert a.state is ActionState.DONE, a
+    big = actuator.pod("ml", "big-worker-0")
+    assert big is not None and big.node not in (None, "h100-0002")
+
+
+def test_uncordon_leaves_a_persons_cordon_alone(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    actuator.core.patch_node("h100-0001", {"spec": {"unschedulable": True}})  # a person
+    # the engine denies it (ownership) ...
+    eng = RemediationEngine(_policy("uncordon"), store, started_at=T0 - 60)
+    res = eng.cycle([finding(node="h100-0001")], actuator.cluster_view(T0), T0)
+    assert "not changed by gpufleet" in res.decisions[0].reasons[0]
+    # ... and the actuator refuses too, should an uncordon intent ever reach it
+    from remediations.actuation import WriteContext
+    from remediations.types import Intent
+
+    msg = actuator.apply(
+        Intent("uncordon", "h100-0001", {"only_if_ours": True}),
+        WriteContext("a", "i", "uncordon", "test"),
+    )
+    assert "left alone" in msg and actuator.core.read_node("h100-0001").spec.unschedulable
+
+
+def test_request_reboot_is_recorded_on_the_node(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    (a,) = _run(
+        _policy("request_reboot"), store, actuator, [finding(node="h100-0003", gpu="GPU-3")], sim
+    )
+    assert a.state is ActionState.DONE
+    ann = actuator.core.read_node("h100-0003").metadata.annotations
+    assert ann[REQUEST_ANNOTATION] == "reboot:GPU-3" and ann[ACTION_ANNOTATION] == a.id
+
+
+def test_api_errors_are_retried_and_write_once(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    sim.api.faults.add(r"^/api/v1/nodes/h100-0003$", 500, count=2, method="PATCH")
+    (a,) = _run(_policy("cordon"), store, actuator, [finding(node="h100-0003")], sim, passes=4)
+    assert a.state is ActionState.DONE, a
+    retried = [r for r in store.audit_log() if "will be retried" in r.message]
+    assert retried

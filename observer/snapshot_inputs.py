@@ -89,6 +89,21 @@ class GpuColumns:
     timestamp: FloatArray | None = None
     """Sample time of the series each row came from; among duplicate rows the newest wins."""
 
+    def __post_init__(self) -> None:
+        _same_length(
+            "GpuColumns",
+            uuid=self.uuid,
+            hostname=self.hostname,
+            device_index=self.device_index,
+            model_name=self.model_name,
+            pci_bus_id=self.pci_bus_id,
+            mig_instance=self.mig_instance,
+            mig_profile=self.mig_profile,
+            pod=self.pod,
+            namespace=self.namespace,
+            timestamp=self.timestamp,
+        )
+
     def __len__(self) -> int:
         return int(self.uuid.shape[0])
 
@@ -158,6 +173,12 @@ class GpuColumns:
         return gpu_keys(self.uuid, self.mig_instance)
 
 
+def _same_length(what: str, **columns: np.ndarray | None) -> None:
+    lengths = {name: len(col) for name, col in columns.items() if col is not None}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{what} columns differ in length: {lengths}")
+
+
 def _empty(n: int) -> StrArray:
     return np.full(n, "", dtype=object)
 
@@ -194,6 +215,15 @@ class MetricSeries:
     def __post_init__(self) -> None:
         if (self.uuid is None) == (self.row is None):
             raise ValueError("MetricSeries needs exactly one of `uuid` or `row`")
+        _same_length(
+            "MetricSeries",
+            value=self.value,
+            timestamp=self.timestamp,
+            uuid=self.uuid,
+            mig_instance=self.mig_instance,
+            row=self.row,
+            increase=self.increase,
+        )
 
     def __len__(self) -> int:
         return int(self.value.shape[0])

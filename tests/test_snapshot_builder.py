@@ -356,3 +356,10 @@ def test_module_docstring_example() -> None:
     import observer.snapshot_builder as module
 
     assert doctest.testmod(module).failed == 0
+
+
+def test_columns_of_different_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        MetricSeries(np.zeros(2), np.zeros(3), uuid=obj(["a", "b"]))
+    with pytest.raises(ValueError, match="GpuColumns columns differ in length"):
+        GpuColumns(obj(["a"]), obj(["h", "h"]), np.zeros(1, np.int32), obj(["m"]))

@@ -5,7 +5,7 @@ of a range replay assemble identically, and so the rules live in one readable pl
 - counters join their latest value with the server-side `increase()`;
 - sparse answers become 0 for GPUs that report: error counters when the family exists at all,
   the XID count always (dcgm-exporter omits zero counts);
-- `up`, vanished GPUs' last-seen times and the inferred scrape interval feed TelemetryHealth;
+- `up`, each exporter's last good scrape and the inferred scrape interval feed TelemetryHealth;
 - a failed or partial query marks the snapshot degraded with the reason, never silently.
 """
 
@@ -20,15 +20,18 @@ from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_parse import (
     Vector,
     exporter_up,
+    family_rows,
     fill_zero,
+    fresh_xid_counts,
     gpu_series,
     identity,
     keys_list,
     kube_records,
+    last_up,
     merge_counter,
+    newest_pods,
     pod_series,
     present_families,
-    split_families,
     values,
 )
 from observer.prom_queries import SPARSE_COUNTERS, PromSettings, counter_families
@@ -55,18 +58,6 @@ def _stamps(current: Vector) -> dict[str, float]:
     return out
 
 
-def last_seen(vanished: Vector) -> dict[str, float]:
-    """Node -> newest last-seen time of its vanished GPUs (their node's age stays known)."""
-    out: dict[str, float] = {}
-    for r in vanished:
-        m = r["metric"]
-        node = m.get("Hostname") or m.get("hostname") or ""
-        t = float(r["value"][1])
-        if node and t > out.get(node, -np.inf):
-            out[node] = t
-    return out
-
-
 def interval_from(answer: Vector | None) -> float | None:
     """Scrape interval from the `interval` query's median spacing; None when unknown."""
     if not answer:
@@ -81,11 +72,10 @@ def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
     n_cur = len(current)
     stamp_of = _stamps(current)
     present = present_families(answers.get("families") or [])
-    metrics: dict[str, MetricSeries] = {
-        fam: gpu_series(rows, stamp_of) for fam, rows in split_families(
-            answers.get("values") or []).items()
-    }  # fmt: skip
-    sparse_ok = answers.get("values") is not None
+    value_answers = [a for k, a in answers.items() if k.startswith("values:") and a is not None]
+    by_family = family_rows(value_answers, newest_pods(current))
+    metrics = {fam: gpu_series(rows, stamp_of) for fam, rows in by_family.items()}
+    sparse_ok = answers.get("values:sparse") is not None
     for fam in counter_families():
         value = metrics.get(fam)
         if fam in SPARSE_COUNTERS and fam in present and sparse_ok:
@@ -99,8 +89,9 @@ def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
             metrics[fam] = merged
     xid = answers.get("xid_count")
     if xid is not None:  # dcgm-exporter omits zero counts: reporting GPUs without one have 0
+        fresh = fresh_xid_counts(xid, stamp_of)
         metrics[XID_COUNT_METRIC] = fill_zero(
-            gpu_series(xid, stamp_of) if xid else None, gpus, n_cur
+            gpu_series(fresh, stamp_of) if fresh else None, gpus, n_cur
         )
     return metrics
 
@@ -128,7 +119,7 @@ def assemble(
     up, _unmapped = exporter_up(answers.get("up") or [], known)
     exporters = ExporterHealth(
         up=up,
-        last_scrape=last_seen(answers.get("vanished") or []),
+        last_scrape=last_up(answers.get("up_last") or [], known),
         scrape_interval=interval_from(answers.get("interval")),
         source_ok=not problems,
         degraded_reason="; ".join(problems),

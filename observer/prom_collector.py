@@ -147,7 +147,7 @@ class PrometheusApi:
         except (KeyError, ValueError) as exc:  # a 200 that is not the API's JSON
             raise QueryFailed(f"malformed answer ({exc!r})", temporary=True) from None
         seen = self._local.seen
-        if seen.result_type and seen.result_type != expect:
+        if expect and seen.result_type != expect:
             raise QueryFailed(
                 f"resultType {seen.result_type!r}, expected {expect!r}", temporary=False
             )
@@ -157,6 +157,11 @@ class PrometheusApi:
 
     def _params(self) -> dict[str, str]:
         return {"timeout": f"{max(1.0, self.settings.timeout):g}s"}
+
+    def names(self, match: str, start: float, end: float) -> tuple[list[dict[str, Any]], _Seen]:
+        """`__name__` values of the series matching `match` in [start, end] (index only)."""
+        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        return self._call(lambda: self._conn.get_label_values("__name__", params=params), "")
 
     def instant(self, promql: str, at: float) -> tuple[list[dict[str, Any]], _Seen]:
         params = {**self._params(), "time": f"{at:.3f}"}
@@ -286,7 +291,14 @@ class PrometheusCollector:
         kube-state-metrics' (the Kubernetes collector is fresher)."""
         t = self.now() if at is None else float(at)
         began = time.perf_counter()
-        answers, stats, problems = self._run(lambda q: self.api.instant(q.promql, t))
+        lookback = self.settings.names_lookback
+
+        def ask(q: Query) -> tuple[Any, Any]:
+            if q.kind == "names":
+                return self.api.names(q.promql, t - lookback, t)
+            return self.api.instant(q.promql, t)
+
+        answers, stats, problems = self._run(ask)
         snap, report = assemble(
             answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
             events=events,
@@ -301,6 +313,8 @@ class PrometheusCollector:
             began = time.perf_counter()
 
             def ask(q: Query, c0: float = c0, c1: float = c1) -> tuple[Any, Any]:
+                if q.kind == "names":
+                    return self.api.names(q.promql, c0 - self.settings.names_lookback, c1)
                 return self.api.range(q.promql, c0, c1, step)
 
             answers, stats, problems = self._run(ask)

@@ -25,7 +25,7 @@ from observer.catalog import (
 )
 from observer.k8s_records import nodes_from_kube_state_metrics, pods_from_kube_state_metrics
 from observer.model import FloatArray, Node, Pod, StrArray
-from observer.prom_queries import FAMILY_LABEL, IDENTITY_LABELS
+from observer.prom_queries import IDENTITY_LABELS, TS_LABEL
 from observer.snapshot_inputs import GpuColumns, MetricSeries, PodSeries, str_column
 
 Vector = Sequence[Mapping[str, Any]]
@@ -72,16 +72,59 @@ def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
     return [u if not m else f"{u}/{m}" for u, m in zip(uuid.tolist(), mig.tolist(), strict=True)]
 
 
-def split_families(vector: Vector) -> dict[str, list[Mapping[str, Any]]]:
-    """The `values` answer grouped by family (aliases folded into catalog names)."""
+def newest_pods(current: Vector) -> dict[str, str]:
+    """GPU key -> the pod label of its newest identity row (the label set that is current)."""
+    best: dict[str, tuple[float, str]] = {}
+    for r in current:
+        m = r["metric"]
+        uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
+        key = f"{uuid}/{mig}" if mig else uuid
+        t = float(r["value"][1])
+        if key not in best or t > best[key][0]:
+            best[key] = (t, m.get(LABEL_POD, ""))
+    return {k: pod for k, (_, pod) in best.items()}
+
+
+def family_rows(vectors: Sequence[Vector], newest_pod: Mapping[str, str]) -> Mapping[str, Vector]:
+    """Value answers grouped by family (aliases folded), keeping each GPU's current pod only."""
     out: dict[str, list[Mapping[str, Any]]] = {}
-    for r in vector:
-        out.setdefault(canonical_name(r["metric"].get(FAMILY_LABEL, "")), []).append(r)
+    for vector in vectors:
+        for r in vector:
+            m = r["metric"]
+            uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
+            pod = newest_pod.get(f"{uuid}/{mig}" if mig else uuid)
+            if pod is not None and m.get(LABEL_POD, "") != pod:
+                continue  # a lingering series of the GPU's previous pod
+            out.setdefault(canonical_name(m.get("__name__", "")), []).append(r)
     return out
 
 
-def present_families(vector: Vector) -> set[str]:
-    return {canonical_name(r["metric"].get(FAMILY_LABEL, "")) for r in vector}
+def present_families(names: Sequence[Any]) -> set[str]:
+    return {canonical_name(str(n)) for n in names}
+
+
+def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> Vector:
+    """XID count series whose own sample is as new as their GPU's newest, summed per GPU."""
+    stamps: dict[tuple[tuple[str, str], ...], float] = {}
+    for r in vector:
+        m = r["metric"]
+        if m.get(TS_LABEL):
+            key = tuple(sorted((k, v) for k, v in m.items() if k != TS_LABEL))
+            stamps[key] = float(r["value"][1])
+    total: dict[tuple[str, str], float] = {}
+    for r in vector:
+        m = r["metric"]
+        if m.get(TS_LABEL):
+            continue
+        key = tuple(sorted((k, v) for k, v in m.items() if k != "__name__"))
+        uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
+        gpu = f"{uuid}/{mig}" if mig else uuid
+        if stamps.get(key, -np.inf) >= stamp_of.get(gpu, np.inf):
+            total[(uuid, mig)] = total.get((uuid, mig), 0.0) + float(r["value"][1])
+    return [
+        {"metric": {LABEL_UUID: u, LABEL_MIG_INSTANCE: m}, "value": [0, repr(v)]}
+        for (u, m), v in total.items()
+    ]
 
 
 def fill_zero(
@@ -171,21 +214,36 @@ def pod_series(steps: Vector, increase: Vector) -> PodSeries | None:
     )
 
 
+def node_of(m: Mapping[str, str], known_nodes: set[str]) -> str | None:
+    """The node an `up`-like series is about: a node label, else the `instance` host."""
+    name = next((m[k] for k in NODE_LABELS if m.get(k) in known_nodes), None)
+    if name is None:
+        host = str(m.get("instance", "")).rsplit(":", 1)[0]
+        name = host if host in known_nodes else None
+    return name
+
+
 def exporter_up(vector: Vector, known_nodes: set[str]) -> tuple[dict[str, bool], int]:
     """Node -> up == 1 from `up` series, and how many series named no known node."""
     up: dict[str, bool] = {}
     unmapped = 0
     for r in vector:
-        m = r["metric"]
-        name = next((m[k] for k in NODE_LABELS if m.get(k) in known_nodes), None)
-        if name is None:
-            host = str(m.get("instance", "")).rsplit(":", 1)[0]
-            name = host if host in known_nodes else None
+        name = node_of(r["metric"], known_nodes)
         if name is None:
             unmapped += 1
             continue
         up[name] = up.get(name, False) or float(r["value"][1]) == 1.0
     return up, unmapped
+
+
+def last_up(vector: Vector, known_nodes: set[str]) -> dict[str, float]:
+    """Node -> the last time its exporter answered a scrape (`up_last`)."""
+    out: dict[str, float] = {}
+    for r in vector:
+        name = node_of(r["metric"], known_nodes)
+        if name is not None:
+            out[name] = max(out.get(name, -np.inf), float(r["value"][1]))
+    return out
 
 
 def kube_records(

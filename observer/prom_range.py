@@ -38,9 +38,9 @@ def split_matrix(
     times = [start + k * step for k in range(n)]
     out: list[dict[str, list[dict[str, Any]] | None]] = [{} for _ in times]
     for name, matrix in answers.items():
-        if matrix is None:
-            for per in out:
-                per[name] = None
+        if matrix is None or (matrix and not isinstance(matrix[0], Mapping)):
+            for per in out:  # a failed query, or a non-matrix answer (label values): as is
+                per[name] = None if matrix is None else list(matrix)
             continue
         buckets: list[list[dict[str, Any]]] = [[] for _ in times]
         for series in matrix:

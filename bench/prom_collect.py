@@ -1,0 +1,166 @@
+"""Benchmark: one Prometheus collection cycle (queries + parse + snapshot) at 100, 1k, 10k GPUs.
+
+Issue 3's target: real Prometheus holding a simulated 10k-GPU fleet (1,250 nodes), one cycle
+<= 3 s median; the same queries per cycle at every size; bytes per cycle reported.
+
+Per size, untimed: the simulator writes `minutes` of the fleet at 30 s as OpenMetrics (progress
+on stdout), `promtool tsdb create-blocks-from openmetrics` backfills it (done once per bench
+run), and the Debian `prometheus` starts on a free loopback port (tests/prometheus_fixture.py).
+Timed: `PrometheusCollector.collect(t)` at the end of the window, one warm-up cycle then `runs`
+cycles, each a full cycle (all queries over HTTP with gzip, JSON parsing, the snapshot build).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import median, stamp, table
+from observer.prom_collector import PrometheusCollector
+from observer.prom_queries import PromSettings
+from observer.simulator.engine import FleetSimulator
+from observer.simulator.openmetrics import OpenMetricsWriter
+from observer.simulator.scenario import Scenario, scenario_from_dict
+
+TITLE = "Prometheus collection cycle (observer.prom_collector)"
+SIZES = (100, 1_000, 10_000)
+QUICK_SIZES = (100, 1_000)
+MINUTES = 20
+TARGET_SECONDS = 3.0
+
+
+def fleet_scenario(n_gpus: int, minutes: int = MINUTES) -> Scenario:
+    """n_gpus / 8 nodes (60 % H100, 40 % A100): 8-rank training jobs on ~70 % of the H100
+    nodes, inference on half the A100 nodes, an XID 48 and one exporter outage."""
+    nodes = max(2, math.ceil(n_gpus / 8))
+    h100 = max(1, nodes * 3 // 5)
+    a100 = nodes - h100
+    jobs = max(1, int(h100 * 0.7) // 8)
+    workloads: list[dict[str, Any]] = [
+        {"name": f"train-{i}", "kind": "training", "pool": "h100", "replicas": min(8, h100),
+         "steps_metric": True}
+        for i in range(jobs)
+    ]  # fmt: skip
+    faults: list[dict[str, Any]] = [
+        {"kind": "xid48_dbe", "node": "h100-0000", "gpu": 1, "start": "2m"}
+    ]
+    confounders: list[dict[str, Any]] = []
+    pools: list[dict[str, Any]] = [{"name": "h100", "model": "H100", "nodes": h100}]
+    if a100:
+        pools.append({"name": "a100", "model": "A100", "nodes": a100})
+        workloads.append({"name": "serve", "kind": "inference", "namespace": "serving",
+                          "pool": "a100", "replicas": max(1, a100 // 2)})  # fmt: skip
+        confounders.append({"kind": "exporter_down", "node": "a100-0000", "start": "5m",
+                            "end": f"{minutes + 10}m"})  # fmt: skip
+    doc = {
+        "name": f"bench-{n_gpus}",
+        "seed": 7,
+        "duration": f"{minutes}m",
+        "scrape_interval": "30s",
+        "pools": pools,
+        "workloads": workloads,
+        "faults": faults,
+        "confounders": confounders,
+    }
+    return scenario_from_dict(doc, f"bench-{n_gpus}")
+
+
+def _progress(label: str) -> Any:
+    last = [time.monotonic()]
+
+    def report(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= 5 or done == total:
+            last[0] = time.monotonic()
+            print(f"   {label}: {done}/{total} steps written", flush=True)
+
+    return report
+
+
+def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
+    from tests.prometheus_fixture import start_prometheus  # the test fixture's server handling
+
+    sc = fleet_scenario(n_gpus)
+    om = tmp / f"fleet-{n_gpus}.om"
+    t0 = time.perf_counter()
+    stats = OpenMetricsWriter(FleetSimulator(sc)).write(om, progress=_progress(f"{n_gpus} GPUs"))
+    took = time.perf_counter() - t0
+    print(f"   {n_gpus} GPUs: {stats.samples:,} samples, {stats.bytes / 1e6:,.0f} MB OpenMetrics "
+          f"in {took:.0f} s; backfilling with promtool ...", flush=True)  # fmt: skip
+    t0 = time.perf_counter()
+    prom = start_prometheus(om, tmp / f"p{n_gpus}")
+    backfill_s = time.perf_counter() - t0
+    om.unlink()
+    print(f"   {n_gpus} GPUs: backfilled and started in {backfill_s:.0f} s", flush=True)
+    try:
+        at = sc.end
+        with PrometheusCollector(PromSettings(prom.url, timeout=30.0)) as c:
+            warm = c.collect(at)
+            results = [c.collect(at) for _ in range(runs)]
+    finally:
+        prom.stop()
+    r = results[-1]
+    return {
+        "gpus": len(r.snapshot.gpus),
+        "nodes": len(r.snapshot.nodes),
+        "pods": len(r.snapshot.pods),
+        "jobs": len(r.snapshot.jobs),
+        "queries": [q.name for q in r.stats.queries],
+        "times": [x.stats.seconds for x in results],
+        "cold": warm.stats.seconds,
+        "slowest_query": max(r.stats.queries, key=lambda q: q.seconds),
+        "bytes_wire": r.stats.bytes_wire,
+        "bytes_body": r.stats.bytes_body,
+        "series": sum(q.series for q in r.stats.queries),
+        "problems": r.stats.problems,
+        "samples": stats.samples,
+        "backfill_s": backfill_s,
+    }
+
+
+def run(runs: int = 7, quick: bool = False) -> str:
+    out: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-prom-") as tmp:
+        for n in QUICK_SIZES if quick else SIZES:
+            print(f"   {n:,} GPUs ...", flush=True)
+            out[n] = measure(n, runs, Path(tmp))
+    rows = []
+    for r in out.values():
+        q = r["slowest_query"]
+        rows.append([
+            f"{r['gpus']:,}", f"{r['nodes']:,}", f"{r['pods']:,}", f"{r['jobs']:,}",
+            str(len(r["queries"])), f"**{median(r['times']):.2f}**",
+            f"{min(r['times']):.2f}–{max(r['times']):.2f}", f"{r['cold']:.2f}",
+            f"{q.name} {q.seconds:.2f}", f"{r['series']:,}",
+            f"{r['bytes_wire'] / 1e6:.2f}", f"{r['bytes_body'] / 1e6:.2f}",
+            f"{r['backfill_s']:.0f}",
+        ])  # fmt: skip
+    header = ["GPUs", "nodes", "pods", "jobs", "queries/cycle", f"median cycle s ({runs} runs)",
+              "min–max s", "first cycle s", "slowest query s", "series returned",
+              "MB on the wire (gzip)", "MB JSON", "backfill+start s (untimed)"]  # fmt: skip
+    same = len({tuple(r["queries"]) for r in out.values()}) == 1
+    lines = [stamp(), "", table(header, rows), ""]
+    big = out.get(10_000)
+    if big is not None:
+        t = median(big["times"])
+        verdict = "met" if t <= TARGET_SECONDS else "NOT met"
+        lines.append(
+            f"Target at 10k GPUs: <= {TARGET_SECONDS:.0f} s median -> {t:.2f} s ({verdict})."
+        )
+    names = next(iter(out.values()))["queries"]
+    lines.append(
+        f"Queries per cycle: {'identical' if same else 'DIFFERENT'} at every size "
+        f"({len(names)}: {', '.join(names)})."
+    )
+    lines.append("")
+    lines.append(
+        f"Data: {MINUTES} minutes of the simulated fleet at a 30 s scrape interval (all catalog "
+        "metrics, XID count, `up`, kube-state-metrics, `training_steps_total`), backfilled with "
+        "promtool into Prometheus 2.42 (default 5 m lookback); the cycle runs at the window's "
+        "end with 4 concurrent queries. A cycle = every query over loopback HTTP (gzip), JSON "
+        "decoding, column parsing and the snapshot build. One node's exporter is down, so the "
+        "cycle also exercises the vanished-GPU inventory query."
+    )
+    return "\n".join(lines)

@@ -333,7 +333,18 @@ class KubeActuator:
         return "; ".join(done)
 
     def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> bool:
-        """True when the pod is gone or going; False when a PDB refuses (429)."""
+        """True when the pod is gone or going; False when a PDB refuses (429).
+
+        The UID precondition is the guarantee; reading the pod first also skips a replacement
+        on API servers that ignore an Eviction's preconditions."""
+        try:
+            now = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        if now.metadata.uid != uid or now.metadata.deletion_timestamp is not None:
+            return True  # already replaced, or already terminating
         opts = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=grace
         )

@@ -343,7 +343,8 @@ class KubeActuator:
             if exc.status == 404:
                 return True
             raise
-        if now.metadata.uid != uid or now.metadata.deletion_timestamp is not None:
+        meta: Any = now.metadata
+        if meta.uid != uid or meta.deletion_timestamp is not None:
             return True  # already replaced, or already terminating
         opts = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=grace

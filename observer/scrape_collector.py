@@ -30,7 +30,7 @@ import numpy as np
 
 from observer.catalog import BY_NAME, LABEL_HOSTNAME, LABEL_HOSTNAME_NEW, XID_COUNT_METRIC, Kind
 from observer.collect_errors import CollectionError, CycleStats, QueryStat
-from observer.exposition_parse import ParsedPage, parse_page
+from observer.exposition_parse import PageParser, ParsedPage
 from observer.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_parse import fill_zero, kube_records
@@ -96,6 +96,7 @@ class ScrapeCollector:
         self.counters = RingWindow(settings.capacity, settings.inventory_window)
         self.steps = RingWindow(settings.capacity, settings.inventory_window)
         self._targets: dict[str, _Target] = {}
+        self._parser = PageParser()
         self._cycles: deque[float] = deque(maxlen=settings.capacity)
         self._session = new_session(settings.concurrency)
         self._pool = ThreadPoolExecutor(max(1, settings.concurrency), "scrape")
@@ -149,7 +150,7 @@ class ScrapeCollector:
                 problems.append(f"target {f.url} failed: {f.error}")
                 stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, 0, False, f.error))
                 continue
-            page = parse_page(f.text)
+            page = self._parser.parse(f.text)
             malformed += page.malformed
             st.malformed_total += page.malformed
             if page.malformed and not st.warned:

@@ -20,6 +20,10 @@ COMMAND_MODULES = (
     "gpufleet.commands.simulate",
     "gpufleet.commands.demo",
     "gpufleet.commands.collect",
+    "gpufleet.commands.actions",
+    "gpufleet.commands.pause",
+    "gpufleet.commands.breaker",
+    "gpufleet.commands.audit",
 )
 
 

@@ -2,8 +2,9 @@
 
 String columns are object arrays; numpy cannot hash them, and sorting 100k Python strings costs
 more than hashing them. So the work is split: numpy finds *runs* of equal neighbours (GPUs of one
-node or one pod arrive together), and a dict hashes only the run heads; key lookups go through
-`map(dict.get, ...)`, which runs in C without a Python frame per GPU.
+node or one pod arrive together) and *blocks* that repeat earlier rows in order (one metric's
+series after another's), and a dict hashes only run heads and block heads; the remaining key
+lookups go through `map(dict.get, ...)`, which runs in C without a Python frame per GPU.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ is the runner's job (`remediations.runner`); approvals come from people through 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from detectors.findings import Finding
 from remediations.decide import (
@@ -225,6 +226,13 @@ class RemediationEngine:
     def open_incident_ids(self) -> set[str]:
         return {str(t.incident_id) for t in self.memory.tracker.open()}
 
+    def still_needed(self, action: ActionRecord) -> str | None:
+        """The runner's default freshness check: the action's incident must still be open in
+        the latest cycle's data (call `cycle` with current findings right before `run`)."""
+        if action.incident_id in self.open_incident_ids():
+            return None
+        return f"incident {action.incident_id} is no longer open in current data"
+
 
 class DryRunEngine:
     """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
@@ -253,4 +261,36 @@ class DryRunEngine:
         self.store.close()
 
 
-__all__ = ["Change", "DryRunEngine", "RemediationEngine", "summarize", "view_from_findings"]
+def replay_episodes(
+    findings: Sequence[Finding],
+    step: float,
+    policy: Policy | None = None,
+    view: ClusterView | None = None,
+) -> list[ActionDecision]:
+    """Dry-run decisions for episode findings (one per continuous episode, as `gpufleet
+    backtest` reports them): at each step from the first `first_seen` to a few steps past the
+    last `last_seen`, every episode active then is presented as seen at that step."""
+    if not findings:
+        return []
+    engine = DryRunEngine(policy, started_at=min(f.first_seen for f in findings) - step)
+    t = min(f.first_seen for f in findings)
+    end = max(f.last_seen for f in findings)
+    tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
+    try:
+        while t <= end + tail:
+            active = [replace(f, last_seen=t) for f in findings if f.first_seen <= t <= f.last_seen]
+            engine.step(active, view, t)
+            t += step
+        return engine.decisions
+    finally:
+        engine.close()
+
+
+__all__ = [
+    "Change",
+    "DryRunEngine",
+    "RemediationEngine",
+    "replay_episodes",
+    "summarize",
+    "view_from_findings",
+]

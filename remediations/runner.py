@@ -175,6 +175,9 @@ class Runner:
                 or ran
             )
         if a.state is ActionState.EXECUTING:
+            started = a.started_at if a.started_at is not None else a.created_at
+            if now - started > params.execute_timeout:
+                return self._fail(a, now, f"still executing after {params.execute_timeout:.0f}s")
             ran = self._steps(a, now)
             if ran is None or ran.state is not ActionState.EXECUTING:
                 return ran or a

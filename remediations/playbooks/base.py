@@ -25,6 +25,9 @@ class BaseParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     verify_timeout: Duration = Field(default=300.0, gt=0)
     """How long verification may stay pending before the action fails."""
+    execute_timeout: Duration = Field(default=3600.0, gt=0)
+    """How long execution may keep hitting temporary errors before the action fails (never
+    "in progress forever", NVSentinel #1805/#1808)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,10 +127,9 @@ class Migrate(Playbook):
         pods = [p for p in view.pods_on(node) if p.job == job]
         if not pods:
             return NoPlan(f"job {job} has no pods on {node}")
-        intents = (
-            Intent("cordon", node),
-            Intent("evict_pods", node, _evict_args(params, job)),
-        )
+        jv = view.jobs[job]
+        args = {**_evict_args(params, job), "selector": f"{jv.label}={jv.name}"}
+        intents = (Intent("cordon", node), Intent("evict_pods", node, args))
         return Plan(
             self.name,
             f"job/{job}",
@@ -145,9 +144,17 @@ class Migrate(Playbook):
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
         for i in intents:
-            if i.op == "evict_pods" and _remaining(i, reader):
+            if i.op != "evict_pods":
+                continue
+            if _remaining(i, reader):
                 return Verification(VerifyStatus.PENDING, f"job still has pods on {i.target}")
-        return Verification(VerifyStatus.OK, "the job's pods left the node")
+            selector = i.args.get("selector")
+            if selector:
+                ns = str(i.args["job"]).split("/", 1)[0]
+                pods = reader.pods_selected(ns, str(selector))
+                if not pods or any(p.phase != "Running" or p.node == i.target for p in pods):
+                    return Verification(VerifyStatus.PENDING, "job not yet running elsewhere")
+        return Verification(VerifyStatus.OK, "the job's pods run on other nodes")
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return ()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from detectors.findings import FindingKind
+from detectors.findings import FindingKind, Severity
 from remediations.engine import DryRunEngine, RemediationEngine
 from remediations.policy import load_policy, policy_from_dict
 from remediations.runner import Runner
@@ -173,3 +173,59 @@ def test_blast_radius_in_one_cycle(store: Store) -> None:
         d.playbook == "quarantine" and d.decision is Verdict.EXECUTE
         for d in eng.cycle(fs, cluster.view(T0 + 30), T0 + 30).decisions
     )
+
+
+def test_replay_episodes_gives_backtest_its_actions() -> None:
+    from remediations.engine import replay_episodes
+
+    eps = [
+        finding(node="a-0001", gpu="G1", first_seen=T0, last_seen=T0 + 300),
+        finding(
+            kind=FindingKind.GPU_IDLE,
+            severity=Severity.INFO,
+            node="a-0002",
+            gpu="G2",
+            first_seen=T0,
+            last_seen=T0 + 600,
+        ),
+        finding(
+            kind=FindingKind.MONITORING_GAP,
+            node="a-0003",
+            gpu=None,
+            first_seen=T0 + 60,
+            last_seen=T0 + 120,
+        ),
+    ]
+    out = [d.to_json() for d in replay_episodes(eps, step=30.0)]
+    by = {(o["playbook"], o["target"]): o for o in out}
+    assert by[("quarantine", "node/a-0001")]["decision"] == "execute"
+    assert by[("drain", "node/a-0001")]["decision"] == "await_approval"
+    assert by[("cordon", "node/a-0002")]["decision"] == "deny"  # gpu_idle: notify only
+    assert by[("cordon", "node/a-0003")]["decision"] == "deny"  # monitoring_gap: never acts
+    assert len(out) == len(by)  # one entry per (playbook, target): no per-step repeats
+
+
+def test_freshness_expires_actions_whose_incident_resolved(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    policy = policy_from_dict(
+        {
+            "hysteresis": {"open_after": 1, "resolve_after": 1},
+            "rules": [
+                {
+                    "name": "c",
+                    "match": {"kinds": ["gpu_xid"]},
+                    "playbook": "cordon",
+                    "mode": "approval",
+                }
+            ],
+        }
+    )
+    eng = _engine(store, policy)
+    eng.cycle([finding(node="a-0001", first_seen=T0)], cluster.view(T0), T0)
+    (a,) = store.actions()
+    eng.approve(a.id, "alice", T0 + 1)
+    eng.cycle([], cluster.view(T0 + 30), T0 + 30)  # the fault is gone by the time we act
+    Runner(policy, store, cluster, "t").run(cluster.view(T0 + 31), T0 + 31, eng.still_needed)
+    a2 = store.get_action(a.id)
+    assert a2 is not None and a2.state is ActionState.EXPIRED and "no longer" in a2.result
+    assert cluster.writes == []

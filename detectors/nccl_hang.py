@@ -6,8 +6,8 @@ so GPU utilisation (time with a kernel resident) stays pinned near 100 %, while 
 see it, and PyTorch's watchdog waits 10 minutes. The signature must hold on (nearly) every fresh
 GPU of the job (NVLink traffic is reported as evidence but not required: its counter increase
 spans the collector's window, which still holds pre-hang traffic for a minute or two); where
-the job exports `training_steps_total`, flat steps confirm it sooner, and
-steps that keep rising over a window longer than the stall rule it out. Look-alikes that stay
+the job exports `training_steps_total`, flat steps confirm it sooner, and steps that keep
+rising over a whole window spent in the signature rule it out. Look-alikes that stay
 quiet: checkpoints (utilisation drops too), evaluation phases (tensor work continues at a lower
 rate), start-up (utilisation 0 until the first kernel).
 """
@@ -64,8 +64,9 @@ class Params:
     """With training steps flat over the collector's window, one scrape of signature suffices."""
     steps_window_seconds: float = 120.0
     """Window of the collector's `training_steps_total` increase when the snapshot does not
-    carry it. Rising steps mean progress: never a hang; once the signature has outlasted the
-    window while steps still rose, the stall counter resets (a non-tensor workload)."""
+    carry it. Steps that still rose over a whole window spent in the signature mean progress
+    (a workload without tensor math): the stall resets. Within the first window, rising steps
+    are inconclusive (pre-hang steps) and the DCGM rule alone decides."""
     baseline_alpha: float = 0.2
     """EWMA weight of the job's computing power/NVLink baseline per cycle."""
     max_age_intervals: float = 2.5
@@ -144,12 +145,18 @@ def detect(
         np.float32
     )
     # Steps that still rose although the signature has held longer than their window: not hung.
-    held = now - np.fmin(cur["since"], now)
-    acc = np.where(steps_moving & (held > window + interval), 0.0, acc).astype(np.float32)
+    # How long the signature has held without a break (independent of the stall counter).
+    since = np.where(
+        stalled, np.fmin(cur["since"], now - dt), np.where(judged, np.nan, cur["since"])
+    )
+    held = now - np.fmin(since, now)
+    # Rising steps within the first window of the signature are inconclusive (the window still
+    # holds pre-hang steps): the DCGM rule alone decides then, as for jobs without steps.
+    progressing = steps_moving & (held > window + interval)
+    acc = np.where(progressing, 0.0, acc).astype(np.float32)
     need = np.where(steps_flat, params.min_seconds_with_steps, params.min_seconds)
-    active = ((acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))) & ~steps_moving
+    active = ((acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))) & ~progressing
     onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
-    since = np.where(acc > 0, np.fmin(cur["since"], now - acc.astype(np.float64)), np.nan)
 
     # Learn each job's computing baseline while it clearly computes (not stalled).
     computing = np.zeros(nj, dtype=bool)

@@ -9,6 +9,11 @@ both report the same numbers. Rules, chosen so that a number means what a person
   when it concerns a fault's entity during the fault (whatever its kind: a DBE seen as gpu_xid
   and gpu_memory is two right findings, not one wrong one). `gpu_idle` is waste, not a fault,
   and is left out of precision (it is counted on its own).
+- Time to detect is also reported net of *blind* time — seconds between the fault's start and
+  its detection during which the fault could not be seen: a fleet-wide scrape gap, the
+  exporter of one of its nodes down, and for stragglers the job's checkpoints and evaluation
+  phases (every rank pauses or runs lighter work; the simulator applies the slowdown only to
+  training steps).
 - A false positive that overlaps a confounder (same node, job or fleet-wide, same time) is
   charged to that confounder's kind: the issue's target is zero of them.
 """
@@ -30,6 +35,8 @@ class KindScore:
     faults: int = 0
     found: int = 0
     ttd: tuple[float, ...] = ()
+    ttd_seen: tuple[float, ...] = ()
+    """Time to detect net of blind time (see the module docstring)."""
 
     @property
     def recall(self) -> float:
@@ -38,6 +45,10 @@ class KindScore:
     @property
     def median_ttd(self) -> float | None:
         return statistics.median(self.ttd) if self.ttd else None
+
+    @property
+    def max_ttd_seen(self) -> float | None:
+        return max(self.ttd_seen) if self.ttd_seen else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +96,25 @@ class Score:
                     "found": v.found,
                     "recall": round(v.recall, 4),
                     "median_ttd_s": v.median_ttd,
+                    "max_ttd_s": max(v.ttd) if v.ttd else None,
+                    "max_ttd_net_of_blind_s": v.max_ttd_seen,
                 }
                 for k, v in sorted(self.per_fault_kind.items())
             },
         }
 
     def table(self) -> str:
-        rows = [f"{'fault kind':22} {'faults':>6} {'found':>6} {'recall':>7} {'median TTD':>11}"]
+        rows = [
+            f"{'fault kind':22} {'faults':>6} {'found':>6} {'recall':>7} {'median TTD':>11} "
+            f"{'max TTD':>8} {'max net of blind':>17}"
+        ]
         for k, v in sorted(self.per_fault_kind.items()):
             ttd = "-" if v.median_ttd is None else f"{v.median_ttd:.0f}s"
-            rows.append(f"{k:22} {v.faults:6d} {v.found:6d} {v.recall:7.2f} {ttd:>11}")
+            worst = f"{max(v.ttd):.0f}s" if v.ttd else "-"
+            seen = "-" if v.max_ttd_seen is None else f"{v.max_ttd_seen:.0f}s"
+            rows.append(
+                f"{k:22} {v.faults:6d} {v.found:6d} {v.recall:7.2f} {ttd:>11} {worst:>8} {seen:>17}"
+            )
         rows.append(
             f"precision {self.precision:.3f}  recall {self.recall:.3f}  F1 {self.f1:.3f}  "
             f"({self.true_positive}/{self.actionable} actionable episodes right)"
@@ -136,6 +156,35 @@ def _hits_confounder(f: Finding, c: Mapping[str, Any], grace: float) -> bool:
     return bool(f.node is not None and f.node in (c.get("nodes") or [c.get("node")]))
 
 
+def blind_seconds(
+    fault: Mapping[str, Any], confounders: Sequence[Mapping[str, Any]], until: float
+) -> float:
+    """Seconds of [fault start, until] during which the fault could not be observed."""
+    nodes = {fault.get("node"), *(fault.get("job_nodes") or [])} - {None}
+    spans: list[tuple[float, float]] = []
+    for c in confounders:
+        kind = c["kind"]
+        hides = (
+            kind == "scrape_gap"
+            or (kind == "exporter_down" and bool(nodes & set(c.get("nodes") or [c.get("node")])))
+            or (
+                fault["kind"] == "straggler"
+                and kind in ("checkpoint", "eval_phase")
+                and c.get("job") == fault.get("job")
+            )
+        )
+        lo, hi = max(c["start"], fault["start"]), min(c["end"], until)
+        if hides and hi > lo:
+            spans.append((lo, hi))
+    total, reach = 0.0, -float("inf")
+    for lo, hi in sorted(spans):  # union of intervals
+        lo = max(lo, reach)
+        if hi > lo:
+            total += hi - lo
+        reach = max(reach, hi)
+    return total
+
+
 def score(
     episodes: Iterable[Finding], truth: Mapping[str, Any], grace_seconds: float = 300.0
 ) -> Score:
@@ -158,10 +207,14 @@ def score(
         ]
         cur = per.get(fault["kind"], KindScore())
         if hits:
-            ttd = max(0.0, min(_detected_at(f) for f in hits) - fault["start"])
-            per[fault["kind"]] = KindScore(cur.faults + 1, cur.found + 1, (*cur.ttd, ttd))
+            at = min(_detected_at(f) for f in hits)
+            ttd = max(0.0, at - fault["start"])
+            seen = max(0.0, ttd - blind_seconds(fault, confounders, at))
+            per[fault["kind"]] = KindScore(
+                cur.faults + 1, cur.found + 1, (*cur.ttd, ttd), (*cur.ttd_seen, seen)
+            )
         else:
-            per[fault["kind"]] = KindScore(cur.faults + 1, cur.found, cur.ttd)
+            per[fault["kind"]] = KindScore(cur.faults + 1, cur.found, cur.ttd, cur.ttd_seen)
             missed.append(str(fault.get("id", fault["kind"])))
     actionable = [
         f for f in eps if f.severity.rank >= Severity.WARNING.rank and f.kind not in UNSCORED
@@ -196,7 +249,12 @@ def merge(scores: Iterable[Score]) -> Score:
     for s in scores:
         for k, v in s.per_fault_kind.items():
             cur = per.get(k, KindScore())
-            per[k] = KindScore(cur.faults + v.faults, cur.found + v.found, (*cur.ttd, *v.ttd))
+            per[k] = KindScore(
+                cur.faults + v.faults,
+                cur.found + v.found,
+                (*cur.ttd, *v.ttd),
+                (*cur.ttd_seen, *v.ttd_seen),
+            )
         actionable += s.actionable
         tp += s.true_positive
         info += s.info_episodes

@@ -1,0 +1,121 @@
+"""Scoring: matching episodes to faults, precision over actionable episodes, blind time."""
+
+from __future__ import annotations
+
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.scoring import blind_seconds, merge, score
+
+T = 1_767_225_600.0
+TRUTH = {
+    "faults": [
+        {
+            "id": "f0",
+            "kind": "xid48_dbe",
+            "finding": "gpu_xid",
+            "also": ["gpu_memory"],
+            "node": "n1",
+            "gpu_uuid": "GPU-a",
+            "job": None,
+            "job_nodes": [],
+            "start": T + 100,
+            "end": T + 1000,
+        },
+        {
+            "id": "f1",
+            "kind": "nccl_hang",
+            "finding": "nccl_hang",
+            "also": [],
+            "node": None,
+            "gpu_uuid": None,
+            "job": "ml/j",
+            "job_nodes": ["n2", "n3"],
+            "start": T + 200,
+            "end": T + 500,
+        },
+        {
+            "id": "f2",
+            "kind": "straggler",
+            "finding": "straggler",
+            "also": [],
+            "node": "n3",
+            "gpu_uuid": "GPU-s",
+            "job": "ml/k",
+            "job_nodes": ["n3"],
+            "start": T + 600,
+            "end": T + 900,
+        },
+    ],
+    "confounders": [
+        {
+            "kind": "exporter_down",
+            "node": "n9",
+            "nodes": ["n9"],
+            "job": None,
+            "start": T + 300,
+            "end": T + 400,
+        },
+        {
+            "kind": "scrape_gap",
+            "node": None,
+            "nodes": [],
+            "job": None,
+            "start": T + 650,
+            "end": T + 700,
+        },
+        {
+            "kind": "checkpoint",
+            "node": None,
+            "nodes": ["n3"],
+            "job": "ml/k",
+            "start": T + 700,
+            "end": T + 760,
+        },
+    ],
+}
+
+
+def _ep(kind: FindingKind, sev: Severity, at: float, end: float, **entity: str) -> Finding:
+    return Finding(kind, sev, "s", at, end, evidence={"detected_at": at}, **entity)
+
+
+def test_faults_found_by_expected_kinds_and_extra_right_findings_are_not_false() -> None:
+    eps = [
+        _ep(FindingKind.GPU_XID, Severity.CRITICAL, T + 100, T + 1000, gpu_uuid="GPU-a"),
+        _ep(FindingKind.GPU_MEMORY, Severity.CRITICAL, T + 130, T + 1000, gpu_uuid="GPU-a"),
+        _ep(FindingKind.NCCL_HANG, Severity.CRITICAL, T + 260, T + 500, job="ml/j"),
+        _ep(FindingKind.MONITORING_GAP, Severity.WARNING, T + 330, T + 400, node="n9"),
+        _ep(FindingKind.GPU_IDLE, Severity.WARNING, T, T + 900, gpu_uuid="GPU-z"),
+        _ep(FindingKind.MONITORING_GAP, Severity.INFO, T + 650, T + 700),
+    ]
+    s = score(eps, TRUTH)
+    assert s.missed == ("f2",)
+    assert s.per_fault_kind["nccl_hang"].ttd == (60.0,)
+    assert (s.actionable, s.true_positive) == (4, 3)
+    assert s.fp_by_confounder == {"exporter_down": 1}
+    assert s.unscored == {"gpu_idle": 1} and s.info_episodes == 1
+    assert 0 < s.f1 < 1
+    both = merge([s, s])
+    assert both.per_fault_kind["xid48_dbe"].faults == 2 and both.actionable == 8
+
+
+def test_blind_time_counts_gaps_outages_on_its_nodes_and_straggler_pauses_once() -> None:
+    confs = TRUTH["confounders"]
+    straggler, hang = TRUTH["faults"][2], TRUTH["faults"][1]
+    assert blind_seconds(straggler, confs, T + 900) == 50 + 60
+    assert blind_seconds(hang, confs, T + 500) == 0  # n9 is not one of its nodes
+    s = score(
+        [
+            _ep(
+                FindingKind.STRAGGLER,
+                Severity.WARNING,
+                T + 900,
+                T + 950,
+                gpu_uuid="GPU-s",
+                job="ml/k",
+                node="n3",
+            )
+        ],
+        TRUTH,
+    )
+    ks = s.per_fault_kind["straggler"]
+    assert ks.ttd == (300.0,) and ks.ttd_seen == (190.0,)

@@ -122,7 +122,12 @@ def _subject_target(t: Tracked) -> str:
 
 
 def _breaker(
-    policy: Policy, findings: Sequence[Finding], fleet: Fleet, memory: Memory, now: float
+    policy: Policy,
+    findings: Sequence[Finding],
+    fleet: Fleet,
+    memory: Memory,
+    now: float,
+    complete: bool = True,
 ) -> tuple[dict[str, float], str | None]:
     br = policy.gates.breaker
     seen = {n: t for n, t in memory.fault_seen.items() if now - t <= br.window}
@@ -130,7 +135,7 @@ def _breaker(
         faulty = f.severity is not Severity.INFO and f.kind is not FindingKind.MONITORING_GAP
         if faulty and f.node in fleet.gpu_nodes and now - f.last_seen <= br.window:
             seen[f.node] = max(seen.get(f.node, f.last_seen), f.last_seen)
-    total = len(fleet.gpu_nodes)
+    total = len(fleet.gpu_nodes) if complete else 0
     if total and len(seen) >= br.min_nodes and 100.0 * len(seen) / total > br.threshold_percent:
         return seen, (
             f"{len(seen)}/{total} GPU nodes ({100.0 * len(seen) / total:.0f}%) had faults within "
@@ -172,7 +177,7 @@ def decide(
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
     tracker, changes = step(memory.tracker, findings, now, h)
     fleet = Fleet.of(view, g.pool_label)
-    fault_seen, trip = _breaker(policy, findings, fleet, memory, now)
+    fault_seen, trip = _breaker(policy, findings, fleet, memory, now, view.complete)
     if trip is not None:
         state = EngineState(
             state.cluster, state.paused, state.paused_by, state.paused_reason, True, now, trip

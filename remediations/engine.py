@@ -75,7 +75,7 @@ def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
     """A minimal view when no cluster data exists (backtest on metrics alone): every node a
     finding names is a GPU node. Blast-radius shares are then relative to those nodes only."""
     names = {f.node for f in findings if f.node}
-    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)})
+    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
 
 
 class RemediationEngine:
@@ -120,6 +120,13 @@ class RemediationEngine:
             not_before=self.started_at,
         )
         self.store.save_incidents(c.incident for c in result.changes)
+        resolved = {c.incident.id for c in result.changes if c.change is Change.RESOLVED}
+        if resolved:
+            for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+                if a.incident_id in resolved:
+                    self.store.update_action(
+                        a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
+                    )
         if result.trip is not None:
             self.store.trip_breaker(result.trip, now)
         self._journal(result.decisions, now)

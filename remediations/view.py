@@ -86,6 +86,9 @@ class ClusterView:
     taken_at: float = 0.0
     pods_by_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Derived at construction when not given: node -> pod keys."""
+    complete: bool = True
+    """False when the view was guessed from findings alone (no cluster data): the fleet's size is
+    unknown, so the circuit breaker cannot compute its share and stays out of it."""
 
     def __post_init__(self) -> None:
         if not self.pods_by_node and self.pods:

@@ -205,11 +205,11 @@ def test_replay_episodes_gives_backtest_its_actions() -> None:
     assert len(out) == len(by)  # one entry per (playbook, target): no per-step repeats
 
 
-def test_freshness_expires_actions_whose_incident_resolved(store: Store) -> None:
+def test_freshness_recheck_expires_approved_actions(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
     policy = policy_from_dict(
         {
-            "hysteresis": {"open_after": 1, "resolve_after": 1},
+            "hysteresis": {"open_after": 1},
             "rules": [
                 {
                     "name": "c",
@@ -224,8 +224,45 @@ def test_freshness_expires_actions_whose_incident_resolved(store: Store) -> None
     eng.cycle([finding(node="a-0001", first_seen=T0)], cluster.view(T0), T0)
     (a,) = store.actions()
     eng.approve(a.id, "alice", T0 + 1)
-    eng.cycle([], cluster.view(T0 + 30), T0 + 30)  # the fault is gone by the time we act
-    Runner(policy, store, cluster, "t").run(cluster.view(T0 + 31), T0 + 31, eng.still_needed)
+    assert eng.still_needed(store.actions()[0]) is None
+
+    def recheck(action: object) -> str:  # the caller's re-check against current data
+        return "GPU healthy again in current data"
+
+    Runner(policy, store, cluster, "t").run(cluster.view(T0 + 31), T0 + 31, recheck)
     a2 = store.get_action(a.id)
-    assert a2 is not None and a2.state is ActionState.EXPIRED and "no longer" in a2.result
+    assert a2 is not None and a2.state is ActionState.EXPIRED and "healthy again" in a2.result
     assert cluster.writes == []
+
+
+def test_metrics_only_backtest_does_not_trip_the_breaker() -> None:
+    from remediations.engine import replay_episodes
+
+    eps = [finding(node=f"n{i}", gpu=f"G{i}", first_seen=T0, last_seen=T0 + 60) for i in range(5)]
+    out = replay_episodes(eps, step=30.0)
+    assert not any("breaker" in r for d in out for r in d.reasons)
+    # blast radius: without cluster data the pool is the 5 nodes seen; 10 % rounds up to 1 node
+    assert sum(d.decision is Verdict.EXECUTE for d in out) == 1
+
+
+def test_resolved_incident_expires_its_pending_approvals(store: Store) -> None:
+    cluster = FakeCluster({"a": 10})
+    policy = policy_from_dict(
+        {
+            "hysteresis": {"open_after": 1, "resolve_after": 2},
+            "rules": [
+                {
+                    "name": "d",
+                    "match": {"kinds": ["gpu_xid"]},
+                    "playbook": "drain",
+                    "mode": "approval",
+                }
+            ],
+        }
+    )
+    eng = _engine(store, policy)
+    eng.cycle([finding(node="a-0001", first_seen=T0)], cluster.view(T0), T0)
+    eng.cycle([], cluster.view(T0 + 30), T0 + 30)
+    eng.cycle([], cluster.view(T0 + 60), T0 + 60)
+    (a,) = store.actions()
+    assert a.state is ActionState.EXPIRED and a.result == "expired: incident resolved"

@@ -81,7 +81,7 @@ def measure(exporters: int, runs: int) -> dict[str, Any]:
         "gpus": gpus,
         "times": [x.stats.seconds for x in results],
         "slowest": max(q.seconds for q in r.stats.queries),
-        "bytes": r.stats.bytes_wire,
+        "bytes": r.stats.bytes_body,
         "samples": sum(q.series for q in r.stats.queries),
         "window_per_gpu": window / gpus,
         "series": series,

@@ -35,7 +35,8 @@ class QueryStat:
     name: str
     seconds: float
     bytes_wire: int
-    """Bytes received on the socket (compressed when the server gzips)."""
+    """Bytes received on the socket (compressed when the server gzips); 0 when the transport
+    does not tell (chunked responses): see `bytes_body`."""
     bytes_body: int
     """Bytes of the decoded response body."""
     series: int

@@ -74,7 +74,7 @@ def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
     present = present_families(answers.get("families") or [])
     value_answers = [a for k, a in answers.items() if k.startswith("values:") and a is not None]
     by_family = family_rows(value_answers, newest_pods(current))
-    metrics = {fam: gpu_series(rows, stamp_of) for fam, rows in by_family.items()}
+    metrics = {fam: gpu_series(cols, stamp_of) for fam, cols in by_family.items()}
     sparse_ok = answers.get("values:sparse") is not None
     for fam in counter_families():
         value = metrics.get(fam)

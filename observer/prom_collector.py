@@ -38,6 +38,7 @@ from observer.collect_errors import CollectionError, CycleStats, QueryStat
 from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_assemble import assemble
+from observer.prom_memory import PromMemory
 from observer.prom_queries import PromSettings, Query, plan
 from observer.prom_range import chunks, split_matrix
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
@@ -106,9 +107,9 @@ class PrometheusApi:
         body = r.content
         seen = _Seen(status=r.status_code, bytes_body=len(body))
         try:
-            seen.bytes_wire = int(r.raw.tell()) or len(body)
+            seen.bytes_wire = int(r.raw.tell())  # 0 when unknown (chunked transfer)
         except (AttributeError, OSError, TypeError):
-            seen.bytes_wire = len(body)
+            seen.bytes_wire = 0
         m = _RESULT_TYPE.search(body[:200])
         seen.result_type = m.group(1).decode() if m else ""
         if r.status_code != 200 or b'"warnings"' in body:
@@ -203,6 +204,8 @@ class PrometheusCollector:
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
         )
         self.queries: tuple[Query, ...] = plan(settings)
+        self.warm_queries = tuple(q for q in self.queries if not q.cold)
+        self.memory = PromMemory(settings.inventory_window)
         self.api = PrometheusApi(settings)
         self._pool = ThreadPoolExecutor(max(1, settings.concurrency), "prom-query")
 
@@ -217,7 +220,9 @@ class PrometheusCollector:
         self.close()
 
     def _run(
-        self, ask: Callable[[Query], tuple[list[dict[str, Any]], _Seen]]
+        self,
+        ask: Callable[[Query], tuple[list[dict[str, Any]], _Seen]],
+        queries: Sequence[Query],
     ) -> tuple[dict[str, list[dict[str, Any]] | None], list[QueryStat], list[str]]:
         def one(
             q: Query,
@@ -239,7 +244,7 @@ class PrometheusCollector:
         stats: list[QueryStat] = []
         problems: list[str] = []
         failures: list[tuple[Query, QueryFailed]] = []
-        futures = [self._pool.submit(one, q) for q in self.queries]
+        futures = [self._pool.submit(one, q) for q in queries]
         for fut in futures:  # the essential query is first: when it fails, stop right there
             q, result, stat, exc = fut.result()
             if exc is not None and (q.essential or exc.unreachable):
@@ -288,38 +293,65 @@ class PrometheusCollector:
         events: Iterable[Event] = (),
     ) -> CollectResult:
         """One instant cycle at `at` (default: now). Kubernetes records, if given, replace
-        kube-state-metrics' (the Kubernetes collector is fresher)."""
+        kube-state-metrics' (the Kubernetes collector is fresher). Cycles in time order reuse
+        what earlier ones saw (observer.prom_memory); a cold start asks 3 more queries."""
         t = self.now() if at is None else float(at)
         began = time.perf_counter()
-        lookback = self.settings.names_lookback
-
-        def ask(q: Query) -> tuple[Any, Any]:
-            if q.kind == "names":
-                return self.api.names(q.promql, t - lookback, t)
-            return self.api.instant(q.promql, t)
-
-        answers, stats, problems = self._run(ask)
-        snap, report = assemble(
-            answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
-            events=events,
-        )  # fmt: skip
+        cold = not self.memory.warm(t)
+        answers, stats, problems = self._run(
+            lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
+        )
+        snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
         took = time.perf_counter() - began
         return CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)
 
+    def _ask_instant(self, q: Query, t: float) -> tuple[Any, Any]:
+        if q.kind == "names":
+            return self.api.names(q.promql, t - self.settings.names_lookback, t)
+        return self.api.instant(q.promql, t)
+
+    def _assemble(
+        self,
+        answers: dict[str, list[dict[str, Any]] | None],
+        t: float,
+        cold: bool,
+        problems: Sequence[str],
+        nodes: Sequence[Node] | None = None,
+        pods: Sequence[Pod] | None = None,
+        events: Iterable[Event] = (),
+    ) -> tuple[FleetSnapshot, BuildReport]:
+        if not cold:
+            answers = {**answers, **self.memory.answers(answers.get("identity") or [], t)}
+        result = assemble(
+            answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
+            events=events,
+        )  # fmt: skip
+        self.memory.remember(answers, t, cold)
+        return result
+
     def collect_range(self, start: float, end: float, step: float) -> Iterator[CollectResult]:
         """Snapshots at start, start+step, ... end, from range queries chunked to
-        `settings.range_chunk` (the same queries as an instant cycle, evaluated per step)."""
+        `settings.range_chunk`: the instant cycle's queries evaluated per step (the cold-start
+        ones once, as instant queries at `start`), assembled step by step in time order."""
+        began = time.perf_counter()
+        cold_queries = [q for q in self.queries if q.cold or q.essential]
+        answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
+        self.memory = PromMemory(self.settings.inventory_window)
+        self.memory.remember(answers, start, cold=True)
         for c0, c1 in chunks(start, end, step, self.settings.range_chunk):
-            began = time.perf_counter()
 
             def ask(q: Query, c0: float = c0, c1: float = c1) -> tuple[Any, Any]:
                 if q.kind == "names":
                     return self.api.names(q.promql, c0 - self.settings.names_lookback, c1)
                 return self.api.range(q.promql, c0, c1, step)
 
-            answers, stats, problems = self._run(ask)
-            per_step = split_matrix(answers, c0, c1, step)
+            chunk_answers, chunk_stats, chunk_problems = self._run(ask, self.warm_queries)
+            stats += chunk_stats
+            problems += chunk_problems
             took = time.perf_counter() - began
-            for t, step_answers in per_step:
-                snap, report = assemble(step_answers, t, self.settings, problems, self.builder)
-                yield CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)
+            for t, step_answers in split_matrix(chunk_answers, c0, c1, step):
+                snap, report = self._assemble(step_answers, t, False, chunk_problems)
+                cycle = CycleStats(tuple(stats), took, tuple(problems))
+                yield CollectResult(snap, cycle, report)
+            began = time.perf_counter()
+            stats, problems = [], []

@@ -10,6 +10,7 @@ GPU reports stays NaN ("not collected"). Pure functions; no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -50,18 +51,37 @@ def identity(current: Vector, vanished: Vector) -> GpuColumns:
     return GpuColumns.from_labels(cols, stamp)
 
 
+Columns = tuple[list[str], list[str], list[float]]
+"""(UUIDs, MIG instance ids, values) of one family, parallel lists."""
+
+
+def columns(vector: Vector) -> Columns:
+    """One pass over a per-GPU vector: UUIDs, MIG ids and values."""
+    uuid: list[str] = []
+    mig: list[str] = []
+    val: list[float] = []
+    for r in vector:
+        m = r["metric"]
+        uuid.append(m.get(LABEL_UUID, ""))
+        mig.append(m.get(LABEL_MIG_INSTANCE, ""))
+        val.append(float(r["value"][1]))
+    return uuid, mig, val
+
+
 def gpu_series(
-    vector: Vector,
+    vector: Vector | Columns,
     stamp_of: Mapping[str, float],
     window: float = 0.0,
     as_increase: bool = False,
 ) -> MetricSeries:
     """A per-GPU vector keyed by UUID (+ GPU_I_ID); the sample time is the GPU's (identity)."""
-    uuid = label(vector, LABEL_UUID)
-    mig = label(vector, LABEL_MIG_INSTANCE)
-    keys = _keys(uuid, mig)
-    stamp = np.fromiter((stamp_of.get(k, np.nan) for k in keys), np.float64, len(keys))
-    v = values(vector)
+    uuid_l, mig_l, val_l = vector if isinstance(vector, tuple) else columns(vector)
+    keys = uuid_l
+    if any(mig_l):
+        keys = [u if not m else f"{u}/{m}" for u, m in zip(uuid_l, mig_l, strict=True)]
+    stamp = np.fromiter(map(stamp_of.get, keys, repeat(np.nan, len(keys))), np.float64, len(keys))
+    uuid, mig = str_column(uuid_l), str_column(mig_l)
+    v = np.asarray(val_l, dtype=np.float64)
     if as_increase:
         return MetricSeries(np.full(len(v), np.nan), stamp, uuid, mig, increase=v,
                             window_seconds=window)  # fmt: skip
@@ -72,8 +92,9 @@ def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
     return [u if not m else f"{u}/{m}" for u, m in zip(uuid.tolist(), mig.tolist(), strict=True)]
 
 
-def newest_pods(current: Vector) -> dict[str, str]:
-    """GPU key -> the pod label of its newest identity row (the label set that is current)."""
+def newest_pods(current: Vector) -> dict[str, str] | None:
+    """GPU key -> the pod label of its newest identity row (the label set that is current);
+    None when every GPU has a single label set (nothing lingers, nothing to filter)."""
     best: dict[str, tuple[float, str]] = {}
     for r in current:
         m = r["metric"]
@@ -82,21 +103,42 @@ def newest_pods(current: Vector) -> dict[str, str]:
         t = float(r["value"][1])
         if key not in best or t > best[key][0]:
             best[key] = (t, m.get(LABEL_POD, ""))
+    if len(best) == len(current):
+        return None
     return {k: pod for k, (_, pod) in best.items()}
 
 
-def family_rows(vectors: Sequence[Vector], newest_pod: Mapping[str, str]) -> Mapping[str, Vector]:
-    """Value answers grouped by family (aliases folded), keeping each GPU's current pod only."""
-    out: dict[str, list[Mapping[str, Any]]] = {}
+def family_rows(
+    vectors: Sequence[Vector], newest_pod: Mapping[str, str] | None
+) -> dict[str, Columns]:
+    """Value answers as columns per family (aliases folded), in one pass. With `newest_pod`,
+    only each GPU's current pod's series are kept (None: no GPU has two label sets)."""
+    out: dict[str, Columns] = {}
     for vector in vectors:
         for r in vector:
             m = r["metric"]
-            uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
-            pod = newest_pod.get(f"{uuid}/{mig}" if mig else uuid)
-            if pod is not None and m.get(LABEL_POD, "") != pod:
-                continue  # a lingering series of the GPU's previous pod
-            out.setdefault(canonical_name(m.get("__name__", "")), []).append(r)
-    return out
+            uuid = m.get(LABEL_UUID, "")
+            mig = m.get(LABEL_MIG_INSTANCE, "")
+            if newest_pod is not None:
+                pod = newest_pod.get(f"{uuid}/{mig}" if mig else uuid)
+                if pod is not None and m.get(LABEL_POD, "") != pod:
+                    continue  # a lingering series of the GPU's previous pod
+            name = m.get("__name__", "")
+            cols = out.get(name)
+            if cols is None:
+                cols = out[name] = ([], [], [])
+            cols[0].append(uuid)
+            cols[1].append(mig)
+            cols[2].append(float(r["value"][1]))
+    merged: dict[str, Columns] = {}
+    for name, cols in out.items():  # fold aliases (CLOCKS_EVENT_REASONS -> THROTTLE)
+        canon = canonical_name(name)
+        if canon in merged:
+            a = merged[canon]
+            merged[canon] = (a[0] + cols[0], a[1] + cols[1], a[2] + cols[2])
+        else:
+            merged[canon] = cols
+    return merged
 
 
 def present_families(names: Sequence[Any]) -> set[str]:

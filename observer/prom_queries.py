@@ -1,6 +1,7 @@
 """The PromQL of one Prometheus collection cycle: a fixed plan, independent of fleet size.
 
-Every cycle asks the same 22 requests whatever the fleet holds (10 GPUs or 100k). Each does its
+Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 24 on a cold
+start, 21 afterwards (the 3 `cold` ones are then answered from observer.prom_memory). Each does its
 filtering and label stripping on the server, so the payload stays close to "one number per GPU
 per metric", and the plan avoids reading any series twice where it can (Prometheus spends
 ~10 us per series read; at 10k GPUs x 22 families that is the cycle's main cost):
@@ -8,8 +9,8 @@ per metric", and the plan avoids reading any series twice where it can (Promethe
 - `identity`: one row per GPU label set with its sample time (`timestamp()` on the bare
   selector, the only form where Prometheus returns the sample's own time). Only the labels the
   snapshot uses are kept (`max by (...)`), accepting `Hostname` and `hostname` and MIG labels.
-- `vanished`: GPUs seen within the inventory window but absent now (XID 79, exporter down past
-  the lookback): a lost GPU is a row with NaN metrics rather than missing.
+- `vanished` (cold start): GPUs seen within the inventory window but absent now (XID 79,
+  exporter down past the lookback): a lost GPU is a row with NaN metrics rather than missing.
 - `families`: the `__name__` label values (index only), so absent means "not collected", not 0.
 - `values:N`: the gauges in a few concurrent groups (one query runs on one core), keyed by
   family, UUID (+ `GPU_I_ID`) and pod: backfilled data has no staleness markers, so an old pod's
@@ -19,8 +20,8 @@ per metric", and the plan avoids reading any series twice where it can (Promethe
   only where they rose (`> 0`), the rest is filled with 0 for GPUs that report.
 - `xid_count` with its own sample times (the client drops counts older than the GPU's newest
   sample: dcgm-exporter drops the series when its window empties), training steps and their
-  increase, `up` and the last time each exporter was up (`up_last`), the scrape interval (sample
-  spacing of one GPU per node) and kube-state-metrics (two queries).
+  increase, `up`, the last time each exporter was up (`up_last`, cold start), the scrape interval
+  (sample spacing of one GPU per node, cold start) and kube-state-metrics (two queries).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class PromSettings:
     """Counter increase window (seconds); at least 2 scrape intervals."""
     inventory_window: float = 900.0
     """GPUs seen this long ago are still rows of the snapshot (with NaN metrics)."""
-    inventory_step: float = 15.0
+    inventory_step: float = 30.0
     """Resolution of the subquery that finds each exporter's last good scrape."""
     names_lookback: float = 300.0
     """Families count as collected when they have series in the last this-many seconds."""
@@ -136,6 +137,8 @@ class Query:
     """Without this answer there is no snapshot (CollectionError instead of degraded)."""
     kind: str = "query"
     """`query` (PromQL), or `names`: the `__name__` values of series matching `promql`."""
+    cold: bool = False
+    """Asked on a cold start only; later cycles answer it from memory (observer.prom_memory)."""
 
 
 def _dur(seconds: float) -> str:
@@ -174,17 +177,18 @@ def interval_query(s: PromSettings) -> str:
     x = f'{s.inventory_metric}{{{LABEL_GPU}="0"}}'
     w = _dur(s.interval_window)
     return (
-        f"quantile(0.5, (timestamp({x}) - min_over_time(timestamp({x})[{w}:5s])) / "
+        f"quantile(0.5, (timestamp({x}) - min_over_time(timestamp({x})[{w}:10s])) / "
         f"(count_over_time({x}[{w}]) - 0.5))"
     )
 
 
 VALUE_GROUPS = (
-    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
-     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE"),
-    ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_XID_ERRORS",
-     "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_XID_ERRORS",
+     "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+     "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
 )  # fmt: skip
 """Gauges split over a few concurrent queries: Prometheus evaluates one query on one core."""
 
@@ -212,6 +216,7 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
             "vanished",
             f"group by ({ident}) (last_over_time({inv}[{_dur(s.inventory_window)}])) "
             f"unless on ({KEY}) {inv}",
+            cold=True,
         ),
         Query("families", DCGM_NAMES, kind="names"),
     ]
@@ -242,8 +247,9 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
             "up_last",
             f"max_over_time((timestamp({up}) and {up} == 1)[{_dur(s.inventory_window)}:"
             f"{_dur(s.inventory_step)}])",
+            cold=True,
         ),
-        Query("interval", interval_query(s)),
+        Query("interval", interval_query(s), cold=True),
         Query("kube", f'{{__name__=~"{_names(KSM_FAMILIES)}"{ksm}}}'),
         Query("kube_status", f'{{__name__=~"{_names(KSM_STATUS_FAMILIES)}"{ksm}}} == 1'),
     ]

@@ -103,9 +103,8 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
         with PrometheusCollector(settings) as c:
             r = c.collect(at, nodes=nodes, pods=pods, events=events)
         stats = r.stats
-        cost = (
-            f"{stats.query_count} queries, {stats.bytes_wire / 1e3:.0f} kB, {stats.seconds:.2f} s"
-        )
+        kb = stats.bytes_body / 1e3
+        cost = f"{stats.query_count} queries, {kb:.0f} kB JSON, {stats.seconds:.2f} s"
         return r.snapshot, stats.problems, cost
     from observer.scrape_collector import ScrapeCollector, ScrapeSettings
 
@@ -121,7 +120,7 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
             time.sleep(args.interval)
         rs = sc.collect(nodes=nodes, pods=pods, events=events)
     st = rs.stats
-    cost = f"{st.query_count} targets, {st.bytes_wire / 1e3:.0f} kB, {st.seconds:.2f} s"
+    cost = f"{st.query_count} targets, {st.bytes_body / 1e3:.0f} kB, {st.seconds:.2f} s"
     if rs.malformed:
         cost += f", {rs.malformed} malformed lines skipped"
     return rs.snapshot, rs.stats.problems, cost

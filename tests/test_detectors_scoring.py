@@ -119,3 +119,21 @@ def test_blind_time_counts_gaps_outages_on_its_nodes_and_straggler_pauses_once()
     )
     ks = s.per_fault_kind["straggler"]
     assert ks.ttd == (300.0,) and ks.ttd_seen == (190.0,)
+
+
+def test_static_rules_baseline_pages_on_idle_gpus_and_misses_hangs() -> None:
+    from detectors.baseline import static_rules_suite
+    from detectors.signals import TENSOR_ACTIVE, UTIL, XID
+    from tests.fleet import Fleet
+
+    fleet = Fleet(nodes=2).job("ml/t", [0])
+    fleet.set(UTIL, 0.0, node=1).set(XID, 48.0, gpu=(0, 1))
+    fleet.set(UTIL, 99.5, node=0).set(TENSOR_ACTIVE, 0.0, node=0)  # a hang: util pinned
+    suite, state = static_rules_suite(), None
+    for k in range(25):
+        res = suite.run(fleet.snapshot(T + 30 * k), T + 30 * k, state)
+        state = res.state
+    kinds = {(f.kind, f.gpu_uuid) for f in res.findings}
+    assert (FindingKind.GPU_XID, "GPU-000-1") in kinds
+    assert sum(1 for k, _ in kinds if k == FindingKind.ANOMALY) == 8  # every idle GPU pages
+    assert not any(k == FindingKind.NCCL_HANG for k, _ in kinds)

@@ -109,3 +109,38 @@ def test_config_section_builds_a_suite_and_names_bad_fields() -> None:
     assert "detectors.straggler.typo: unknown field" in text
     with pytest.raises(ConfigError):
         suite_from_section({"nope": {}}, "x.yaml")
+
+
+def test_job_finish_and_counter_resets_raise_nothing_across_the_suite() -> None:
+    from detectors.gpu_interconnect import NVLINK_CRC, PCIE_REPLAY
+    from detectors.signals import GR_ACTIVE, POWER, TENSOR_ACTIVE, UTIL
+
+    fleet = Fleet(nodes=4).job("ml/t", [0, 1, 2, 3])
+    suite = DetectorSuite.default()
+    state = None
+    t0 = 1_767_225_600.0
+    for k in range(40):
+        now = t0 + 30 * k
+        if k == 10:  # exporters restart: counters reset (a collector that missed it says < 0)
+            fleet.set_increase(PCIE_REPLAY, -1e6).set_increase(NVLINK_CRC, -5e5)
+        if k == 11:
+            fleet.set_increase(PCIE_REPLAY, 0.0).set_increase(NVLINK_CRC, 0.0)
+        if k == 20:  # the job finishes: pods gone, GPUs idle and unallocated
+            fleet.jobs.clear()
+            fleet.pods.clear()
+            fleet.set(UTIL, 0.0).set(GR_ACTIVE, 0.0).set(TENSOR_ACTIVE, 0.0).set(POWER, 70.0)
+        res = suite.run(fleet.snapshot(now), now, state)
+        state = res.state
+        assert res.findings == (), (k, res.findings)
+
+
+def test_mig_slices_are_distinct_state_rows() -> None:
+    from detectors.state import gpu_keys
+
+    snap = Fleet(nodes=1, gpus_per_node=2).snapshot(0.0)
+    mig = np.array(["1", "2"], dtype=object)
+    table = dataclasses.replace(
+        snap.gpus, uuid=np.array(["GPU-x", "GPU-x"], dtype=object), mig_instance=mig
+    )
+    keys = gpu_keys(dataclasses.replace(snap, gpus=table))
+    assert keys.tolist() == ["GPU-x/1", "GPU-x/2"]

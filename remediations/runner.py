@@ -54,6 +54,7 @@ class Runner:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.open_incidents = open_incidents or (lambda: set())
+        store.ensure_state()
 
     # ---- selection -----------------------------------------------------------------------------
 
@@ -99,6 +100,7 @@ class Runner:
         fresh: FreshnessCheck | None,
         disrupted: set[str],
     ) -> ActionRecord | None:
+        state = self.store.engine_state()  # read first: any start after this fails the claim
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
         summary = summarize(self.store.briefs(horizon), self.open_incidents(), exclude=a.id)
@@ -122,7 +124,7 @@ class Runner:
             gates.protected(g.protected, plan, view),
             gates.ownership(plan),
             gates.attempts(g.attempts, a.playbook, a.target, summary.ledger, now),
-            *gates.execution_gates(g, plan, fleet, self.store.engine_state(), summary.ledger, now),
+            *gates.execution_gates(g, plan, fleet, state, summary.ledger, now),
         ]
         failed = gates.first_failure(checks)
         if failed is not None:
@@ -145,15 +147,7 @@ class Runner:
                 message=f"approved -> expired (freshness: {why_not})",
             )
             return None
-        claimed = self.store.update_action(
-            a,
-            now,
-            state=ActionState.EXECUTING,
-            lease_owner=self.owner,
-            started_at=now,
-            lease_until=now + self.lease_seconds,
-            message=f"approved -> executing (claimed by {self.owner})",
-        )
+        claimed = self.store.claim(a, state.version, now, self.owner, now + self.lease_seconds)
         return self._advance(claimed, now) if claimed is not None else None
 
     # ---- execution -----------------------------------------------------------------------------

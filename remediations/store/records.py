@@ -181,3 +181,5 @@ class EngineState:
     breaker_reason: str = ""
     breaker_reset_at: float | None = None
     breaker_reset_by: str = ""
+    version: int = 0
+    """Bumped by every pause, breaker move and action start (0: no row yet)."""

@@ -206,7 +206,64 @@ class Store:
                 breaker_reason=row.breaker_reason,
                 breaker_reset_at=row.breaker_reset_at,
                 breaker_reset_by=row.breaker_reset_by,
+                version=row.version,
             )
+
+    def ensure_state(self) -> EngineState:
+        """Create this cluster's engine-state row if missing; return the state."""
+        with Session(self.engine) as s, s.begin():
+            self._state_row(s)
+        return self.engine_state()
+
+    def claim(
+        self, action: ActionRecord, state_version: int, now: float, owner: str, lease_until: float
+    ) -> ActionRecord | None:
+        """Start an approved action: `approved -> executing` only if neither the action nor the
+        engine state (pause, breaker, other starts) moved since the caller ran the gates on them.
+        Serialises starts across processes, so two runners cannot both pass the blast-radius or
+        rate gate on the same budget."""
+        with Session(self.engine) as s, s.begin():
+            res: Any = s.execute(
+                update(EngineStateRow)
+                .where(
+                    EngineStateRow.cluster == self.cluster,
+                    EngineStateRow.version == state_version,
+                )
+                .values(version=EngineStateRow.version + 1)
+            )
+            if res.rowcount != 1:
+                return None
+            res = s.execute(
+                update(ActionRow)
+                .where(
+                    ActionRow.id == action.id,
+                    ActionRow.version == action.version,
+                    ActionRow.state == ActionState.APPROVED.value,
+                )
+                .values(
+                    state=ActionState.EXECUTING.value,
+                    version=action.version + 1,
+                    updated_at=now,
+                    started_at=now,
+                    lease_owner=owner,
+                    lease_until=lease_until,
+                )
+            )
+            if res.rowcount != 1:
+                s.rollback()
+                return None
+            self._audit_row(
+                s,
+                now,
+                "transition",
+                f"approved -> executing (claimed by {owner})",
+                action_id=action.id,
+                incident_id=action.incident_id,
+                target=action.target,
+            )
+            row = s.get(ActionRow, action.id, populate_existing=True)
+            assert row is not None
+            return _action(row)
 
     def set_paused(self, paused: bool, actor: str, reason: str, now: float) -> None:
         with Session(self.engine) as s, s.begin():

@@ -51,6 +51,11 @@ class CrashingStore(Store):
         crash_point(f"after transition {kwargs.get('message') or kwargs.get('state')}")
         return out
 
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().claim(*args, **kwargs)
+        crash_point("after claim (approved -> executing)")
+        return out
+
     def propose_many(self, *args: Any, **kwargs: Any) -> int:
         out = super().propose_many(*args, **kwargs)
         crash_point("after journaling decisions")

@@ -227,3 +227,38 @@ def test_api_errors_are_retried_and_write_once(
     assert a.state is ActionState.DONE, a
     retried = [r for r in store.audit_log() if "will be retried" in r.message]
     assert retried
+
+
+def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> None:
+    import threading
+
+    data = _policy("quarantine").model_dump(mode="json")
+    data["gates"]["breaker"]["threshold_percent"] = 100  # 3 of 4 nodes: keep the breaker out
+    policy = policy_from_dict(data)
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    acts = [KubeActuator.from_kubeconfig(sim.kubeconfig) for _ in range(2)]
+    fs = [finding(node=f"h100-000{i}", gpu=f"G{i}") for i in (1, 2, 3)]
+    eng.cycle(fs, acts[0].cluster_view(T0), T0)
+    runners = [Runner(policy, store, a, owner=f"r{i}") for i, a in enumerate(acts)]
+    barrier = threading.Barrier(2)
+
+    def go(r: Runner, a: KubeActuator) -> None:
+        barrier.wait()
+        r.run(a.cluster_view(T0 + 1), T0 + 1)
+
+    threads = [threading.Thread(target=go, args=(r, a)) for r, a in zip(runners, acts, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, a in zip(runners, acts, strict=True):  # a start that lost a race waits for a pass
+        r.run(a.cluster_view(T0 + 2), T0 + 2)
+    actions = store.actions()
+    assert len(actions) == 3 and all(a.state is ActionState.DONE for a in actions), actions
+    log = store.audit_log()
+    for a in actions:
+        mine = [r for r in log if r.action_id == a.id]
+        assert sum("-> executing" in r.message for r in mine) == 1
+        assert sum(r.message.startswith("did ") for r in mine) == len(a.plan)
+    for a in acts:
+        a.close()

@@ -116,3 +116,16 @@ def test_breaker_trip_expires_unstarted_actions(store: Store) -> None:
     assert states == {"a": ActionState.EXPIRED, "b": ActionState.EXECUTING}
     assert store.reset_breaker("bob", 4.0)
     assert not store.engine_state().breaker_tripped
+
+
+def test_claim_serialises_starts_on_the_engine_state(store: Store) -> None:
+    a, _ = store.propose(_new("a"), 1.0)
+    b, _ = store.propose(_new("b"), 1.0)
+    v = store.ensure_state().version
+    won = store.claim(a, v, 2.0, "r1", 100.0)
+    assert won is not None and won.state is ActionState.EXECUTING and won.started_at == 2.0
+    assert store.claim(b, v, 2.0, "r2", 100.0) is None  # a start happened since v was read
+    store.set_paused(True, "ops", "x", 3.0)
+    assert store.claim(b, v + 1, 3.0, "r2", 100.0) is None  # and so did a pause
+    later = store.claim(b, store.engine_state().version, 4.0, "r2", 100.0)
+    assert later is not None and later.lease_owner == "r2"

@@ -1,0 +1,1 @@
+"""Example and default remediation policies (YAML), shipped as package data."""

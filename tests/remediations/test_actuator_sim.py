@@ -36,7 +36,8 @@ T0 = 1_700_000_000.0
 
 
 def finding(**kw: object) -> Finding:
-    return _finding(first_seen=T0, **kw)  # type: ignore[arg-type]
+    kw.setdefault("first_seen", T0)
+    return _finding(**kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -262,3 +263,61 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
         assert sum(r.message.startswith("did ") for r in mine) == len(a.plan)
     for a in acts:
         a.close()
+
+
+def test_request_reset_and_uncordon_what_we_cordoned(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    policy = policy_from_dict({
+        "hysteresis": {"open_after": 1},
+        "rules": [
+            {"name": "c", "match": {"kinds": ["gpu_xid"]}, "playbook": "cordon", "mode": "auto"},
+            {"name": "r", "match": {"kinds": ["gpu_xid"]}, "playbook": "request_reset",
+             "mode": "auto"},
+            {"name": "u", "match": {"kinds": ["gpu_throttle"]}, "playbook": "uncordon",
+             "mode": "auto"},
+        ],
+    })  # fmt: skip
+    _run(policy, store, actuator, [finding(node="h100-0003", gpu="GPU-9")], sim, passes=2)
+    node = actuator.core.read_node("h100-0003")
+    assert node.spec.unschedulable and node.metadata.annotations[OWNER_ANNOTATION] == "gpufleet"
+    assert node.metadata.annotations[REQUEST_ANNOTATION] == "reset:GPU-9"
+    # later a (hypothetical) all-clear rule undoes gpufleet's own cordon
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    later = T0 + 100
+    eng.cycle(
+        [
+            finding(
+                kind=FindingKind.GPU_THROTTLE,
+                severity=Severity.WARNING,
+                node="h100-0003",
+                first_seen=later,
+            )
+        ],
+        actuator.cluster_view(later),
+        later,
+    )
+    Runner(policy, store, actuator, "t").run(actuator.cluster_view(later), later + 1)
+    states = {a.playbook: a.state for a in store.actions()}
+    assert states == {
+        "cordon": ActionState.DONE,
+        "request_reset": ActionState.DONE,
+        "uncordon": ActionState.DONE,
+    }
+    node = actuator.core.read_node("h100-0003")
+    assert not node.spec.unschedulable and OWNER_ANNOTATION not in node.metadata.annotations
+
+
+def test_failed_quarantine_rolls_back_on_the_api(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    sim.api.faults.add(r"^/api/v1/nodes/h100-0003$", 403, count=1, method="PATCH")
+    policy = _policy("quarantine")
+    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng.cycle([finding(node="h100-0003")], actuator.cluster_view(T0), T0)
+    # the first PATCH (cordon) is forbidden: permanent, nothing to undo yet
+    Runner(policy, store, actuator, "t").run(actuator.cluster_view(T0), T0 + 1)
+    (a,) = store.actions()
+    assert a.state in (ActionState.FAILED, ActionState.ROLLED_BACK), a
+    node = actuator.core.read_node("h100-0003")
+    assert not node.spec.unschedulable and not node.spec.taints

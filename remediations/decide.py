@@ -188,21 +188,44 @@ def decide(
     ledger = journal.ledger
     reported = dict(memory.reported)
     decisions: list[ActionDecision] = []
+    params = [PLAYBOOKS[r.playbook].params(r.params) for r in policy.rules]
+    by_kind: dict[str, list[int]] = {}
+    for i, r in enumerate(policy.rules):
+        for k in r.match.kinds or list(FindingKind):
+            by_kind.setdefault(k.value, []).append(i)
     for t in tracker.open():
         assert t.incident_id is not None
-        for rule in policy.rules:
+        for ri in by_kind.get(t.kind, ()):
+            rule = policy.rules[ri]
             if not matches(rule, t, view, g.pool_label):
                 continue
             key = (t.incident_id, rule.playbook)
             if key in journal.blocked:
                 continue
-            pb = PLAYBOOKS[rule.playbook]
+            plan: Plan | None
+            reasons: tuple[str, ...]
+            if rule.mode is Mode.NOTIFY:  # report only: no plan, no gates
+                reasons = (f"rule {rule.name}: notify only",)
+                if reported.get(key) != reasons[0]:
+                    reported[key] = reasons[0]
+                    decisions.append(
+                        ActionDecision(
+                            rule.playbook,
+                            _subject_target(t),
+                            now,
+                            Verdict.DENY,
+                            reasons,
+                            t.incident_id,
+                            rule.name,
+                            rule.mode,
+                            dry_run,
+                        )
+                    )
+                continue
             subject = Subject(
                 t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job
             )
-            planned = pb.plan(subject, view, pb.params(rule.params))
-            plan: Plan | None
-            reasons: tuple[str, ...]
+            planned = PLAYBOOKS[rule.playbook].plan(subject, view, params[ri])
             if isinstance(planned, NoPlan):
                 verdict, reasons, esc, plan = (
                     Verdict.DENY,
@@ -210,9 +233,6 @@ def decide(
                     False,
                     None,
                 )
-            elif rule.mode is Mode.NOTIFY:
-                plan = planned
-                verdict, reasons, esc = Verdict.DENY, (f"rule {rule.name}: notify only",), False
             else:
                 plan = planned
                 results = gates.static_gates(

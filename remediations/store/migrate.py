@@ -52,4 +52,8 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, pool_pre_ping=True)
+    # Batch executemany INSERTs into multi-row VALUES (one round trip per ~1000 rows instead of
+    # one pipelined statement per row): a 10k-finding cycle journals in one transaction.
+    engine.dialect.use_insertmanyvalues_wo_returning = True
+    return engine

@@ -6,6 +6,7 @@ to forget. SQLite is the embedded default; PostgreSQL is the production store.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision`; safe to run from several processes at once."""
+    quiet = logging.getLogger("alembic")
+    if quiet.level == logging.NOTSET:  # its per-run INFO lines are noise on every command
+        quiet.setLevel(logging.WARNING)
     cfg = alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

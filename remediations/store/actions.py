@@ -1,0 +1,317 @@
+"""The action journal: idempotent proposals and version-checked transitions.
+
+Every action transition is one transaction that names the version it read
+(`UPDATE ... WHERE id = :id AND version = :v`), so of two processes racing for the same step only
+one wins; the audit row for the move is written in that same transaction. Actions carry an
+idempotency key (unique per cluster), so a replayed finding never journals a second action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from remediations.store.base import StoreBase
+from remediations.store.convert import action_record
+from remediations.store.records import (
+    ActionBrief,
+    ActionRecord,
+    NewAction,
+)
+from remediations.store.schema import ActionRow, AuditRow
+from remediations.types import (
+    ACTOR,
+    ActionId,
+    ActionState,
+    IncidentId,
+    can_transition,
+    stable_id,
+)
+
+
+class TransitionRefused(Exception):
+    """The state machine does not allow the move (a bug in the caller, not a race)."""
+
+
+class ActionStore(StoreBase):
+    # ---- actions -----------------------------------------------------------------------------
+
+    def propose(self, new: NewAction, now: float) -> tuple[ActionRecord, bool]:
+        """Journal a new action, or return the one already journaled under its key."""
+        action_id = stable_id(self.cluster, new.idempotency_key)
+        row = ActionRow(
+            id=action_id,
+            cluster=self.cluster,
+            idempotency_key=new.idempotency_key,
+            incident_id=new.incident_id,
+            playbook=new.playbook,
+            target=new.target,
+            target_nodes=list(new.target_nodes),
+            disruptive=new.disruptive,
+            mode=new.mode.value,
+            rule=new.rule,
+            state=new.state.value,
+            version=1,
+            decision=new.decision.value,
+            reasons=list(new.reasons),
+            params=dict(new.params),
+            plan=[i.to_json() for i in new.plan],
+            progress=0,
+            step_started=None,
+            dry_run=new.dry_run,
+            attempt=new.attempt,
+            created_at=now,
+            updated_at=now,
+            result=new.result,
+            phase="run",
+            deadline=new.deadline,
+        )
+        try:
+            with Session(self.engine, expire_on_commit=False) as s, s.begin():
+                s.add(row)
+                s.flush()
+                self._audit_row(
+                    s,
+                    now,
+                    "decision",
+                    f"{new.playbook} on {new.target}: {new.decision.value}",
+                    action_id=action_id,
+                    incident_id=new.incident_id,
+                    target=new.target,
+                    detail={
+                        "reasons": list(new.reasons),
+                        "mode": new.mode.value,
+                        "rule": new.rule,
+                        "state": new.state.value,
+                        "dry_run": new.dry_run,
+                    },
+                )
+            return action_record(row), True
+        except IntegrityError:
+            existing = self.get_action(action_id)
+            if existing is None:
+                raise
+            return existing, False
+
+    def propose_many(
+        self, news: Sequence[NewAction], now: float, denials: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """Journal a cycle's actions (keys already journaled are skipped) and its deny audit
+        rows in one transaction. Returns how many actions were new."""
+        if not news and not denials:
+            return 0
+        rows = [
+            {
+                "id": stable_id(self.cluster, n.idempotency_key),
+                "cluster": self.cluster,
+                "idempotency_key": n.idempotency_key,
+                "incident_id": n.incident_id,
+                "playbook": n.playbook,
+                "target": n.target,
+                "target_nodes": list(n.target_nodes),
+                "disruptive": n.disruptive,
+                "mode": n.mode.value,
+                "rule": n.rule,
+                "state": n.state.value,
+                "version": 1,
+                "decision": n.decision.value,
+                "reasons": list(n.reasons),
+                "params": dict(n.params),
+                "plan": [i.to_json() for i in n.plan],
+                "progress": 0,
+                "step_started": None,
+                "dry_run": n.dry_run,
+                "attempt": n.attempt,
+                "created_at": now,
+                "updated_at": now,
+                "approved_by": None,
+                "lease_owner": None,
+                "lease_until": None,
+                "started_at": None,
+                "result": n.result,
+                "phase": "run",
+                "deadline": n.deadline,
+            }
+            for n in news
+        ]
+        mod: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        with self.engine.begin() as conn:
+            existing: set[str] = set()
+            ids = [r["id"] for r in rows]
+            for i in range(0, len(ids), 500):
+                existing.update(
+                    conn.scalars(select(ActionRow.id).where(ActionRow.id.in_(ids[i : i + 500])))
+                )
+            fresh = [r for r in rows if r["id"] not in existing]
+            if fresh:
+                conn.execute(mod.insert(ActionRow.__table__).on_conflict_do_nothing(), fresh)
+            audits = [
+                {
+                    "cluster": self.cluster,
+                    "at": now,
+                    "actor": ACTOR,
+                    "kind": "decision",
+                    "action_id": r["id"],
+                    "incident_id": r["incident_id"],
+                    "target": r["target"],
+                    "message": f"{r['playbook']} on {r['target']}: {r['decision']}",
+                    "detail": {
+                        "reasons": r["reasons"],
+                        "mode": r["mode"],
+                        "rule": r["rule"],
+                        "state": r["state"],
+                        "dry_run": r["dry_run"],
+                    },
+                }
+                for r in fresh
+            ]
+            audits += [
+                {
+                    "cluster": self.cluster,
+                    "at": now,
+                    "actor": ACTOR,
+                    "kind": "decision",
+                    "action_id": None,
+                    "target": "",
+                    "message": "",
+                    "incident_id": None,
+                    "detail": {},
+                    **d,
+                }
+                for d in denials
+            ]
+            if audits:
+                conn.execute(insert(AuditRow), audits)
+            return len(fresh)
+
+    def get_action(self, action_id: str) -> ActionRecord | None:
+        with Session(self.engine) as s:
+            row = s.get(ActionRow, action_id)
+            return action_record(row) if row is not None else None
+
+    def find_actions(self, prefix: str) -> list[ActionRecord]:
+        q = select(ActionRow).where(
+            ActionRow.cluster == self.cluster, ActionRow.id.startswith(prefix)
+        )
+        with Session(self.engine) as s:
+            return [action_record(r) for r in s.scalars(q)]
+
+    def actions(
+        self,
+        states: Sequence[ActionState] | None = None,
+        since: float | None = None,
+        target: str | None = None,
+    ) -> list[ActionRecord]:
+        q = select(ActionRow).where(ActionRow.cluster == self.cluster)
+        if states is not None:
+            q = q.where(ActionRow.state.in_([s.value for s in states]))
+        if since is not None:
+            q = q.where(ActionRow.updated_at >= since)
+        if target is not None:
+            q = q.where(ActionRow.target == target)
+        with Session(self.engine) as s:
+            return [
+                action_record(r) for r in s.scalars(q.order_by(ActionRow.created_at, ActionRow.id))
+            ]
+
+    def briefs(self, since: float) -> list[ActionBrief]:
+        """Every action updated since `since` or not yet terminal, as light records."""
+        active = [s.value for s in ActionState if not s.terminal]
+        cols = (
+            ActionRow.id,
+            ActionRow.incident_id,
+            ActionRow.playbook,
+            ActionRow.target,
+            ActionRow.target_nodes,
+            ActionRow.disruptive,
+            ActionRow.state,
+            ActionRow.dry_run,
+            ActionRow.created_at,
+            ActionRow.attempt,
+            ActionRow.started_at,
+        )
+        q = select(*cols).where(
+            ActionRow.cluster == self.cluster,
+            (ActionRow.updated_at >= since) | ActionRow.state.in_(active),
+        )
+        with self.engine.connect() as conn:
+            return [
+                ActionBrief(
+                    ActionId(r[0]),
+                    IncidentId(r[1]),
+                    r[2],
+                    r[3],
+                    tuple(r[4] or ()),
+                    bool(r[5]),
+                    ActionState(r[6]),
+                    bool(r[7]),
+                    r[8],
+                    r[9],
+                    r[10],
+                )
+                for r in conn.execute(q)
+            ]
+
+    def due(self, now: float) -> list[ActionRecord]:
+        """Actions awaiting approval (or approved, not started) whose deadline has passed."""
+        q = select(ActionRow).where(
+            ActionRow.cluster == self.cluster,
+            ActionRow.state.in_([ActionState.AWAITING_APPROVAL.value, ActionState.APPROVED.value]),
+            ActionRow.deadline <= now,
+        )
+        with Session(self.engine) as s:
+            return [action_record(r) for r in s.scalars(q)]
+
+    def active_actions(self) -> list[ActionRecord]:
+        return self.actions([s for s in ActionState if not s.terminal])
+
+    def update_action(
+        self,
+        action: ActionRecord,
+        now: float,
+        *,
+        state: ActionState | None = None,
+        actor: str = ACTOR,
+        audit_kind: str = "transition",
+        message: str = "",
+        detail: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> ActionRecord | None:
+        """Move `action` (as read, at its version) to `state` and/or set fields, in one
+        transaction with its audit row. Returns the new record, or None if another process
+        moved it first (the caller re-reads and decides again)."""
+        if state is not None and state != action.state:
+            if not can_transition(action.state, state):
+                raise TransitionRefused(f"{action.id}: {action.state} -> {state}")
+            fields["state"] = state.value
+        values = {**fields, "version": action.version + 1, "updated_at": now}
+        with Session(self.engine) as s, s.begin():
+            res: Any = s.execute(
+                update(ActionRow)
+                .where(ActionRow.id == action.id, ActionRow.version == action.version)
+                .values(**values)
+            )
+            if res.rowcount != 1:
+                return None
+            text = message or (
+                f"{action.state.value} -> {state.value}" if state is not None else "updated"
+            )
+            self._audit_row(
+                s,
+                now,
+                audit_kind,
+                text,
+                actor=actor,
+                action_id=action.id,
+                incident_id=action.incident_id,
+                target=action.target,
+                detail=detail,
+            )
+            row = s.get(ActionRow, action.id, populate_existing=True)
+            assert row is not None
+            return action_record(row)

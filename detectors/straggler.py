@@ -1,9 +1,11 @@
 """straggler: within a job, one GPU persistently slower than its peers (the others wait for it).
 
 In synchronous training every rank meets every other at each collective, so a slow GPU sets the
-pace: it stays busy while its peers finish early and wait in NCCL. Per scrape that reads as its
-compute activity (graphics-engine active, else utilisation) well above the job's median while
-the job is computing, or its SM clock well below the job's median (a clock-limited GPU). Two
+pace: it stays busy while its peers finish early and wait in NCCL. Waiting ranks spin inside
+NCCL kernels, which keeps their utilisation (and graphics-engine activity) up, but their tensor
+pipe idles; so per scrape the straggler reads as tensor activity (graphics engine for jobs that
+do not use tensor cores) well above the job's median, relative to it, while the job is in its
+main compute phase — or as an SM clock well below the job's (a clock-limited GPU). Two
 look-alikes must stay quiet:
 - imbalance that rotates among ranks (sequence-length variance): each rank is the busiest only
   now and then, so the leaky persistence counter never fills;
@@ -25,6 +27,7 @@ from detectors.signals import (
     GR_ACTIVE,
     POWER,
     SM_CLOCK,
+    TENSOR_ACTIVE,
     UTIL,
     dt_since,
     group_median,
@@ -45,14 +48,18 @@ ACTION = (
 @dataclass(frozen=True, slots=True)
 class Params:
     min_gap: float = 0.07
-    """Activity gap (0..1) to the job's median that marks the pacing rank. A rank s slower makes
-    its peers wait s/(1+s) of each step: at ~0.9 activity, 25 % slower gives a gap of ~0.18,
-    10 % slower ~0.08; 0.07 puts the detection limit near 8-10 % slower. Healthy ranks of one
-    job agree within a few points per scrape, and persistence absorbs the rest."""
-    min_activity: float = 0.5
-    """The straggler is busy: a rank below 50 % activity is waiting, not pacing."""
-    job_active: float = 0.3
-    """Judge a job only while it computes (median activity >= 0.3): not during checkpoints,
+    """Relative activity gap to the job's median (and to its node-mates) that marks the pacing
+    rank. A rank s slower makes its peers wait s/(1+s) of each step, so their activity drops by
+    that share: 25 % slower gives a gap of 0.25, 10 % slower 0.10; 0.07 puts the detection
+    limit near 8 % slower. Healthy ranks of one job agree within a few percent per scrape, and
+    smoothing plus persistence absorb the rest."""
+    tensor_floor: float = 0.05
+    """Use the tensor pipe as the job's signal when its median is at least 5 % (the job uses
+    tensor cores); else the graphics engine."""
+    busy_util: float = 50.0
+    """The straggler is busy: utilisation >= 50 %."""
+    job_active: float = 0.1
+    """Judge a job only while it computes (median signal >= 0.1): not during checkpoints,
     hangs or start-up, where ranks legitimately differ."""
     main_phase: float = 0.85
     """...and only in its main compute phase: the job's busiest GPU at >= 85 % of the job's own
@@ -107,6 +114,34 @@ def _group_ids(job: IntArray, node: IntArray, valid: np.ndarray) -> tuple[IntArr
     return np.where(valid, gid, NO_INDEX).astype(np.int32), int(uniq.shape[0] - offset)
 
 
+def _compute_signal(
+    snapshot: FleetSnapshot,
+    now: float,
+    age: float,
+    util: np.ndarray | None,
+    jsafe: IntArray,
+    n_jobs: int,
+    params: Params,
+) -> tuple[np.ndarray | None, list[str]]:
+    """Per GPU, the job's "doing math" signal: the tensor pipe where the job uses it, else the
+    graphics engine, else utilisation. Waiting ranks spin in NCCL kernels, which keeps
+    utilisation and graphics activity up but not the tensor pipe."""
+    tensor = value(snapshot, TENSOR_ACTIVE, now, age)
+    gr = value(snapshot, GR_ACTIVE, now, age)
+    fallback = gr if gr is not None and not np.all(np.isnan(gr)) else None
+    if fallback is None and util is not None:
+        fallback = util / 100.0
+    if tensor is None or np.all(np.isnan(tensor)) or n_jobs == 0:
+        return fallback, [("graphics" if fallback is gr else "util")] * n_jobs
+    in_job = snapshot.gpus.job_index >= 0
+    tmed = group_median(tensor, np.where(in_job, snapshot.gpus.job_index, NO_INDEX), n_jobs)
+    uses = np.nan_to_num(tmed, nan=0.0) >= params.tensor_floor
+    signal = ["tensor" if u else ("graphics" if fallback is gr else "util") for u in uses]
+    if fallback is None:
+        return np.where(uses[jsafe], tensor, np.nan), signal
+    return np.where(in_job & uses[jsafe], tensor, fallback), signal
+
+
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
@@ -117,10 +152,9 @@ def detect(
     age = params.max_age_intervals * interval
     cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
     dt = dt_since(state.last_now if state else np.nan, now, interval)
-    act = value(snapshot, GR_ACTIVE, now, age)
     util = value(snapshot, UTIL, now, age)
-    if act is None or np.all(np.isnan(act)):
-        act = None if util is None else util / 100.0
+    jsafe = np.clip(g.job_index, 0, max(n_jobs - 1, 0))
+    act, signal = _compute_signal(snapshot, now, age, util, jsafe, n_jobs, params)
     if act is None or n_jobs == 0 or n == 0:
         return [], State(cur, now)
     clock = value(snapshot, SM_CLOCK, now, age)
@@ -128,7 +162,6 @@ def detect(
     jid = np.where(valid, g.job_index, NO_INDEX).astype(np.int32)
     job_n = np.bincount(jid[valid], minlength=n_jobs)
     job_med = group_median(act, jid, n_jobs)
-    jsafe = np.clip(g.job_index, 0, n_jobs - 1)
     med = np.where(valid, job_med[jsafe], np.nan)
     job_max = np.full(n_jobs, np.nan)
     np.fmax.at(job_max, jid[valid], act[valid])
@@ -147,9 +180,9 @@ def detect(
     gmed = np.where(gid >= 0, grp_med[gsafe] if n_groups else np.nan, np.nan)
     gsize = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
 
-    with np.errstate(invalid="ignore"):
-        raw_job = act - med
-        raw_grp = act - gmed
+    with np.errstate(invalid="ignore", divide="ignore"):
+        raw_job = (act - med) / med
+        raw_grp = (act - gmed) / gmed
     # Smooth the gaps (EWMA, time constant `smooth_seconds`) so that scrape noise around the
     # threshold does not drain the persistence counter; held while the job is not judged.
     alpha = float(1.0 - np.exp(-dt / params.smooth_seconds))
@@ -163,7 +196,10 @@ def detect(
         eg,
     ).astype(np.float32)
     with np.errstate(invalid="ignore"):
-        elevated = judged & (gap_job >= params.min_gap) & (act >= params.min_activity)
+        busy = judged.copy()
+        if util is not None:
+            busy &= np.nan_to_num(util, nan=100.0) >= params.busy_util
+        elevated = busy & (gap_job >= params.min_gap)
     outliers = np.bincount(jid[elevated], minlength=n_jobs)
     comparable = gsize >= params.min_group_gpus
     stands_out = np.where(
@@ -172,14 +208,13 @@ def detect(
     flagged = elevated & stands_out
     clk_med = np.full(n, np.nan)
     if clock is not None:
-        busy = judged & (act >= params.min_activity)
         cmed = group_median(clock, np.where(busy, jid, NO_INDEX).astype(np.int32), n_jobs)
         clk_med = np.where(valid, cmed[jsafe], np.nan)
         with np.errstate(invalid="ignore"):
             flagged |= busy & (clock <= (1.0 - params.clock_drop) * clk_med)
     # Stage imbalance: the node's group of this job stands out as a whole.
     with np.errstate(invalid="ignore"):
-        group_flag = judged & comparable & (gmed - med >= params.min_gap) & ~flagged
+        group_flag = judged & comparable & ((gmed - med) / med >= params.min_gap) & ~flagged
 
     acc = np.where(judged, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
         np.float32
@@ -219,6 +254,7 @@ def detect(
                 evidence={
                     **ctx,
                     "rank": None if rank == NO_INDEX else int(rank),
+                    "signal": signal[int(g.job_index[i])],
                     "activity": round(float(act[i]), 3),
                     "job_median_activity": round(float(med[i]), 3),
                     "node_peers_median_activity": None

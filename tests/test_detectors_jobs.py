@@ -228,3 +228,24 @@ def test_anomaly_flags_a_gpu_unlike_its_peers_as_info() -> None:
     found = all_findings(replay("anomaly", fleet, steps(T0, T0 + 300), change, params))
     assert found and {f.gpu_uuid for f in found} == {"GPU-004-4"}
     assert {f.severity for f in found} == {Severity.INFO}
+
+
+def test_straggler_seen_on_the_tensor_pipe_when_waiting_ranks_spin_in_nccl() -> None:
+    """Real waiting ranks keep util and graphics activity high (NCCL spin kernels)."""
+    fleet = _training()
+    slow = fleet.mask(gpu=(0, 6))
+    fleet.set(UTIL, 99.0).set(GR_ACTIVE, 0.95)
+    fleet.set(TENSOR_ACTIVE, np.where(slow, 0.6, 0.6 * WAIT))
+    found = all_findings(replay("straggler", fleet, steps(T0, T0 + 600)))
+    assert {f.gpu_uuid for f in found} == {"GPU-000-6"}
+    assert found[0].evidence["signal"] == "tensor"
+
+
+def test_jobs_without_tensor_work_fall_back_to_the_graphics_engine() -> None:
+    fleet = _training()
+    fleet.set(TENSOR_ACTIVE, 0.0)
+    slow = fleet.mask(gpu=(3, 2))
+    fleet.set(GR_ACTIVE, np.where(slow, 0.9, 0.9 * WAIT))
+    found = all_findings(replay("straggler", fleet, steps(T0, T0 + 600)))
+    assert {f.gpu_uuid for f in found} == {"GPU-003-2"}
+    assert found[0].evidence["signal"] == "graphics"

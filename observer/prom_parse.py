@@ -51,7 +51,7 @@ def identity(current: Vector, vanished: Vector) -> GpuColumns:
     return GpuColumns.from_labels(cols, stamp)
 
 
-Columns = tuple[list[str], list[str], list[float]]
+Columns = tuple[list[str], list[str], FloatArray]
 """(UUIDs, MIG instance ids, values) of one family, parallel lists."""
 
 
@@ -65,7 +65,7 @@ def columns(vector: Vector) -> Columns:
         uuid.append(m.get(LABEL_UUID, ""))
         mig.append(m.get(LABEL_MIG_INSTANCE, ""))
         val.append(float(r["value"][1]))
-    return uuid, mig, val
+    return uuid, mig, np.asarray(val, dtype=np.float64)
 
 
 def gpu_series(
@@ -93,8 +93,8 @@ def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
 
 
 def newest_pods(current: Vector) -> dict[str, str] | None:
-    """GPU key -> the pod label of its newest identity row (the label set that is current);
-    None when every GPU has a single label set (nothing lingers, nothing to filter)."""
+    """GPU key -> the pod label of its newest identity row, for the GPUs that have more than one
+    label set (an old pod's series lingers); None when no GPU has (nothing to filter)."""
     best: dict[str, tuple[float, str]] = {}
     for r in current:
         m = r["metric"]
@@ -105,7 +105,14 @@ def newest_pods(current: Vector) -> dict[str, str] | None:
             best[key] = (t, m.get(LABEL_POD, ""))
     if len(best) == len(current):
         return None
-    return {k: pod for k, (_, pod) in best.items()}
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for r in current:
+        m = r["metric"]
+        uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
+        key = f"{uuid}/{mig}" if mig else uuid
+        (twice if key in seen else seen).add(key)
+    return {k: best[k][1] for k in twice}  # only GPUs with two label sets need a filter
 
 
 def family_rows(
@@ -113,31 +120,32 @@ def family_rows(
 ) -> dict[str, Columns]:
     """Value answers as columns per family (aliases folded), in one pass. With `newest_pod`,
     only each GPU's current pod's series are kept (None: no GPU has two label sets)."""
-    out: dict[str, Columns] = {}
+    out: dict[str, tuple[list[str], list[str], list[str]]] = {}
+    pods = newest_pod or {}
     for vector in vectors:
         for r in vector:
             m = r["metric"]
             uuid = m.get(LABEL_UUID, "")
             mig = m.get(LABEL_MIG_INSTANCE, "")
-            if newest_pod is not None:
-                pod = newest_pod.get(f"{uuid}/{mig}" if mig else uuid)
+            if pods:
+                pod = pods.get(f"{uuid}/{mig}" if mig else uuid)
                 if pod is not None and m.get(LABEL_POD, "") != pod:
                     continue  # a lingering series of the GPU's previous pod
-            name = m.get("__name__", "")
-            cols = out.get(name)
+            cols = out.get(m.get("__name__", ""))
             if cols is None:
-                cols = out[name] = ([], [], [])
+                cols = out[m.get("__name__", "")] = ([], [], [])
             cols[0].append(uuid)
             cols[1].append(mig)
-            cols[2].append(float(r["value"][1]))
+            cols[2].append(r["value"][1])  # numbers as text: numpy converts a column at once
     merged: dict[str, Columns] = {}
-    for name, cols in out.items():  # fold aliases (CLOCKS_EVENT_REASONS -> THROTTLE)
+    for name, (u, g, v) in out.items():  # fold aliases (CLOCKS_EVENT_REASONS -> THROTTLE)
         canon = canonical_name(name)
+        values = np.asarray(v, dtype=np.float64)
         if canon in merged:
             a = merged[canon]
-            merged[canon] = (a[0] + cols[0], a[1] + cols[1], a[2] + cols[2])
+            merged[canon] = (a[0] + u, a[1] + g, np.concatenate([a[2], values]))
         else:
-            merged[canon] = cols
+            merged[canon] = (u, g, values)
     return merged
 
 

@@ -321,3 +321,30 @@ def test_failed_quarantine_rolls_back_on_the_api(
     assert a.state in (ActionState.FAILED, ActionState.ROLLED_BACK), a
     node = actuator.core.read_node("h100-0003")
     assert not node.spec.unschedulable and not node.spec.taints
+
+
+def test_live_loop_quarantines_then_drains_after_approval(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    from remediations.loop import RemediationLoop
+    from remediations.policy import load_policy
+
+    loop = RemediationLoop(load_policy(), store, actuator, "loop", started_at=T0 - 60)
+    xid = finding(node="h100-0002", gpu="GPU-2")
+    result, touched = loop.tick([xid], T0)
+    assert {d.playbook: d.decision.value for d in result.decisions} == {
+        "quarantine": "execute",
+        "drain": "await_approval",
+    }
+    assert [a.playbook for a in touched] == ["quarantine"]
+    drain = next(a for a in store.actions() if a.playbook == "drain")
+    loop.engine.approve(drain.id, "alice", T0 + 10)
+    for i in range(1, 4):
+        sim.advance(31)
+        t = T0 + 31 * i
+        loop.tick([finding(node="h100-0002", gpu="GPU-2", last_seen=t)], t)
+    assert store.get_action(drain.id).state is ActionState.DONE  # type: ignore[union-attr]
+    big = actuator.pod("ml", "big-worker-0")
+    assert big is not None and big.node != "h100-0002"
+    dry = RemediationLoop(load_policy(), store, actuator, "dry", started_at=T0, dry_run=True)
+    assert dry.tick([], T0 + 200)[1] == []

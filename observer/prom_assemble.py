@@ -36,7 +36,7 @@ from observer.prom_parse import (
 )
 from observer.prom_queries import SPARSE_COUNTERS, PromSettings, counter_families
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
-from observer.snapshot_inputs import ExporterHealth, MetricSeries
+from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries
 from observer.telemetry_health import snap_interval
 
 Answers = Mapping[str, Vector | None]
@@ -66,9 +66,9 @@ def interval_from(answer: Vector | None) -> float | None:
     return snap_interval(spacing) if spacing > 0 and np.isfinite(spacing) else None
 
 
-def gpu_metrics(answers: Answers, s: PromSettings) -> dict[str, MetricSeries]:
+def gpu_metrics(answers: Answers, s: PromSettings, gpus: GpuColumns) -> dict[str, MetricSeries]:
+    """Metric columns; `gpus` are the identity rows, current ones first (as `identity` makes)."""
     current = answers.get("identity") or []
-    gpus = identity(current, [])
     n_cur = len(current)
     stamp_of = _stamps(current)
     present = present_families(answers.get("families") or [])
@@ -128,7 +128,7 @@ def assemble(
     return builder.build_with_report(
         at,
         gpus,
-        gpu_metrics(answers, s),
+        gpu_metrics(answers, s, gpus),
         nodes=node_list,
         pods=pod_list,
         steps=steps,

@@ -180,7 +180,9 @@ def test_slow_prometheus_through_a_proxy(prom: PrometheusHandle, scenario: Scena
     assert err.value.temporary and "timed out" in str(err.value)
 
 
-def test_5xx_and_warnings_through_a_proxy(prom: PrometheusHandle, scenario: Scenario) -> None:
+def test_5xx_warnings_and_result_type_through_a_proxy(
+    prom: PrometheusHandle, scenario: Scenario
+) -> None:
     t = scenario.start + 10 * MIN
 
     def warn(body: bytes) -> bytes:
@@ -203,6 +205,13 @@ def test_5xx_and_warnings_through_a_proxy(prom: PrometheusHandle, scenario: Scen
         bw = s.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
         assert bw.increase is None or np.all(np.isnan(bw.increase))
         assert np.count_nonzero(~np.isnan(bw.value)) == 39  # its value came in the batch
+        proxy.rules.clear()
+        proxy.rule(r"query=up\{", mutate=lambda b: b.replace(b'"vector"', b'"scalar"'))
+        with PrometheusCollector(settings) as c:
+            s = c.collect(t).snapshot
+        assert s.telemetry is not None and "query up failed: resultType 'scalar'" in (
+            s.telemetry.degraded_reason
+        )
         proxy.rules.clear()
         proxy.rule(IDENTITY_QUERY, status=400)
         with PrometheusCollector(settings) as c, pytest.raises(CollectionError) as err:

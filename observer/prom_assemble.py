@@ -11,13 +11,14 @@ of a range replay assemble identically, and so the rules live in one readable pl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from observer.catalog import XID_COUNT_METRIC
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_parse import (
+    Columns,
     Vector,
     exporter_up,
     family_rows,
@@ -66,14 +67,24 @@ def interval_from(answer: Vector | None) -> float | None:
     return snap_interval(spacing) if spacing > 0 and np.isfinite(spacing) else None
 
 
-def gpu_metrics(answers: Answers, s: PromSettings, gpus: GpuColumns) -> dict[str, MetricSeries]:
-    """Metric columns; `gpus` are the identity rows, current ones first (as `identity` makes)."""
+def gpu_metrics(
+    answers: Answers,
+    s: PromSettings,
+    gpus: GpuColumns,
+    value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
+) -> dict[str, MetricSeries]:
+    """Metric columns; `gpus` are the identity rows, current ones first (as `identity` makes).
+    `value_columns` (range replays) gives the `values:*` families as columns, given the
+    newest-pod filter, instead of their answers."""
     current = answers.get("identity") or []
     n_cur = len(current)
     stamp_of = _stamps(current)
     present = present_families(answers.get("families") or [])
-    value_answers = [a for k, a in answers.items() if k.startswith("values:") and a is not None]
-    by_family = family_rows(value_answers, newest_pods(current))
+    if value_columns is not None:
+        by_family = dict(value_columns(newest_pods(current)))
+    else:
+        value_answers = [a for k, a in answers.items() if k.startswith("values:") and a]
+        by_family = family_rows(value_answers, newest_pods(current))
     metrics = {fam: gpu_series(cols, stamp_of) for fam, cols in by_family.items()}
     sparse_ok = answers.get("values:sparse") is not None
     for fam in counter_families():
@@ -106,6 +117,7 @@ def assemble(
     nodes: Sequence[Node] | None = None,
     pods: Sequence[Pod] | None = None,
     events: Iterable[Event] = (),
+    value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
 ) -> tuple[FleetSnapshot, BuildReport]:
     """Build the snapshot at `at`. Kubernetes records given by the caller (the Kubernetes
     collector) win over kube-state-metrics'."""
@@ -128,7 +140,7 @@ def assemble(
     return builder.build_with_report(
         at,
         gpus,
-        gpu_metrics(answers, s, gpus),
+        gpu_metrics(answers, s, gpus, value_columns),
         nodes=node_list,
         pods=pod_list,
         steps=steps,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, Self
 
 from observer.collect_errors import CollectionError, CycleStats, QueryStat
@@ -23,8 +24,9 @@ from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_assemble import assemble
 from observer.prom_memory import PromMemory
+from observer.prom_parse import Columns
 from observer.prom_queries import PromSettings, Query, plan
-from observer.prom_range import chunks, split_matrix
+from observer.prom_range import ValueMatrix, chunks, split_matrix
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -201,12 +203,13 @@ class PromCycles:
         nodes: Sequence[Node] | None = None,
         pods: Sequence[Pod] | None = None,
         events: Iterable[Event] = (),
+        value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
     ) -> tuple[FleetSnapshot, BuildReport]:
         if not cold:
             answers = {**answers, **self.memory.answers(answers.get("identity") or [], t)}
         result = assemble(
             answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
-            events=events,
+            events=events, value_columns=value_columns,
         )  # fmt: skip
         self.memory.remember(answers, t, cold)
         return result
@@ -231,8 +234,14 @@ class PromCycles:
             stats += chunk_stats
             problems += chunk_problems
             took = time.perf_counter() - began
-            for t, step_answers in split_matrix(chunk_answers, c0, c1, step):
-                snap, report = self._assemble(step_answers, t, False, chunk_problems)
+            per_step = split_matrix(chunk_answers, c0, c1, step)
+            matrices = [a for k, a in chunk_answers.items() if k.startswith("values:") and a]
+            values = ValueMatrix(matrices, c0, step, len(per_step))
+            for k, (t, step_answers) in enumerate(per_step):
+                snap, report = self._assemble(
+                    step_answers, t, False, chunk_problems,
+                    value_columns=partial(values.columns, k),
+                )  # fmt: skip
                 cycle = CycleStats(tuple(stats), took, tuple(problems))
                 yield CollectResult(snap, cycle, report)
             began = time.perf_counter()

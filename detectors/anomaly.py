@@ -133,7 +133,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence={
                     **ctx,
                     "score": round(float(scores[i]), 3),

@@ -89,7 +89,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence={
                     **ctx,
                     "util": float(util[i]),

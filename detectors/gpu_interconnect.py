@@ -98,7 +98,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence={
                     **ctx,
                     "nvlink_crc_per_s": None if crc is None else float(crc[i]),

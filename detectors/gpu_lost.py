@@ -140,7 +140,6 @@ def detect(
                 last_seen=now,
                 node=node_of[i],
                 gpu_uuid=str(g.uuid[i]),
-                job=gpu_context(snapshot, int(i))["job"],
                 evidence={
                     **gpu_context(snapshot, int(i)),
                     "last_sample_age_s": round(age, 1) if np.isfinite(age) else None,

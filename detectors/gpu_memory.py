@@ -168,7 +168,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence=evidence,
                 recommended_action=action,
             )

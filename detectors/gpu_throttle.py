@@ -134,7 +134,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence={
                     **ctx,
                     "clock_event_reasons": int(bits[i]) if has_bits[i] else None,

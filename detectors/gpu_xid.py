@@ -154,7 +154,6 @@ def detect(
                 last_seen=now,
                 node=node,
                 gpu_uuid=str(g.uuid[i]),
-                job=ctx["job"],
                 evidence={
                     **ctx,
                     "xid": c,

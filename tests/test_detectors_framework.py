@@ -144,3 +144,21 @@ def test_mig_slices_are_distinct_state_rows() -> None:
     )
     keys = gpu_keys(dataclasses.replace(snap, gpus=table))
     assert keys.tolist() == ["GPU-x/1", "GPU-x/2"]
+
+
+def test_a_gpu_episode_survives_its_job_ending() -> None:
+    from detectors.signals import XID
+
+    fleet = Fleet(nodes=2).job("ml/t", [0, 1]).set(XID, 48.0, gpu=(0, 3))
+    suite = DetectorSuite.default(["gpu_xid"])
+    tracker = EpisodeTracker()
+    state = None
+    for k in range(20):
+        now = 1_767_225_600.0 + 30 * k
+        if k == 10:
+            fleet.jobs.clear()
+            fleet.pods.clear()
+        res = suite.run(fleet.snapshot(now), now, state)
+        state = res.state
+        tracker.observe(now, res.findings)
+    assert len(tracker.finish()) == 1

@@ -28,8 +28,9 @@ def test_xid48_is_critical_within_one_scrape_and_holds_until_reset() -> None:
         Severity.CRITICAL,
         "node-001",
         "GPU-001-2",
-        "ml/t",
+        None,
     )
+    assert f.evidence["job"] == "ml/t"  # GPU kinds: entity is the GPU; the job is evidence
     assert f.evidence["xid"] == 48 and f.evidence["nvidia_action"] == "RESET_GPU"
     assert "reset" in f.recommended_action
     assert max(t for t, fs in cycles if fs) < T0 + 600  # cleared when the gauge is reset

@@ -35,8 +35,9 @@ def test_a_gpu_whose_series_stop_is_lost_within_two_scrapes() -> None:
         Severity.CRITICAL,
         "node-001",
         "GPU-001-5",
-        "ml/t",
+        None,
     )
+    assert f.evidence["job"] == "ml/t"  # GPU kinds: entity is the GPU; the job is evidence
     assert "reboot" in f.recommended_action
     assert all_findings(replay("monitoring_gap", fleet, [T0 + 300])) == []
 

@@ -162,3 +162,23 @@ def test_a_gpu_episode_survives_its_job_ending() -> None:
         state = res.state
         tracker.observe(now, res.findings)
     assert len(tracker.finish()) == 1
+
+
+def test_episodes_bridge_cycles_in_which_their_node_or_the_fleet_is_blind() -> None:
+    gap_node = Finding(FindingKind.MONITORING_GAP, Severity.INFO, "gap", 130, 130, node="n")
+    gap_fleet = Finding(FindingKind.MONITORING_GAP, Severity.INFO, "gap", 160, 160)
+    tr = EpisodeTracker()
+    tr.observe(100, [_f(100)])
+    tr.observe(130, [gap_node])
+    tr.observe(160, [gap_fleet])
+    tr.observe(190, [_f(190)])
+    lost = [e for e in tr.finish() if e.kind == FindingKind.GPU_THROTTLE]
+    assert len(lost) == 1 and (lost[0].first_seen, lost[0].last_seen) == (90, 190)
+
+
+def test_a_snapshot_without_telemetry_health_is_judged_from_sample_ages() -> None:
+    fleet = Fleet(nodes=2).stale(100.0, gpu=(1, 1))
+    snap = dataclasses.replace(fleet.snapshot(1000.0), telemetry=None)
+    res = DetectorSuite.default().run(snap, 1000.0)
+    assert res.failures == ()
+    assert [(f.kind, f.gpu_uuid) for f in res.findings] == [(FindingKind.GPU_LOST, "GPU-001-1")]

@@ -2,17 +2,19 @@
 
 What `backtest` (snapshots from Prometheus at each step), `eval` (from a backfilled Prometheus)
 and the simulated suite (from observer.simulator.snapshot) all call, so history is replayed
-through the live code path, never reimplemented.
+through the live code path, never reimplemented. `Replayer` is the same loop one step at a time,
+for callers that feed several suites from one pass over the snapshots (`eval`: detectors and
+the static-rule baseline side by side) or act on each cycle's findings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from detectors.episodes import EpisodeTracker
 from detectors.findings import Finding
-from detectors.suite import DetectorFailure, DetectorSuite, SuiteState
+from detectors.suite import CycleResult, DetectorFailure, DetectorSuite, SuiteState
 from observer.model import FleetSnapshot
 
 
@@ -26,6 +28,37 @@ class ReplayResult:
     state: SuiteState
 
 
+@dataclass(slots=True)
+class Replayer:
+    """`step(now, snapshot)` in time order, then `result()`."""
+
+    suite: DetectorSuite
+    grace_cycles: int = 0
+    state: SuiteState = field(default_factory=SuiteState)
+    tracker: EpisodeTracker = field(init=False)
+    failures: list[DetectorFailure] = field(default_factory=list)
+    cycles: int = 0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tracker = EpisodeTracker(grace_cycles=self.grace_cycles)
+
+    def step(self, now: float, snapshot: FleetSnapshot) -> CycleResult:
+        res = self.suite.run(snapshot, now, self.state)
+        self.state = res.state
+        self.tracker.observe(now, res.findings)
+        self.failures.extend(res.failures)
+        self.seconds += sum(res.seconds.values())
+        self.cycles += 1
+        return res
+
+    def result(self) -> ReplayResult:
+        return ReplayResult(
+            tuple(self.tracker.finish()), tuple(self.failures), self.cycles, self.seconds,
+            self.state,
+        )  # fmt: skip
+
+
 def replay(
     suite: DetectorSuite,
     frames: Iterable[tuple[float, FleetSnapshot]],
@@ -33,16 +66,7 @@ def replay(
     state: SuiteState | None = None,
 ) -> ReplayResult:
     """Run `suite` over (now, snapshot) frames in time order and merge findings into episodes."""
-    tracker = EpisodeTracker(grace_cycles=grace_cycles)
-    failures: list[DetectorFailure] = []
-    cycles = 0
-    seconds = 0.0
-    cur = state or SuiteState()
+    r = Replayer(suite, grace_cycles, state or SuiteState())
     for now, snapshot in frames:
-        res = suite.run(snapshot, now, cur)
-        cur = res.state
-        tracker.observe(now, res.findings)
-        failures.extend(res.failures)
-        seconds += sum(res.seconds.values())
-        cycles += 1
-    return ReplayResult(tuple(tracker.finish()), tuple(failures), cycles, seconds, cur)
+        r.step(now, snapshot)
+    return r.result()

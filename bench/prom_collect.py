@@ -98,6 +98,7 @@ def wire_bytes(url: str, at: float, settings: PromSettings) -> tuple[int, int]:
         for q in plan(settings):
             if q.cold:
                 continue
+            params: dict[str, Any]
             if q.kind == "names":
                 path = "label/__name__/values"
                 params = {"match[]": q.promql, "start": at - 300, "end": at}

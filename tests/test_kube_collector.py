@@ -55,13 +55,13 @@ def test_list_watch_and_records_for_the_builder(sim: Sim, v1: client.CoreV1Api) 
         assert all(n.ready and n.schedulable for n in kube.nodes())
         assert len(kube.pods()) == 13
         v1.patch_node("h100-0001", {"spec": {"unschedulable": True}})
-        assert until(lambda: not {n.name: n for n in kube.nodes()}["h100-0001"].schedulable)
+        assert until(lambda: not {str(n.name): n for n in kube.nodes()}["h100-0001"].schedulable)
         v1.delete_namespaced_pod("serve-0", "serving")
         assert until(lambda: "serving/serve-0" not in {p.key for p in kube.pods()})
         nodes, pods = kube.nodes(), kube.pods()
     assert not kube.running  # stopped promptly
     snap = SnapshotBuilder().build(0.0, GpuColumns.from_label_dicts([]), {}, nodes=nodes, pods=pods)
-    jobs = {j.key: [snap.pods[i].name for i in j.pod_indices] for j in snap.jobs}
+    jobs = {str(j.key): [snap.pods[i].name for i in j.pod_indices] for j in snap.jobs}
     assert jobs["ml/train"] == ["train-worker-0", "train-worker-1"]
     assert jobs["ml/big"] == ["big-worker-0"]
 
@@ -72,7 +72,7 @@ def test_relist_after_410_gone(sim: Sim, v1: client.CoreV1Api) -> None:
         sim.api.faults.add(r"^/api/v1/nodes$", 410, count=1, query="watch=true")
         assert until(lambda: kube.stats.relists_after_gone.get("nodes", 0) >= 1)
         v1.patch_node("h100-0002", {"metadata": {"labels": {"after": "gone"}}})
-        assert until(lambda: {n.name: n for n in kube.nodes()}["h100-0002"].labels.get("after")
+        assert until(lambda: {str(n.name): n for n in kube.nodes()}["h100-0002"].labels.get("after")
                      == "gone")  # fmt: skip
         assert kube.stats.lists["nodes"] >= 2
 

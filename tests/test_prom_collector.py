@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from observer.collect_errors import CollectionError
-from observer.model import FleetSnapshot
+from observer.model import FleetSnapshot, JobKey
 from observer.prom_collector import PrometheusCollector
 from observer.prom_queries import PromSettings
 from observer.simulator.scenario import Scenario, scenario_from_dict
@@ -63,7 +63,7 @@ def test_snapshot_at_ten_minutes(prom: PrometheusHandle, scenario: Scenario) -> 
     assert s.taken_at == t and r.stats.problems == () and s.telemetry is not None
     assert s.telemetry.source_ok and s.telemetry.scrape_interval == 30.0
     assert len(s.gpus) == 40 and len(s.nodes) == 5 and all(n.in_kubernetes for n in s.nodes)
-    names = [n.name for n in s.nodes]
+    names = [str(n.name) for n in s.nodes]
     assert names == sorted(names)
     util = s.metrics["DCGM_FI_DEV_GPU_UTIL"]
     lost = s.gpus.position(str(s.gpus.uuid[(s.gpus.node_index == names.index("h100-0002"))
@@ -86,8 +86,8 @@ def test_snapshot_at_ten_minutes(prom: PrometheusHandle, scenario: Scenario) -> 
         "research/hangjob": ["hangjob-worker-0"],
     }
     assert [s.pods[i].rank for i in s.jobs[0].pod_indices] == [0, 1]
-    assert s.job_steps["default/train"] == pytest.approx(1200.0)
-    assert s.job_steps_increase["default/train"] == pytest.approx(240.0, rel=0.02)
+    assert s.job_steps[JobKey("default/train")] == pytest.approx(1200.0)
+    assert s.job_steps_increase[JobKey("default/train")] == pytest.approx(240.0, rel=0.02)
     train_gpus = s.gpus_of_job(0)
     assert len(train_gpus) == 16
     assert "job" not in s.pods[s.jobs[0].pod_indices[0]].labels  # Prometheus' target labels go
@@ -101,7 +101,7 @@ def test_exporter_down_and_lookback(
         with PrometheusCollector(PromSettings(handle.url)) as c:
             s = c.collect(t).snapshot
         assert s.telemetry is not None
-        names = [n.name for n in s.nodes]
+        names = [str(n.name) for n in s.nodes]
         down = names.index("a100-0001")
         age = s.telemetry.node_age(t)
         assert not s.telemetry.node_up[down]
@@ -124,7 +124,7 @@ def test_queries_per_cycle_do_not_grow_with_the_fleet(
     big["workloads"] = [{"name": "train", "kind": "training", "pool": "h100", "replicas": 20}]
     sc_big = scenario_from_dict(big)
     big_prom = prometheus_factory(sc_big)
-    counts = []
+    counts: list[list[str]] = []
     for url, t, gpus in ((prom.url, scenario.start + 3 * MIN, 40),
                          (big_prom.url, sc_big.start + 3 * MIN, 192)):  # fmt: skip
         with PrometheusCollector(PromSettings(url)) as c:
@@ -229,7 +229,7 @@ def test_5xx_warnings_and_result_type_through_a_proxy(
 
 def test_warm_cycles_agree_with_a_cold_start(prom: PrometheusHandle, scenario: Scenario) -> None:
     """Cycles in time order skip the cold-start queries and answer them from memory."""
-    counts = []
+    counts: list[int] = []
     with PrometheusCollector(PromSettings(prom.url)) as warm:
         for minute in (7.0, 10.5):  # a100-0001's exporter down (5-8 min); GPU lost at 5 min
             while True:

@@ -14,7 +14,7 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
@@ -42,6 +42,10 @@ class GateResult:
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.PASS
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _pass(gate: str, reason: str = "") -> GateResult:
@@ -259,7 +263,10 @@ def attempts(a: Attempts, playbook: str, target: str, ledger: Ledger, now: float
         return GateResult(
             "cooldown",
             Outcome.WAIT,
-            f"{playbook} on {target} is cooling down ({now - times[-1]:.0f}s of {a.cooldown:.0f}s)",
+            # Stated by its end, not by the time elapsed: the reason (and so the decision a
+            # backtest reports) then stays the same for the whole cooldown.
+            f"{playbook} on {target} is cooling down until {_utc(times[-1] + a.cooldown)} "
+            f"({a.cooldown:.0f}s after the last attempt)",
         )
     return _pass("attempts")
 

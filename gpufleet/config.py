@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +31,8 @@ class GpufleetConfig(BaseModel):
     policy: str | None = None
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None
+    detectors: dict[str, Any] | None = None
+    """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
 
     @field_validator("store_url")
     @classmethod

@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "gpufleet.commands.pause",
     "gpufleet.commands.breaker",
     "gpufleet.commands.audit",
+    "gpufleet.commands.detect",
+    "gpufleet.commands.backtest",
 )
 
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.audit",
     "gpufleet.commands.detect",
     "gpufleet.commands.backtest",
+    "gpufleet.commands.eval",
 )
 
 

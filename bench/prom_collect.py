@@ -206,8 +206,9 @@ def run(runs: int = 7, quick: bool = False) -> str:
     if big is not None:
         lines.append(
             f"Where the time goes at 10k GPUs: {big['prom_cpu']:.1f} CPU s in Prometheus (it reads "
-            f"~{big['series']:,} series from persisted blocks per cycle, ~20 us each with the "
-            f"aggregation that strips labels) and {big['client_cpu']:.1f} CPU s in the collector "
+            f"~{big['series']:,} series from persisted blocks per cycle, "
+            f"~{big['prom_cpu'] / big['series'] * 1e6:.0f} us each with the aggregation that "
+            f"strips labels) and {big['client_cpu']:.1f} CPU s in the collector "
             "(JSON decoding and columns). The machine's 2 cores are shared with other jobs (see "
             "the load average), so the wall time is above the CPU sum / 2; the target needs "
             "that CPU to be halved, or Prometheus' cores to itself."

@@ -136,13 +136,17 @@ def start_prometheus(
     openmetrics_path: Path | None,
     workdir: Path,
     lookback_delta: str | None = None,
+    data_dir: Path | None = None,
 ) -> PrometheusHandle:
-    """Backfill `openmetrics_path` (if given) into a fresh directory under `workdir` and start
-    Prometheus on a free loopback port (retried when another process takes the port first)."""
+    """Backfill `openmetrics_path` (if given) into a fresh directory under `workdir` (or into
+    `data_dir`, e.g. one backfilled part by part with `backfill`) and start Prometheus on a
+    free loopback port (retried when another process takes the port first)."""
     _, prometheus = require_binaries()
     base = Path(workdir) / f"prom-{free_port()}"
-    data_dir = base / "data"
-    data_dir.mkdir(parents=True)
+    base.mkdir(parents=True)
+    if data_dir is None:
+        data_dir = base / "data"
+        data_dir.mkdir()
     if openmetrics_path is not None:
         backfill(Path(openmetrics_path), data_dir)
     config = base / "prometheus.yml"

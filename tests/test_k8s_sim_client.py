@@ -224,6 +224,19 @@ def test_delete_with_stale_uid_precondition_conflicts(api: client.ApiClient) -> 
     assert "serve-0" not in names and len(names) == 2  # the ReplicaSet made a new one
 
 
+def test_eviction_of_a_replaced_pod_conflicts_on_uid(sim: Sim, api: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api)
+    old_uid = v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid
+    v1.create_namespaced_pod_eviction("train-worker-0", "ml", eviction("train-worker-0", "ml"))
+    sim.advance(31)  # the job controller's replacement, same name, new UID, is Ready
+    stale = eviction("train-worker-0", "ml")
+    stale.delete_options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=old_uid))
+    with pytest.raises(client.ApiException) as err:
+        v1.create_namespaced_pod_eviction("train-worker-0", "ml", stale)
+    assert err.value.status == 409
+    assert v1.read_namespaced_pod("train-worker-0", "ml").status.phase == "Running"
+
+
 def test_node_patches_taints_labels_and_json_patch(api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
     taint = {"key": "gpufleet.io/quarantine", "value": "xid48", "effect": "NoSchedule"}

@@ -318,11 +318,22 @@ class SimCluster:
             self.controller.replace_pod(pod, now)
         self.tick()
 
-    def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
-        """policy/v1 Eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+    def evict(
+        self, namespace: str, name: str, *, dry_run: bool = False, uid: str | None = None
+    ) -> None:
+        """policy/v1 Eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
+
+        A `deleteOptions.preconditions.uid` naming another incarnation of the pod (the job
+        controller recreated it under the same name) is a 409 Conflict, as in the real API.
+        """
         with self.store.lock:
             self.tick()
             pod = self.get("pods", namespace, name)
+            if uid is not None and pod["metadata"].get("uid") != uid:
+                raise Conflict(
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {pod['metadata'].get('uid')}"
+                )
             if pod["metadata"].get("deletionTimestamp"):
                 return
             check_eviction(self.store, pod, self.controller.replicas)

@@ -273,10 +273,13 @@ class Verbs:
         body = req.body if isinstance(req.body, dict) else {}
         opts = body.get("deleteOptions") or {}
         dry = req.params.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        uid = (opts.get("preconditions") or {}).get("uid")
         try:
-            self.cluster.evict(req.namespace or "", req.name or "", dry_run=dry)
+            self.cluster.evict(req.namespace or "", req.name or "", dry_run=dry, uid=uid)
         except NotFound:
             return not_found(req)
+        except Conflict as exc:
+            return error(409, str(exc), "Conflict", req)
         except TooManyRequests as exc:
             return Reply(
                 429,

@@ -1,22 +1,32 @@
-"""`gpufleet demo`: the first thing a new user runs — a simulated GPU fleet served live.
+"""`gpufleet demo`: the first thing a new user runs — a simulated GPU fleet, and gpufleet on it.
 
-For now it starts the built-in demo scenario in serve mode (exporters, kube-state-metrics and a
-Kubernetes API on 127.0.0.1), writes a kubeconfig and prints every endpoint with a ready-to-paste
-kubectl line. Later issues grow it into the whole product (collectors, detectors, dashboard).
+Starts the built-in demo scenario in serve mode (exporters, kube-state-metrics and a Kubernetes
+API on 127.0.0.1) a few minutes of fleet time before its first fault, at x20, and runs the live
+loop (gpufleet.demo_loop): collectors -> detectors -> remediation with the default policy and
+the real actuator, printing what happens. `--no-loop` serves the simulator only. The wiring lives
+in gpufleet.demo_loop and gpufleet.demo_banner; this module is flags and lifecycle.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from observer.simulator.scenario import DEMO_SCENARIO, load_scenario
-from observer.simulator.serve import SimulationHandle, start_simulation, wait_for_signal
+from gpufleet.demo_banner import banner
+from gpufleet.demo_log import DemoLog
+from gpufleet.demo_loop import DemoFiles, DemoLoop
+from observer.simulator.scenario import DEMO_SCENARIO, Scenario, load_scenario
+from observer.simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 
-DEFAULT_KUBECONFIG = Path(".gpufleet") / "demo-kubeconfig"
+DEFAULT_DIR = Path(".gpufleet")
+DEFAULT_KUBECONFIG = DEFAULT_DIR / "demo-kubeconfig"
+DEFAULT_SPEED = 20.0
+WARMUP = 300.0
+"""Scenario seconds the demo starts before the first fault: detectors learn the healthy fleet
+(counter windows, job baselines) and a person sees it quiet for ~15 s at x20."""
 
 
 def register(sub: Any) -> None:
@@ -24,8 +34,10 @@ def register(sub: Any) -> None:
         "demo",
         help="run gpufleet on a simulated GPU fleet",
         description=(
-            "Serve the built-in demo fleet live on 127.0.0.1: dcgm-exporter pages per node, "
-            "kube-state-metrics, training steps and a Kubernetes API that kubectl can use."
+            "Serve the built-in demo fleet live on 127.0.0.1 (dcgm-exporter pages per node, "
+            "kube-state-metrics, training steps and a Kubernetes API that kubectl can use) and "
+            "run gpufleet on it: collectors, detectors, incidents, policy, actions, Kubernetes "
+            "writes, printed as they happen."
         ),
     )
     p.add_argument("--scenario", help="scenario YAML (default: the built-in demo scenario)")
@@ -42,25 +54,44 @@ def register(sub: Any) -> None:
         help=f"where to write the kubeconfig (default {DEFAULT_KUBECONFIG})",
     )
     p.add_argument(
+        "--workdir",
+        default=str(DEFAULT_DIR),
+        metavar="DIR",
+        help=f"journal (demo.db, fresh each start) and demo-config.yaml (default {DEFAULT_DIR})",
+    )
+    p.add_argument(
         "--speed",
         type=float,
-        default=1.0,
+        default=DEFAULT_SPEED,
         metavar="X",
-        help="scenario seconds per wall-clock second (default 1)",
+        help=f"scenario seconds per wall-clock second (default {DEFAULT_SPEED:g})",
+    )
+    p.add_argument("--no-loop", action="store_true", help="serve the simulator only")
+    p.add_argument(
+        "--dry-run", action="store_true", help="decide and journal, never write to Kubernetes"
     )
     p.set_defaults(func=run)
 
 
+def start_offset(sc: Scenario) -> float:
+    """Where the demo's clock starts: WARMUP before the first fault (0 without faults)."""
+    first = min((f.start for f in sc.faults), default=0.0)
+    return max(0.0, first - WARMUP)
+
+
 def _start(args: argparse.Namespace) -> SimulationHandle:
     sc = load_scenario(Path(args.scenario) if args.scenario else DEMO_SCENARIO)
+    offset = start_offset(sc)
+    # Journal, Kubernetes objects and scenario share today's dates: the scenario begins so that
+    # its clock reads the wall clock at the moment the demo starts.
+    sc = sc.model_copy(update={"start": float(int(time.time() - offset))})
+    kw: dict[str, Any] = {
+        "kubeconfig_out": args.kubeconfig_out,
+        "speed": args.speed,
+        "start_offset": offset,
+    }
     try:
-        return start_simulation(
-            sc,
-            metrics_port=args.metrics_port,
-            k8s_port=args.k8s_port,
-            kubeconfig_out=args.kubeconfig_out,
-            speed=args.speed,
-        )
+        return start_simulation(sc, metrics_port=args.metrics_port, k8s_port=args.k8s_port, **kw)
     except OSError as exc:
         if args.metrics_port == 0 and args.k8s_port == 0:
             raise
@@ -69,35 +100,31 @@ def _start(args: argparse.Namespace) -> SimulationHandle:
             f"({exc.strerror or exc}); using free ports instead",
             file=sys.stderr,
         )
-        return start_simulation(
-            sc, metrics_port=0, k8s_port=0, kubeconfig_out=args.kubeconfig_out, speed=args.speed
-        )
-
-
-def banner(handle: SimulationHandle) -> str:
-    kubectl = "kubectl"
-    venv_kubectl = Path(sys.executable).parent / "kubectl"
-    if shutil.which("kubectl") is None and venv_kubectl.exists():
-        kubectl = str(venv_kubectl)
-    kc = handle.kubeconfig
-    return "\n".join(
-        [
-            "gpufleet demo: a simulated GPU fleet is live",
-            "",
-            handle.describe(),
-            "",
-            "try:",
-            f"  {kubectl} --kubeconfig {kc} get nodes",
-            f"  {kubectl} --kubeconfig {kc} get pods -A -o wide",
-            f"  curl -s {handle.node_metrics_url(handle.layout.nodes[0].name)} | head",
-            "",
-            "Ctrl-C stops the demo.",
-        ]
-    )
+        return start_simulation(sc, metrics_port=0, k8s_port=0, **kw)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.speed <= 0:
+        print("gpufleet demo: --speed must be positive", file=sys.stderr)
+        return 2
     handle = _start(args)
-    print(banner(handle), flush=True)
-    wait_for_signal(handle)
+    loop: DemoLoop | None = None
+    try:
+        with stop_on_signal() as stop:
+            if not args.no_loop:
+                files = DemoFiles(Path(args.workdir))
+                report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
+                loop = DemoLoop(handle, files, report, dry_run=args.dry_run).start()
+            config = None if loop is None else loop.files.config
+            print(banner(handle, config, dry_run=args.dry_run), flush=True)
+            print(flush=True)
+            if loop is not None:
+                loop.run(stop)
+            else:
+                while not stop.wait(0.5):
+                    pass
+    finally:
+        if loop is not None:
+            loop.close()
+        handle.stop()
     return 0

@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -125,11 +126,16 @@ def start_simulation(
     options: ClusterOptions | None = None,
     tick_interval: float = 0.5,
     bookmark_interval: float = 10.0,
+    start_offset: float = 0.0,
 ) -> SimulationHandle:
-    """Start the Kubernetes API and the exporters on `host` (port 0: a free port)."""
+    """Start the Kubernetes API and the exporters on `host` (port 0: a free port).
+
+    `start_offset`: scenario seconds already elapsed at start (the demo skips the quiet part
+    of its scenario); the cluster is built as it stands at that time."""
     sc = scenario if scenario is not None else demo_scenario()
     layout = build_layout(sc)
-    clock = SimClock(sc.start, speed=speed, wall=wall)
+    wall0 = wall() - start_offset / speed if speed > 0 else None
+    clock = SimClock(sc.start, speed=speed, wall=wall, wall0=wall0)
     cluster = SimCluster(sc, layout, clock=clock, options=options)
     engine = FleetSimulator(sc, layout)
     k8s = KubeApiServer(cluster, host=host, port=k8s_port, bookmark_interval=bookmark_interval)
@@ -152,8 +158,10 @@ def start_simulation(
     return handle
 
 
-def wait_for_signal(handle: SimulationHandle) -> None:
-    """Block until SIGINT or SIGTERM (main thread), then stop the simulation."""
+@contextmanager
+def stop_on_signal() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM (main thread) set the yielded event instead of raising; the previous
+    handlers come back on exit. For callers that do work until told to stop."""
     done = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -161,11 +169,19 @@ def wait_for_signal(handle: SimulationHandle) -> None:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not done.wait(0.5):
-            pass
+        yield done
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def wait_for_signal(handle: SimulationHandle) -> None:
+    """Block until SIGINT or SIGTERM (main thread), then stop the simulation."""
+    try:
+        with stop_on_signal() as done:
+            while not done.wait(0.5):
+                pass
+    finally:
         handle.stop()
 
 

@@ -73,10 +73,15 @@ class StoreBase:
         with Session(self.engine) as s, s.begin():
             self._audit_row(s, now, kind, message, **fields)
 
-    def audit_log(self, since: float | None = None, limit: int | None = None) -> list[AuditRecord]:
+    def audit_log(
+        self, since: float | None = None, limit: int | None = None, after_id: int | None = None
+    ) -> list[AuditRecord]:
+        """Oldest first; `after_id`: only rows newer than that one (a follower's cursor)."""
         q = select(AuditRow).where(AuditRow.cluster == self.cluster)
         if since is not None:
             q = q.where(AuditRow.at >= since)
+        if after_id is not None:
+            q = q.where(AuditRow.id > after_id)
         q = q.order_by(AuditRow.id)
         if limit is not None:
             q = q.limit(limit)

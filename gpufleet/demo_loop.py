@@ -1,0 +1,182 @@
+"""The demo's live loop: the simulated fleet watched, judged and repaired by the real product.
+
+Around a running simulation (observer.simulator.serve) it sets up what a live gpufleet needs —
+a fresh SQLite journal and a config file under `.gpufleet/` that `gpufleet actions|audit` can
+use, the direct-scrape collector over the simulator's /targets, the Kubernetes collector and
+the real KubeActuator over its API, the default detectors and the default policy — and runs one
+`LiveCycle` per scrape interval of scenario time until told to stop. Everything runs on the
+simulator's scenario clock (collector stamps, detector `now`, journal times, drain timeouts),
+so a demo at x20 behaves like a fleet watched for 20 times as long.
+
+Kept apart from the command module so tests can drive `run_once()` with a manual clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from detectors.suite import DetectorSuite
+from gpufleet.config import GpufleetConfig
+from gpufleet.demo_log import DemoLog
+from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
+from observer.kube_collector import KubeCollector, KubeSettings
+from observer.scrape_collector import ScrapeCollector, ScrapeSettings
+from observer.simulator.serve import SimulationHandle
+from remediations.actuation import TemporaryError
+from remediations.actuator import KubeActuator
+from remediations.loop import RemediationLoop
+from remediations.policy import DEFAULT_POLICY, load_policy
+from remediations.store import Store
+
+log = logging.getLogger(__name__)
+OWNER = "gpufleet-demo"
+SYNC_TIMEOUT = 10.0
+"""Wall seconds to wait for the Kubernetes collector's first lists before the first cycle."""
+LAG = 1.0
+"""Scenario seconds after each scrape boundary at which a cycle runs (the pages have turned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoFiles:
+    workdir: Path
+
+    @property
+    def db(self) -> Path:
+        return self.workdir / "demo.db"
+
+    @property
+    def config(self) -> Path:
+        return self.workdir / "demo-config.yaml"
+
+    @property
+    def store_url(self) -> str:
+        return f"sqlite:///{self.db.resolve()}"
+
+
+def fresh_store(files: DemoFiles, cluster: str) -> Store:
+    """A new, empty journal: the demo starts from nothing each time."""
+    files.workdir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{files.db}{suffix}").unlink(missing_ok=True)
+    return Store.open(files.store_url, cluster=cluster)
+
+
+def write_config(files: DemoFiles, cluster: str, kubeconfig: Path, *, dry_run: bool) -> Path:
+    """The config `gpufleet actions|audit --config` read; validated by the model it feeds."""
+    cfg = GpufleetConfig(
+        cluster=cluster,
+        store_url=files.store_url,
+        dry_run=dry_run,
+        policy=str(DEFAULT_POLICY),
+        kubeconfig=str(kubeconfig.resolve()),
+    )
+    body = cfg.model_dump(exclude={"detectors"})
+    header = "# written by `gpufleet demo` (rewritten at each start)\n"
+    files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
+    return files.config
+
+
+class DemoLoop:
+    """`start()`, then `run(stop)` (or `run_once()` by hand), then `close()`."""
+
+    def __init__(
+        self,
+        handle: SimulationHandle,
+        files: DemoFiles,
+        report: DemoLog,
+        *,
+        dry_run: bool = False,
+    ) -> None:
+        if handle.kubeconfig is None:
+            raise ValueError("the demo loop needs the simulation's kubeconfig")
+        self.handle = handle
+        self.files = files
+        self.log = report
+        self.dry_run = dry_run
+        self.interval = handle.scenario.scrape_interval
+        self._halt = threading.Event()
+        self._store: Store | None = None
+        self._kube: KubeCollector | None = None
+        self._scrape: ScrapeCollector | None = None
+        self._actuator: KubeActuator | None = None
+        self.cycle: LiveCycle | None = None
+
+    def start(self) -> DemoLoop:
+        h = self.handle
+        assert h.kubeconfig is not None
+        cluster = h.scenario.cluster
+        self._store = fresh_store(self.files, cluster)
+        write_config(self.files, cluster, h.kubeconfig, dry_run=self.dry_run)
+        self._kube = KubeCollector(KubeSettings(kubeconfig=str(h.kubeconfig))).start()
+        if not self._kube.wait_synced(SYNC_TIMEOUT):
+            log.warning("Kubernetes collector not synced after %.0f s; starting anyway",
+                        SYNC_TIMEOUT)  # fmt: skip
+        self._scrape = ScrapeCollector(
+            ScrapeSettings(discovery_url=f"{h.metrics_url}/targets", cluster=cluster),
+            now=h.clock,
+        )
+        self._actuator = KubeActuator.from_kubeconfig(
+            h.kubeconfig, clock=h.clock, sleep=self._sleep
+        )
+        remediation = RemediationLoop(
+            load_policy(),
+            self._store,
+            self._actuator,
+            OWNER,
+            started_at=h.clock() - self.interval,
+            dry_run=self.dry_run,
+        )
+        self.cycle = LiveCycle(
+            scrape_source(self._scrape, self._kube), DetectorSuite.default(), remediation
+        )
+        return self
+
+    def _sleep(self, scenario_seconds: float) -> None:
+        """The actuator's back-off (PDB retries) in scenario time; cut short when stopping."""
+        if self._halt.wait(scenario_seconds / self.handle.clock.speed):
+            raise TemporaryError("the demo is stopping; the action resumes on the next run")
+
+    def run_once(self) -> CycleReport:
+        assert self.cycle is not None, "start() first"
+        report = self.cycle.run_once(self.handle.clock())
+        self.log.report(report)
+        return report
+
+    def run(self, stop: threading.Event) -> None:
+        """One cycle per scrape interval of scenario time until `stop` is set."""
+        self._halt = stop  # the actuator's back-off sleeps end with it too
+        clock = self.handle.clock
+        start = self.handle.scenario.start
+        k = int((clock() - start) // self.interval) + 1
+        while True:
+            due = start + k * self.interval + LAG
+            if stop.wait(max(0.0, clock.wall_of(due) - clock.wall())):
+                return
+            self.run_once()
+            behind = int((clock() - start - LAG) // self.interval) + 1
+            if behind > k + 1:
+                log.warning(
+                    "cycles are slower than the scrape interval: %d skipped", behind - k - 1
+                )
+            k = max(k + 1, behind)
+
+    def close(self) -> None:
+        """Stop collectors and close clients and the journal (idempotent)."""
+        self._halt.set()
+        if self._kube is not None:
+            self._kube.stop()
+            self._kube = None
+        if self._scrape is not None:
+            self._scrape.close()
+            self._scrape = None
+        if self._actuator is not None:
+            self._actuator.close()
+            self._actuator = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None

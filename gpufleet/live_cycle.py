@@ -1,0 +1,193 @@
+"""One live cycle, collectors to Kubernetes: what `gpufleet demo` runs every scrape interval and
+what a long-running `gpufleet run` will run on its scheduler.
+
+    collect() -> FleetSnapshot            (direct scrape + Kubernetes API here; Prometheus later)
+    DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
+    EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
+    RemediationLoop.tick(findings, now)   (incidents, decisions, journal, actuator writes)
+    Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
+
+Each stage is isolated and the cycle never raises: a collector error ends that cycle before
+detection and remediation (no data is not a healthy fleet, so nothing resolves and nothing acts),
+a detector failing is reported by the suite while the others run, a remediation error is caught
+and reported. The next cycle runs regardless. The result is plain data (`CycleReport`) for a
+printer (gpufleet.demo_log) or a service's logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from detectors.episodes import EntityKey, EpisodeTracker
+from detectors.findings import Finding
+from detectors.suite import DetectorSuite, SuiteState
+from observer.collect_errors import CollectionError
+from observer.kube_collector import KubeCollector
+from observer.model import FleetSnapshot
+from observer.scrape_collector import ScrapeCollector
+from remediations.decide import ActionDecision
+from remediations.incidents import IncidentChange
+from remediations.loop import RemediationLoop
+from remediations.store import ActionRecord, AuditRecord
+
+log = logging.getLogger(__name__)
+
+SnapshotSource = Callable[[], FleetSnapshot]
+"""One collection: a FleetSnapshot, or CollectionError (or any exception) when there is none."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleError:
+    stage: str
+    """`collect`, `detect:<detector>`, `detect` or `remediate`."""
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    now: float
+    gpus: int = 0
+    nodes: int = 0
+    findings: tuple[Finding, ...] = ()
+    started: tuple[Finding, ...] = ()
+    """Episodes that began this cycle."""
+    escalated: tuple[Finding, ...] = ()
+    """Ongoing episodes whose severity rose this cycle."""
+    ended: tuple[Finding, ...] = ()
+    changes: tuple[IncidentChange, ...] = ()
+    decisions: tuple[ActionDecision, ...] = ()
+    touched: tuple[ActionRecord, ...] = ()
+    audit: tuple[AuditRecord, ...] = ()
+    errors: tuple[CycleError, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def scrape_source(scrape: ScrapeCollector, kube: KubeCollector | None = None) -> SnapshotSource:
+    """Direct scrape, with nodes, pods and events from the Kubernetes API once it has synced
+    (before that, kube-state-metrics pages stand in)."""
+
+    def collect() -> FleetSnapshot:
+        if kube is None or not kube.wait_synced(0):
+            return scrape.collect().snapshot
+        return scrape.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+
+    return collect
+
+
+class LiveCycle:
+    """Feed `run_once(now)` in time order; it carries detector and episode state between calls."""
+
+    def __init__(
+        self,
+        collect: SnapshotSource,
+        suite: DetectorSuite,
+        remediation: RemediationLoop | None = None,
+        *,
+        grace_cycles: int = 0,
+        audit_after: int | None = 0,
+    ) -> None:
+        self.collect = collect
+        self.suite = suite
+        self.remediation = remediation
+        self.state = SuiteState()
+        self.episodes = EpisodeTracker(grace_cycles=grace_cycles)
+        self.audit_cursor = audit_after
+        """Id of the last audit row reported (None: do not follow the journal)."""
+        self.cycles = 0
+        self.failed_cycles = 0
+
+    def run_once(self, now: float) -> CycleReport:
+        began = time.perf_counter()
+        self.cycles += 1
+        try:
+            snapshot = self.collect()
+        except CollectionError as exc:
+            return self._failed(now, began, "collect", exc.render())
+        except Exception as exc:  # isolation: the next cycle must run
+            log.exception("collection failed")
+            return self._failed(now, began, "collect", f"{type(exc).__name__}: {exc}")
+        errors: list[CycleError] = []
+        try:
+            result = self.suite.run(snapshot, now, self.state)
+        except Exception as exc:
+            log.exception("detector suite failed")
+            return self._failed(now, began, "detect", f"{type(exc).__name__}: {exc}")
+        self.state = result.state
+        errors += [CycleError(f"detect:{f.detector}", f.error) for f in result.failures]
+        started, escalated, ended = self._episodes(now, result.findings)
+        changes: tuple[IncidentChange, ...] = ()
+        decisions: tuple[ActionDecision, ...] = ()
+        touched: tuple[ActionRecord, ...] = ()
+        if self.remediation is not None:
+            try:
+                outcome, acted = self.remediation.tick(result.findings, now)
+                changes, decisions, touched = (
+                    tuple(outcome.changes),
+                    tuple(outcome.decisions),
+                    tuple(acted),
+                )
+            except Exception as exc:
+                log.exception("remediation cycle failed")
+                errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
+        if errors:
+            self.failed_cycles += 1
+        return CycleReport(
+            now=now,
+            gpus=len(snapshot.gpus),
+            nodes=len(snapshot.nodes),
+            findings=result.findings,
+            started=started,
+            escalated=escalated,
+            ended=ended,
+            changes=changes,
+            decisions=decisions,
+            touched=touched,
+            audit=self._new_audit(),
+            errors=tuple(errors),
+            seconds=time.perf_counter() - began,
+        )
+
+    def _episodes(
+        self, now: float, findings: tuple[Finding, ...]
+    ) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[Finding, ...]]:
+        before: dict[EntityKey, int] = {
+            k: o.finding.severity.rank for k, o in self.episodes.open.items()
+        }
+        ended = self.episodes.observe(now, findings)
+        self.episodes.closed.clear()  # reported here; a live loop must not grow without bound
+        started: list[Finding] = []
+        escalated: list[Finding] = []
+        for key, o in self.episodes.open.items():
+            if key not in before:
+                started.append(o.finding)
+            elif o.finding.severity.rank > before[key]:
+                escalated.append(o.finding)
+        return tuple(started), tuple(escalated), tuple(ended)
+
+    def _new_audit(self) -> tuple[AuditRecord, ...]:
+        if self.remediation is None or self.audit_cursor is None:
+            return ()
+        try:
+            rows = self.remediation.engine.store.audit_log(after_id=self.audit_cursor)
+        except Exception:
+            log.exception("reading the audit log failed")
+            return ()
+        if rows:
+            self.audit_cursor = rows[-1].id
+        return tuple(rows)
+
+    def _failed(self, now: float, began: float, stage: str, message: str) -> CycleReport:
+        self.failed_cycles += 1
+        return CycleReport(
+            now=now,
+            audit=self._new_audit(),
+            errors=(CycleError(stage, message),),
+            seconds=time.perf_counter() - began,
+        )

@@ -10,15 +10,21 @@ from the journal's audit rows, so approvals made with `gpufleet actions approve`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from detectors.findings import Finding
 from gpufleet.live_cycle import CycleReport
-from remediations.incidents import Change
+from remediations.incidents import Change, IncidentChange
 from remediations.store import AuditRecord
 
 Write = Callable[[str], None]
+
+
+def print_now(text: str) -> None:
+    """print, flushed: the log is read live, often through a pipe (`make demo | tee`)."""
+    print(text, flush=True)
 
 
 def clock_label(seconds: float) -> str:
@@ -36,6 +42,41 @@ def entity(f: Finding) -> str:
     return " ".join(parts) or "fleet"
 
 
+T = TypeVar("T")
+
+
+def grouped(items: Iterable[T], key: Callable[[T], Hashable]) -> list[tuple[T, int]]:
+    """The first item of each group and the group's size, in first-seen order: eight idle GPUs
+    of one node are one line, not eight."""
+    out: dict[Hashable, list[Any]] = {}
+    for item in items:
+        k = key(item)
+        if k in out:
+            out[k][1] += 1
+        else:
+            out[k] = [item, 1]
+    return [(first, n) for first, n in out.values()]
+
+
+def _finding_key(f: Finding) -> Hashable:
+    return (f.severity, f.kind, f.job, f.node)
+
+
+def _change_key(c: IncidentChange) -> Hashable:
+    i = c.incident
+    return (c.change, i.severity, i.kind, i.job, i.node)
+
+
+def _audit_key(a: AuditRecord) -> Hashable:
+    if a.kind == "decision" and not a.action_id:  # notify / deny: the same words, once
+        return (a.message, tuple(a.detail.get("reasons") or ()))
+    return a.id
+
+
+def _many(f: Finding, n: int) -> str:
+    return entity(f) if n == 1 else f"{' '.join(p for p in (f.job, f.node) if p)} ({n} GPUs)"
+
+
 def _reasons(reasons: Iterable[object]) -> str:
     text = "; ".join(str(r) for r in reasons if r)
     return f" — {text}" if text else ""
@@ -47,7 +88,7 @@ class DemoLog:
 
     origin: float
     """Scenario start (unix seconds): times print as offsets from it."""
-    write: Write = print
+    write: Write = print_now
     config_hint: str = ""
     """Appended to approval prompts, e.g. `--config .gpufleet/demo-config.yaml`."""
     heartbeat_every: float = 600.0
@@ -68,28 +109,28 @@ class DemoLog:
         if r.ok and self._failing:
             self.line(r.now, "recovered", "cycles succeed again")
             self._failing = ""
-        for f in r.started:
-            self.line(r.now, "finding", f"{f.severity.value.upper()} {f.kind.value} {entity(f)}: "
-                      f"{f.summary}")  # fmt: skip
-        for f in r.escalated:
+        for f, n in grouped(r.started, _finding_key):
+            self.line(r.now, "finding", f"{f.severity.value.upper()} {f.kind.value} "
+                      f"{_many(f, n)}: {f.summary}")  # fmt: skip
+        for f, n in grouped(r.escalated, _finding_key):
             self.line(r.now, "finding", f"now {f.severity.value.upper()} {f.kind.value} "
-                      f"{entity(f)}: {f.summary}")  # fmt: skip
-        for f in r.ended:
+                      f"{_many(f, n)}: {f.summary}")  # fmt: skip
+        for f, n in grouped(r.ended, _finding_key):
             lasted = f.last_seen - f.first_seen
-            self.line(r.now, "cleared", f"{f.kind.value} {entity(f)} (lasted {lasted:.0f}s)")
-        for c in r.changes:
+            self.line(r.now, "cleared", f"{f.kind.value} {_many(f, n)} (lasted {lasted:.0f}s)")
+        for c, n in grouped(r.changes, _change_key):
             inc = c.incident
+            where = inc.job or inc.node or "fleet"
+            ids = inc.id[:8] if n == 1 else f"{n} incidents"
             if c.change is Change.OPENED:
-                self.line(r.now, "incident", f"opened {inc.id[:8]} {inc.severity} {inc.kind} "
-                          f"{inc.node or inc.job or 'fleet'}")  # fmt: skip
+                self.line(r.now, "incident", f"opened {ids} {inc.severity} {inc.kind} {where}")
             elif c.change is Change.RESOLVED:
-                self.line(r.now, "incident", f"resolved {inc.id[:8]} {inc.kind} "
-                          f"{inc.node or inc.job or 'fleet'}")  # fmt: skip
-        for a in r.audit:
-            self._audit(r.now, a)
+                self.line(r.now, "incident", f"resolved {ids} {inc.kind} {where}")
+        for a, n in grouped(r.audit, _audit_key):
+            self._audit(r.now, a, n)
         self._heartbeat(r)
 
-    def _audit(self, now: float, a: AuditRecord) -> None:
+    def _audit(self, now: float, a: AuditRecord, n: int = 1) -> None:
         ident = (a.action_id or "")[:8]
         d = a.detail
         if a.kind == "decision" and a.action_id:
@@ -104,7 +145,8 @@ class DemoLog:
                           f"{self.config_hint}".rstrip())  # fmt: skip
         elif a.kind == "decision":
             reasons = d.get("reasons") or ()
-            self.line(now, "policy", a.message + _reasons(reasons))
+            times = f" (x{n})" if n > 1 else ""
+            self.line(now, "policy", a.message + times + _reasons(reasons))
         elif a.kind == "k8s_write":
             if not a.message.startswith("about to"):
                 self.line(now, "k8s", f"{ident} {a.message}")

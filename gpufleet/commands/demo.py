@@ -10,6 +10,7 @@ in gpufleet.demo_loop and gpufleet.demo_banner; this module is flags and lifecyc
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -107,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     if args.speed <= 0:
         print("gpufleet demo: --speed must be positive", file=sys.stderr)
         return 2
+    if getattr(args, "log_level", "INFO") != "DEBUG":
+        # A silent exporter is the story here (the log prints its monitoring_gap finding); the
+        # collector's per-cycle warning about it would only bury the commentary.
+        logging.getLogger("observer.scrape_collector").setLevel(logging.ERROR)
     handle = _start(args)
     loop: DemoLoop | None = None
     try:

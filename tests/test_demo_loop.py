@@ -1,0 +1,174 @@
+"""`gpufleet demo`'s live loop end to end on a simulated fleet: fault -> finding -> journal ->
+quarantine written through the real Kubernetes client into the simulated cluster; a failed
+collection does not stop the next cycle; the command starts, reports and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from detectors.findings import FindingKind
+from gpufleet.demo_log import DemoLog
+from gpufleet.demo_loop import DemoFiles, DemoLoop
+from gpufleet.live_cycle import CycleReport
+from observer.collect_errors import CollectionError
+from observer.simulator.clock import ManualWall
+from observer.simulator.cluster import ClusterOptions
+from observer.simulator.serve import SimulationHandle, start_simulation
+from remediations.store import Store
+from remediations.types import QUARANTINE_TAINT, ActionState
+from tests.k8s_sim_support import small_scenario
+
+GPUFLEET = Path(sys.executable).parent / "gpufleet"
+FAULT = {"kind": "xid48_dbe", "node": "h100-0002", "gpu": 1, "start": "3m"}
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[DemoLoop, ManualWall, list[str]]]:
+    wall = ManualWall(time.time())
+    handle = start_simulation(
+        small_scenario(faults=[FAULT]),
+        kubeconfig_out=tmp_path / "kc",
+        wall=wall,
+        options=ClusterOptions(startup_seconds=0),
+        tick_interval=0.05,
+    )
+    lines: list[str] = []
+    loop = DemoLoop(
+        handle, DemoFiles(tmp_path / "wd"), DemoLog(handle.scenario.start, write=lines.append)
+    )
+    try:
+        yield loop.start(), wall, lines
+    finally:
+        loop.close()
+        handle.stop()
+
+
+def step(loop: DemoLoop, wall: ManualWall) -> CycleReport:
+    wall.advance(loop.interval)
+    loop.handle.cluster.tick()
+    return loop.run_once()
+
+
+def _spec(handle: SimulationHandle, node: str) -> dict[str, Any]:
+    spec: dict[str, Any] = handle.cluster.get("nodes", "", node)["spec"]
+    return spec
+
+
+def test_fault_becomes_finding_action_and_quarantine(
+    demo: tuple[DemoLoop, ManualWall, list[str]],
+) -> None:
+    loop, wall, lines = demo
+    reports = [step(loop, wall) for _ in range(9)]  # to 4.5 min: the fault starts at 3 min
+    assert all(r.ok for r in reports), [r.errors for r in reports]
+    assert reports[0].gpus == 32
+    started = [f for r in reports for f in r.started]
+    xid = [f for f in started if f.kind is FindingKind.GPU_XID]
+    assert len(xid) == 1 and xid[0].node == "h100-0002"
+    store = Store.open(loop.files.store_url, cluster="small")
+    try:
+        by_playbook = {a.playbook: a for a in store.actions()}
+        assert by_playbook["quarantine"].state is ActionState.DONE
+        assert by_playbook["drain"].state is ActionState.AWAITING_APPROVAL
+    finally:
+        store.close()
+    spec = _spec(loop.handle, "h100-0002")
+    assert spec.get("unschedulable") is True
+    assert QUARANTINE_TAINT in {t["key"] for t in spec.get("taints", [])}
+    assert not _spec(loop.handle, "h100-0001").get("unschedulable")
+    text = "\n".join(lines)
+    assert "finding  CRITICAL gpu_xid h100-0002" in text
+    assert "did cordon h100-0002" in text
+    assert "approve: gpufleet actions approve" in text
+    config = loop.files.config.read_text()
+    assert "store_url: sqlite:///" in config and "cluster: small" in config
+
+
+def test_failed_collection_does_not_stop_the_next_cycle(
+    demo: tuple[DemoLoop, ManualWall, list[str]],
+) -> None:
+    loop, wall, lines = demo
+    assert loop.cycle is not None
+    assert step(loop, wall).ok
+    real = loop.cycle.collect
+
+    def down() -> object:
+        raise CollectionError("no scrape target answered", temporary=True, source="test")
+
+    loop.cycle.collect = down  # type: ignore[assignment]
+    failed = step(loop, wall)
+    assert [e.stage for e in failed.errors] == ["collect"] and failed.gpus == 0
+    loop.cycle.collect = real
+    later = [step(loop, wall) for _ in range(8)]
+    assert all(r.ok and r.gpus == 32 for r in later)
+    assert loop.cycle.failed_cycles == 1
+    assert any(f.kind is FindingKind.GPU_XID for f in later[-1].findings)
+    text = "\n".join(lines)
+    assert "error    collect: no scrape target answered" in text
+    assert "recovered" in text
+
+
+def _read_until(out: IO[str], needle: str, seen: list[str], timeout: float) -> bool:
+    done = threading.Event()
+
+    def reader() -> None:
+        for line in out:
+            seen.append(line)
+            if needle in line:
+                done.set()
+                return
+
+    threading.Thread(target=reader, daemon=True).start()
+    return done.wait(timeout)
+
+
+def test_demo_command_reports_a_finding_and_stops_on_sigterm(tmp_path: Path) -> None:
+    cmd = [
+        str(GPUFLEET),
+        "demo",
+        "--speed",
+        "60",
+        "--metrics-port",
+        "0",
+        "--k8s-port",
+        "0",
+        "--workdir",
+        str(tmp_path / "wd"),
+        "--kubeconfig-out",
+        str(tmp_path / "kc"),
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        found = _read_until(proc.stdout, "finding  CRITICAL gpu_xid h100-0005", seen, 90)
+        text = "".join(seen)
+        assert found, text
+        assert "gpufleet is watching it" in text and "what will happen" in text
+        assert f"gpufleet actions list --config {tmp_path / 'wd' / 'demo-config.yaml'}" in text
+        assert (tmp_path / "wd" / "demo.db").exists()
+        listed = subprocess.run(
+            [str(GPUFLEET), "actions", "list", "--config", str(tmp_path / "wd/demo-config.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0 and "drain" in listed.stdout, listed.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -133,7 +133,13 @@ def detect(
                 severity=Severity.CRITICAL,
                 summary=(
                     f"GPU {g.device_index[i]} on {node_of[i]} "
-                    + ("fell off the bus (XID 79)" if by_xid else f"silent for {age:.0f}s")
+                    + (
+                        "fell off the bus (XID 79)"
+                        if by_xid
+                        else f"silent for {age:.0f}s"
+                        if np.isfinite(age)
+                        else "gone from its exporter's page"
+                    )
                     + " while the node's other GPUs report"
                 ),
                 first_seen=float(onset[i]),

@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager chromium chromium-driver
+# Debian packages the tests need (alertmanager and chromium join when their tests do).
+DEBIAN_PACKAGES := prometheus
 
 .PHONY: help demo test unit lint typecheck importlint bench system-deps clean
 

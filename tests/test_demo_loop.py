@@ -11,12 +11,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from detectors.findings import FindingKind
+from detectors.base import Detector, DetectorSpec
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.suite import DetectorSuite
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
@@ -115,6 +118,44 @@ def test_failed_collection_does_not_stop_the_next_cycle(
     text = "\n".join(lines)
     assert "error    collect: no scrape target answered" in text
     assert "recovered" in text
+
+
+@dataclass(frozen=True)
+class _NoParams:
+    pass
+
+
+def _boom(
+    snapshot: object, state: object, now: float, params: object
+) -> tuple[list[Finding], None]:
+    raise RuntimeError("model file missing")
+
+
+def test_failing_detector_is_reported_and_the_others_still_act(
+    demo: tuple[DemoLoop, ManualWall, list[str]],
+) -> None:
+    loop, wall, lines = demo
+    assert loop.cycle is not None
+    boom = Detector(DetectorSpec("boom", _NoParams, _boom, (FindingKind.ANOMALY,)), _NoParams())
+    loop.cycle.suite = DetectorSuite((*loop.cycle.suite.detectors, boom))
+    reports = [step(loop, wall) for _ in range(9)]
+    assert all([e.stage for e in r.errors] == ["detect:boom"] for r in reports)
+    assert any(f.kind is FindingKind.GPU_XID for r in reports for f in r.started)
+    assert any("did cordon h100-0002" in line for line in lines)
+    assert sum("error    detect:boom" in line for line in lines) == 1  # printed once, not per cycle
+
+
+def test_log_groups_a_nodes_idle_gpus_into_one_line() -> None:
+    lines: list[str] = []
+    idle = [
+        Finding(FindingKind.GPU_IDLE, Severity.INFO, f"GPU {i} idle", 100.0, 160.0,
+                node="a100-0002", gpu_uuid=f"GPU-{i}")
+        for i in range(8)
+    ]  # fmt: skip
+    DemoLog(0.0, write=lines.append, heartbeat_every=0).report(
+        CycleReport(now=160.0, started=tuple(idle))
+    )
+    assert lines == ["[+02:40] finding  INFO gpu_idle a100-0002 (8 GPUs): GPU 0 idle"]
 
 
 def _read_until(out: IO[str], needle: str, seen: list[str], timeout: float) -> bool:

@@ -105,6 +105,8 @@ class DemoLoop:
         self._scrape: ScrapeCollector | None = None
         self._actuator: KubeActuator | None = None
         self.cycle: LiveCycle | None = None
+        self.skipped = 0
+        """Scrape intervals without a cycle because the previous one ran long."""
 
     def start(self) -> DemoLoop:
         h = self.handle
@@ -153,6 +155,7 @@ class DemoLoop:
         clock = self.handle.clock
         start = self.handle.scenario.start
         k = int((clock() - start) // self.interval) + 1
+        warned = False
         while True:
             due = start + k * self.interval + LAG
             if stop.wait(max(0.0, clock.wall_of(due) - clock.wall())):
@@ -160,9 +163,12 @@ class DemoLoop:
             self.run_once()
             behind = int((clock() - start - LAG) // self.interval) + 1
             if behind > k + 1:
-                log.warning(
-                    "cycles are slower than the scrape interval: %d skipped", behind - k - 1
-                )
+                self.skipped += behind - k - 1
+                if not warned:
+                    warned = True
+                    log.warning("at x%g a cycle takes longer than a scrape interval: some "
+                                "intervals get no cycle (lower --speed to see each one; logged "
+                                "once)", clock.speed)  # fmt: skip
             k = max(k + 1, behind)
 
     def close(self) -> None:

@@ -96,7 +96,7 @@ def banner(handle: SimulationHandle, config: Path | None, *, dry_run: bool = Fal
             "stays as it is.",
             "",
             "what will happen (fleet time, wall time):",
-            *timeline(handle),
+            *(timeline(handle) or ["  nothing scheduled: this scenario has no faults"]),
             "",
             "look and act (another terminal, same directory):",
             f"  gpufleet actions list --config {config}",

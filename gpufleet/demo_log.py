@@ -150,9 +150,7 @@ class DemoLog:
         elif a.kind == "k8s_write":
             if not a.message.startswith("about to"):
                 self.line(now, "k8s", f"{ident} {a.message}")
-        elif a.kind == "approval":
-            self.line(now, "action", f"{ident} {self._name(a)}: {a.message}")
-        else:
+        else:  # transitions, approvals, resumes: the journal's own words
             self.line(now, "action", f"{ident} {self._name(a)}: {a.message}")
 
     def _name(self, a: AuditRecord) -> str:
@@ -167,5 +165,11 @@ class DemoLog:
         if r.now < self._next_beat:
             return
         self._next_beat = r.now + self.heartbeat_every
-        self.line(r.now, "fleet", f"{r.nodes} nodes, {r.gpus} GPUs, {len(r.findings)} "
-                  f"finding(s) this cycle, cycle took {r.seconds:.2f}s")  # fmt: skip
+        text = (
+            f"{r.nodes} nodes, {r.gpus} GPUs, {len(r.findings)} finding(s) this cycle, "
+            f"{r.open_incidents} open incident(s), cycle {r.seconds:.2f}s"
+        )
+        if r.awaiting_approval:
+            text += f"; {r.awaiting_approval} action(s) await approval: gpufleet actions list"
+            text += f" {self.config_hint}".rstrip()
+        self.line(r.now, "fleet", text)

@@ -32,6 +32,7 @@ from remediations.decide import ActionDecision
 from remediations.incidents import IncidentChange
 from remediations.loop import RemediationLoop
 from remediations.store import ActionRecord, AuditRecord
+from remediations.types import ActionState
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class CycleReport:
     audit: tuple[AuditRecord, ...] = ()
     errors: tuple[CycleError, ...] = ()
     seconds: float = 0.0
+    open_incidents: int = 0
+    awaiting_approval: int = 0
+    """Actions waiting for a person after this cycle."""
 
     @property
     def ok(self) -> bool:
@@ -136,6 +140,7 @@ class LiveCycle:
             except Exception as exc:
                 log.exception("remediation cycle failed")
                 errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
+        open_incidents, awaiting = self._backlog()
         if errors:
             self.failed_cycles += 1
         return CycleReport(
@@ -152,7 +157,21 @@ class LiveCycle:
             audit=self._new_audit(),
             errors=tuple(errors),
             seconds=time.perf_counter() - began,
+            open_incidents=open_incidents,
+            awaiting_approval=awaiting,
         )
+
+    def _backlog(self) -> tuple[int, int]:
+        """Open incidents and actions awaiting approval (0, 0 without remediation)."""
+        if self.remediation is None:
+            return 0, 0
+        engine = self.remediation.engine
+        try:
+            waiting = engine.store.actions([ActionState.AWAITING_APPROVAL])
+        except Exception:
+            log.exception("reading the journal failed")
+            waiting = []
+        return len(engine.open_incident_ids()), len(waiting)
 
     def _episodes(
         self, now: float, findings: tuple[Finding, ...]

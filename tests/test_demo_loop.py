@@ -96,6 +96,35 @@ def test_fault_becomes_finding_action_and_quarantine(
     assert "store_url: sqlite:///" in config and "cluster: small" in config
 
 
+def test_drain_approved_with_the_cli_runs_in_the_next_cycle(
+    demo: tuple[DemoLoop, ManualWall, list[str]],
+) -> None:
+    loop, wall, lines = demo
+    for _ in range(8):
+        step(loop, wall)
+    assert loop.handle.cluster.get("pods", "ml", "big-worker-0")["spec"]["nodeName"] == "h100-0002"
+    store = Store.open(loop.files.store_url, cluster="small")
+    try:
+        drain = next(a for a in store.actions() if a.playbook == "drain")
+    finally:
+        store.close()
+    config = str(loop.files.config)
+    approved = subprocess.run(
+        [str(GPUFLEET), "actions", "approve", drain.id[:8], "--by", "alice", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approved.returncode == 0, approved.stderr
+    for _ in range(3):
+        step(loop, wall)
+    text = "\n".join(lines)
+    assert f"{drain.id[:8]} drain node/h100-0002: approved by alice" in text
+    assert "did evict_pods h100-0002: evicted 1 pod(s)" in text
+    pod = loop.handle.cluster.store.get("pods", "ml", "big-worker-0")
+    assert pod is None or pod["spec"].get("nodeName") != "h100-0002"
+
+
 def test_failed_collection_does_not_stop_the_next_cycle(
     demo: tuple[DemoLoop, ManualWall, list[str]],
 ) -> None:

@@ -109,6 +109,13 @@ class DemoLoop:
         """Scrape intervals without a cycle because the previous one ran long."""
 
     def start(self) -> DemoLoop:
+        try:
+            return self._start()
+        except BaseException:
+            self.close()  # whatever was opened before the failure
+            raise
+
+    def _start(self) -> DemoLoop:
         h = self.handle
         assert h.kubeconfig is not None
         cluster = h.scenario.cluster

@@ -32,7 +32,7 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.model import FleetSnapshot
 
 FEATURES = (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP)
@@ -53,13 +53,7 @@ class Params:
     max_age_intervals: float = 2.5
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}

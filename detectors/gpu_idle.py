@@ -17,7 +17,7 @@ import numpy as np
 from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import GR_ACTIVE, UTIL, dt_since, scrape_interval, value
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.model import FleetSnapshot
 
 
@@ -35,13 +35,7 @@ class Params:
     max_age_intervals: float = 2.5
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {"idle": (np.float32, 0.0), "pod": (np.uint32, 0)}

@@ -17,7 +17,7 @@ import numpy as np
 from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import dt_since, hysteresis, persist, rate, scrape_interval
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.model import FleetSnapshot
 
 NVLINK_CRC = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
@@ -35,13 +35,7 @@ class Params:
     max_age_intervals: float = 2.5
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}

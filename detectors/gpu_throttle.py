@@ -30,7 +30,7 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.catalog import HARMFUL_CLOCK_EVENTS, ClockEventReason
 from observer.model import FleetSnapshot
 
@@ -57,13 +57,7 @@ class Params:
     max_age_intervals: float = 2.5
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}

@@ -18,7 +18,7 @@ import numpy as np
 from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.catalog import XID_COUNT_METRIC, XidAction, xid_info
 from observer.model import FleetSnapshot
 
@@ -74,13 +74,7 @@ class Params:
     """Gauge samples older than this many scrape intervals are not read (lost GPU territory)."""
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {

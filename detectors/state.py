@@ -49,6 +49,17 @@ class KeyedArrays:
         return KeyedArrays(self.keys, MappingProxyType(merged))
 
 
+@dataclass(frozen=True, slots=True)
+class GpuCycleState:
+    """Per-GPU columns plus the time of the cycle that wrote them: most detectors' whole state."""
+
+    gpus: KeyedArrays
+    last_now: float
+
+    def nbytes(self) -> int:
+        return self.gpus.nbytes()
+
+
 def empty(keys: StrArray, spec: ColumnSpec) -> KeyedArrays:
     n = int(keys.shape[0])
     cols = {name: np.full(n, fill, dtype=dtype) for name, (dtype, fill) in spec.items()}

@@ -36,7 +36,7 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, align, gpu_keys
 from observer.model import NO_INDEX, FleetSnapshot, IntArray
 
 ACTION = (
@@ -85,13 +85,7 @@ class Params:
     max_age_intervals: float = 2.5
 
 
-@dataclass(frozen=True, slots=True)
-class State:
-    gpus: KeyedArrays
-    last_now: float
-
-    def nbytes(self) -> int:
-        return self.gpus.nbytes()
+State = GpuCycleState
 
 
 _SPEC = {

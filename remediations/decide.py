@@ -19,7 +19,7 @@ from remediations.incidents import Hysteresis, IncidentChange, Tracked, TrackerS
 from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject
 from remediations.policy import Policy, Rule
 from remediations.store.records import EngineState
-from remediations.types import IncidentId, Mode, Verdict, stable_id
+from remediations.types import IncidentId, Mode, Verdict, action_id, stable_id
 from remediations.view import ClusterView
 
 
@@ -40,6 +40,9 @@ class ActionDecision:
     attempt: int = 1
     escalate: bool = False
     """Automation has reached its limit here: a person must look."""
+    merged_into: str | None = None
+    """The pending action (same playbook and target, another incident) this one joined: no new
+    action is journaled, the verdict is DENY and the reasons say which action it joined."""
 
     @property
     def idempotency_key(self) -> str:
@@ -76,6 +79,13 @@ class JournalSummary:
     """(incident, playbook) with an action in flight, done (non-repeatable) or rejected."""
     attempts: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """(incident, playbook) -> actions journaled so far (the next key's attempt number)."""
+    pending: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    """(playbook, target) -> (action id, incident id) of the action not yet finished there."""
+    settled: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(playbook, target) -> when the latest action there that settles it for every incident
+    open at the time (done and non-repeatable, or rejected by a person) was decided."""
+    cluster: str = ""
+    """The journal's cluster (action ids of this cycle's decisions are derived from it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,9 @@ class CycleResult:
     decisions: list[ActionDecision]
     trip: str | None = None
     """Reason the breaker must trip now (the caller persists it), or None."""
+    attached: frozenset[tuple[str, str]] = frozenset()
+    """(playbook, target) of pending actions that an open incident other than their own joined
+    this cycle: resolving the action's own incident must not expire them."""
 
 
 REPEATABLE = frozenset({"restart_pod", "restart_job", "migrate", "request_reset", "request_reboot"})
@@ -144,6 +157,17 @@ def _breaker(
     return seen, None
 
 
+def _pending(
+    journal: Mapping[tuple[str, str], tuple[str, str]],
+    fresh: Mapping[tuple[str, str], tuple[str, str]],
+    plan: Plan,
+) -> tuple[str, str] | None:
+    """(action id, incident id) of the unfinished action for the plan's (playbook, target):
+    journaled earlier or decided earlier in this cycle; None when there is none."""
+    pt = (plan.playbook, plan.target)
+    return journal.get(pt) or fresh.get(pt)
+
+
 def _verdict(
     rule: Rule, plan: Plan, results: list[GateResult], dry_run: bool
 ) -> tuple[Verdict, tuple[str, ...], bool]:
@@ -187,6 +211,9 @@ def decide(
 
     ledger = journal.ledger
     reported = dict(memory.reported)
+    fresh: dict[tuple[str, str], tuple[str, str]] = {}
+    """(playbook, target) -> (action id, incident id) of this cycle's new actions."""
+    attached: set[tuple[str, str]] = set()
     decisions: list[ActionDecision] = []
     params = [PLAYBOOKS[r.playbook].params(r.params) for r in policy.rules]
     by_kind: dict[str, list[int]] = {}
@@ -226,6 +253,7 @@ def decide(
                 t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job
             )
             planned = PLAYBOOKS[rule.playbook].plan(subject, view, params[ri])
+            merged: str | None = None
             if isinstance(planned, NoPlan):
                 verdict, reasons, esc, plan = (
                     Verdict.DENY,
@@ -233,6 +261,18 @@ def decide(
                     False,
                     None,
                 )
+            elif (joined := _pending(journal.pending, fresh, planned)) is not None:
+                aid, owner = joined
+                if owner == t.incident_id:
+                    continue
+                attached.add((planned.playbook, planned.target))
+                verdict, esc, plan, merged = Verdict.DENY, False, planned, aid
+                reasons = (
+                    f"merged: {planned.playbook} on {planned.target} already pending as "
+                    f"action {aid} for incident {owner}",
+                )
+            elif journal.settled.get((planned.playbook, planned.target), -1.0) >= t.opened_at:
+                continue  # settled while this incident was open: that action covered it too
             else:
                 plan = planned
                 results = gates.static_gates(
@@ -263,12 +303,21 @@ def decide(
                     plan=plan,
                     attempt=journal.attempts.get(key, 0) + 1,
                     escalate=esc,
+                    merged_into=merged,
                 )
             )
+            if verdict is not Verdict.DENY and plan is not None:
+                d = decisions[-1]
+                fresh[(plan.playbook, plan.target)] = (
+                    action_id(journal.cluster, d.idempotency_key),
+                    t.incident_id,
+                )
             if verdict is Verdict.EXECUTE and plan is not None:
                 ledger = ledger.add(
                     LedgerEntry(plan.playbook, plan.target, now, plan.target_nodes, plan.disruptive)
                 )
     live = {t.incident_id for t in tracker.open()}
     reported = {k: v for k, v in reported.items() if k[0] in live}
-    return CycleResult(Memory(tracker, fault_seen, reported), changes, decisions, trip)
+    return CycleResult(
+        Memory(tracker, fault_seen, reported), changes, decisions, trip, frozenset(attached)
+    )

@@ -44,23 +44,30 @@ HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
 
 
 def summarize(
-    actions: Iterable[ActionBrief], open_incidents: set[str], exclude: str | None = None
+    actions: Iterable[ActionBrief],
+    open_incidents: set[str],
+    exclude: str | None = None,
+    cluster: str = "",
 ) -> JournalSummary:
     """The journal as `decide` and the runner's gates need it."""
     entries: list[LedgerEntry] = []
     blocked: set[tuple[str, str]] = set()
     attempts: dict[tuple[str, str], int] = {}
+    pending: dict[tuple[str, str], tuple[str, str]] = {}
+    settled: dict[tuple[str, str], float] = {}
     for a in actions:
         key = (str(a.incident_id), a.playbook)
         attempts[key] = max(attempts.get(key, 0), a.attempt)
         if a.id == exclude:
             continue
-        if (
-            not a.state.terminal
-            or a.state is ActionState.REJECTED
-            or (a.state is ActionState.DONE and a.playbook not in REPEATABLE)
-        ):
+        done_once = a.state is ActionState.DONE and a.playbook not in REPEATABLE
+        if not a.state.terminal or a.state is ActionState.REJECTED or done_once:
             blocked.add(key)
+        if not a.state.terminal:
+            pending[(a.playbook, a.target)] = (str(a.id), str(a.incident_id))
+        elif done_once or a.state is ActionState.REJECTED:
+            pt = (a.playbook, a.target)
+            settled[pt] = max(settled.get(pt, a.created_at), a.created_at)
         if a.state in COUNTED:
             holds = a.state in HOLDING or (
                 a.dry_run and a.state is ActionState.DONE and a.incident_id in open_incidents
@@ -68,7 +75,9 @@ def summarize(
             entries.append(
                 LedgerEntry(a.playbook, a.target, a.at, a.target_nodes, a.disruptive, holds)
             )
-    return JournalSummary(Ledger.of(entries), frozenset(blocked), attempts)
+    return JournalSummary(
+        Ledger.of(entries), frozenset(blocked), attempts, pending, settled, cluster
+    )
 
 
 def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
@@ -93,13 +102,17 @@ class RemediationEngine:
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
         self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
+        self.attached: frozenset[tuple[str, str]] = frozenset()
+        """(playbook, target) of pending actions that another open incident joined last cycle."""
+        self._kept: set[str] = set()
+        """Pending actions whose own incident resolved while another open incident needs them."""
         self._rule_params = {r.name: r.params for r in policy.rules}
 
     def journal_summary(self, now: float) -> JournalSummary:
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
         open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
-        return summarize(self.store.briefs(horizon), open_ids)
+        return summarize(self.store.briefs(horizon), open_ids, cluster=self.store.cluster)
 
     def cycle(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
@@ -120,24 +133,50 @@ class RemediationEngine:
             not_before=self.started_at,
         )
         self.store.save_incidents(c.incident for c in result.changes)
-        resolved = {c.incident.id for c in result.changes if c.change is Change.RESOLVED}
+        resolved = {str(c.incident.id) for c in result.changes if c.change is Change.RESOLVED}
         if resolved:
-            for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
-                if a.incident_id in resolved:
-                    self.store.update_action(
-                        a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
-                    )
+            self._expire_resolved(resolved, result, now)
         if result.trip is not None:
             self.store.trip_breaker(result.trip, now)
         self._journal(result.decisions, now)
         self.memory = result.memory
+        self.attached = result.attached
         return result
+
+    def _expire_resolved(self, resolved: set[str], result: CycleResult, now: float) -> None:
+        """Resolved incidents expire their unstarted actions, unless another still-open
+        incident joined the same action (same playbook and target): then it stays."""
+        open_ids = {str(t.incident_id) for t in result.memory.tracker.open()}
+        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+            if a.incident_id not in resolved and a.id not in self._kept:
+                continue
+            if a.incident_id in open_ids:
+                continue
+            if (a.playbook, a.target) in result.attached:
+                self._kept.add(a.id)
+                continue
+            self._kept.discard(a.id)
+            self.store.update_action(
+                a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
+            )
 
     def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
         """Journal a cycle's decisions in one transaction (before the runner can act)."""
         news: list[NewAction] = []
         denials: list[dict[str, object]] = []
         for d in decisions:
+            if d.merged_into is not None:
+                denials.append(
+                    {
+                        "kind": "merge",
+                        "message": f"merged: incident {d.incident_id} joins this action",
+                        "action_id": d.merged_into,
+                        "incident_id": d.incident_id,
+                        "target": d.target,
+                        "detail": {"reasons": list(d.reasons), "rule": d.rule},
+                    }
+                )
+                continue
             if d.decision is Verdict.DENY or d.plan is None:
                 denials.append(
                     {
@@ -238,6 +277,8 @@ class RemediationEngine:
         the latest cycle's data (call `cycle` with current findings right before `run`)."""
         if action.incident_id in self.open_incident_ids():
             return None
+        if (action.playbook, action.target) in self.attached:
+            return None  # another open incident joined this action
         return f"incident {action.incident_id} is no longer open in current data"
 
 

@@ -128,3 +128,8 @@ def stable_id(*parts: object) -> str:
     """A short deterministic id, so a replayed input maps to the same row (idempotency)."""
     raw = "\x1f".join("" if p is None else str(p) for p in parts)
     return hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
+
+
+def action_id(cluster: str, idempotency_key: str) -> str:
+    """The journal id of the action with this idempotency key (the store and `decide` agree)."""
+    return stable_id(cluster, idempotency_key)

@@ -30,8 +30,8 @@ from remediations.types import (
     ActionState,
     IncidentId,
     can_transition,
-    stable_id,
 )
+from remediations.types import action_id as _action_id
 
 
 class TransitionRefused(Exception):
@@ -43,7 +43,7 @@ class ActionStore(StoreBase):
 
     def propose(self, new: NewAction, now: float) -> tuple[ActionRecord, bool]:
         """Journal a new action, or return the one already journaled under its key."""
-        action_id = stable_id(self.cluster, new.idempotency_key)
+        action_id = _action_id(self.cluster, new.idempotency_key)
         row = ActionRow(
             id=action_id,
             cluster=self.cluster,
@@ -107,7 +107,7 @@ class ActionStore(StoreBase):
             return 0
         rows = [
             {
-                "id": stable_id(self.cluster, n.idempotency_key),
+                "id": _action_id(self.cluster, n.idempotency_key),
                 "cluster": self.cluster,
                 "idempotency_key": n.idempotency_key,
                 "incident_id": n.incident_id,

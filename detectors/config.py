@@ -24,7 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from detectors.base import Detector, DetectorSpec, registry
 from detectors.suite import DetectorSuite
 from observer.config_errors import ConfigError, describe_validation_error, load_yaml_file
-from observer.simulator.scenario import parse_duration
+from observer.units import parse_duration
 
 SECTION = "detectors"
 Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from detectors.findings import FindingKind, Severity
 from observer.config_errors import ConfigError, describe_validation_error, load_model, validate
-from observer.simulator.scenario import Duration
+from observer.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
 from remediations.types import Mode
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.config import add_arguments, load_all, open_store
 from observer.config_errors import ConfigError
-from observer.simulator.scenario import parse_duration, parse_time
+from observer.units import parse_duration, parse_time
 
 
 def register(sub: Any) -> None:

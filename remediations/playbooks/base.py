@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from observer.simulator.scenario import Duration
+from observer.units import Duration
 from remediations.types import IncidentId, Intent
 from remediations.view import ClusterReader, ClusterView
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from observer.simulator.scenario import Duration
+from observer.units import Duration
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,

@@ -133,9 +133,10 @@ class PrometheusApi:
         params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         return self._call(lambda: self._conn.get_label_values("__name__", params=params), "")
 
-    def instant(self, promql: str, at: float) -> Answer:
+    def instant(self, promql: str, at: float, expect: str = "vector") -> Answer:
+        """An instant query; `expect="matrix"` for a range selector (raw samples, `x[1h]`)."""
         params = {**self._params(), "time": f"{at:.3f}"}
-        return self._call(lambda: self._conn.custom_query(promql, params=params), "vector")
+        return self._call(lambda: self._conn.custom_query(promql, params=params), expect)
 
     def range(self, promql: str, start: float, end: float, step: float) -> Answer:
         def call() -> Any:

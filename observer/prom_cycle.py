@@ -6,27 +6,38 @@ A cycle runs the plan's queries on a thread pool (the essential `identity` first
 it fails, or Prometheus is unreachable, the cycle stops with CollectionError and no snapshot);
 any other failed, timed-out, warned or mistyped answer marks the snapshot degraded with the
 reason. Cycles in time order reuse what earlier ones saw (observer.prom_memory); range replays
-run the same queries as chunked range queries and assemble each step like an instant cycle.
+read each chunk's raw samples once and evaluate every step locally (observer.prom_raw), with the
+instant cycle's rules, so that a replayed step equals the instant cycle at that time.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from observer.collect_errors import CollectionError, CycleStats, QueryStat
 from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_assemble import assemble
+from observer.prom_errors import QueryFailed, Seen
 from observer.prom_memory import PromMemory
-from observer.prom_parse import Columns
 from observer.prom_queries import PromSettings, Query, plan
-from observer.prom_range import ValueMatrix, chunks, split_matrix
+from observer.prom_range import chunks
+from observer.prom_raw import (
+    DEFAULT_LOOKBACK,
+    LEFT_OPEN_PROBE,
+    RawQuery,
+    RawReplay,
+    memory_from,
+    parse_duration,
+)
+from observer.raw_fetch import RawFetch
+from observer.raw_steps import KubeCache, build_step
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -39,23 +50,9 @@ class CollectResult:
     report: BuildReport
 
 
-class QueryFailed(Exception):
-    def __init__(self, message: str, *, temporary: bool, unreachable: bool = False) -> None:
-        super().__init__(message)
-        self.temporary = temporary
-        self.unreachable = unreachable
-
-
-@dataclass(slots=True)
-class Seen:
-    status: int = 0
-    bytes_wire: int = 0
-    bytes_body: int = 0
-    result_type: str = ""
-    warnings: tuple[str, ...] = ()
-    error: str = ""
-
-
+__all__ = ["Answer", "CollectResult", "PromCycles", "QueryApi", "QueryFailed", "Seen"]
+R = TypeVar("R", bound=Sized)
+Q = TypeVar("Q", Query, RawQuery)
 Answer = tuple[list[Any], Seen]
 
 
@@ -81,8 +78,12 @@ class PromCycles:
         *,
         now: Callable[[], float] = time.time,
         builder: SnapshotBuilder | None = None,
+        lookback: float | None = None,
     ) -> None:
         self.settings = settings
+        self.lookback = lookback
+        """Prometheus' `--query.lookback-delta` in seconds, for range replays (None: ask the
+        server's flags; 5 minutes when it does not say)."""
         self.now = now
         self.builder = builder or SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
@@ -105,12 +106,10 @@ class PromCycles:
 
     def _run(
         self,
-        ask: Callable[[Query], Answer],
-        queries: Sequence[Query],
-    ) -> tuple[dict[str, list[dict[str, Any]] | None], list[QueryStat], list[str]]:
-        def one(
-            q: Query,
-        ) -> tuple[Query, list[dict[str, Any]] | None, QueryStat, QueryFailed | None]:
+        ask: Callable[[Q], tuple[R, Seen]],
+        queries: Sequence[Q],
+    ) -> tuple[dict[str, R | None], list[QueryStat], list[str]]:
+        def one(q: Q) -> tuple[Q, R | None, QueryStat, QueryFailed | None]:
             t0 = time.perf_counter()
             try:
                 result, seen = ask(q)
@@ -124,10 +123,10 @@ class PromCycles:
             )
             return q, result, stat, None
 
-        answers: dict[str, list[dict[str, Any]] | None] = {}
+        answers: dict[str, R | None] = {}
         stats: list[QueryStat] = []
         problems: list[str] = []
-        failures: list[tuple[Query, QueryFailed]] = []
+        failures: list[tuple[Q, QueryFailed]] = []
         futures = [self._pool.submit(one, q) for q in queries]
         for fut in futures:  # the essential query is first: when it fails, stop right there
             q, result, stat, exc = fut.result()
@@ -147,7 +146,7 @@ class PromCycles:
             log.warning("prometheus %s: %s", self.settings.url, p)
         return answers, stats, problems
 
-    def _raise_if_fatal(self, failures: Sequence[tuple[Query, QueryFailed]]) -> None:
+    def _raise_if_fatal(self, failures: Sequence[tuple[Query | RawQuery, QueryFailed]]) -> None:
         url = self.settings.url
         for _q, exc in failures:
             if exc.unreachable:
@@ -203,46 +202,64 @@ class PromCycles:
         nodes: Sequence[Node] | None = None,
         pods: Sequence[Pod] | None = None,
         events: Iterable[Event] = (),
-        value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
     ) -> tuple[FleetSnapshot, BuildReport]:
         if not cold:
             answers = {**answers, **self.memory.answers(answers.get("identity") or [], t)}
         result = assemble(
             answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
-            events=events, value_columns=value_columns,
+            events=events,
         )  # fmt: skip
         self.memory.remember(answers, t, cold)
         return result
 
     def collect_range(self, start: float, end: float, step: float) -> Iterator[CollectResult]:
-        """Snapshots at start, start+step, ... end, from range queries chunked to
-        `settings.range_chunk`: the instant cycle's queries evaluated per step (the cold-start
-        ones once, as instant queries at `start`), assembled step by step in time order."""
+        """Snapshots at start, start+step, ... end, equal to instant cycles at those times
+        (observer.prom_raw): the cold-start queries once, as instant queries at `start`, then
+        per chunk of `settings.range_chunk` the raw samples, every step evaluated locally."""
         began = time.perf_counter()
         cold_queries = [q for q in self.queries if q.cold or q.essential]
         answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
         self.memory = PromMemory(self.settings.inventory_window)
         self.memory.remember(answers, start, cold=True)
-        for c0, c1 in chunks(start, end, step, self.settings.range_chunk):
-
-            def ask(q: Query, c0: float = c0, c1: float = c1) -> tuple[Any, Any]:
-                if q.kind == "names":
-                    return self.api.names(q.promql, c0 - self.settings.names_lookback, c1)
-                return self.api.range(q.promql, c0, c1, step)
-
-            chunk_answers, chunk_stats, chunk_problems = self._run(ask, self.warm_queries)
-            stats += chunk_stats
-            problems += chunk_problems
-            took = time.perf_counter() - began
-            per_step = split_matrix(chunk_answers, c0, c1, step)
-            matrices = [a for k, a in chunk_answers.items() if k.startswith("values:") and a]
-            values = ValueMatrix(matrices, c0, step, len(per_step))
-            for k, (t, step_answers) in enumerate(per_step):
-                snap, report = self._assemble(
-                    step_answers, t, False, chunk_problems,
-                    value_columns=partial(values.columns, k),
-                )  # fmt: skip
+        memory = memory_from(self.memory)
+        fetch = RawFetch(self.settings)
+        replay = RawReplay(
+            self.settings, fetch, self._run,
+            lambda a, b: self.api.names(_dcgm_names(self.queries), a, b)[0],
+            *self._server_semantics(fetch, start),
+        )  # fmt: skip
+        try:
+            spans = list(chunks(start, end, step, self.settings.range_chunk))
+            for fetched in replay.chunks(spans):
+                chunk = replay.grids(fetched, step, memory)
+                stats += fetched.stats
+                problems += fetched.problems
+                took = time.perf_counter() - began
+                cache = KubeCache()
                 cycle = CycleStats(tuple(stats), took, tuple(problems))
-                yield CollectResult(snap, cycle, report)
-            began = time.perf_counter()
-            stats, problems = [], []
+                for k in range(int(chunk.timing.steps_ms.shape[0])):
+                    snap, report = build_step(chunk, k, self.settings, self.builder, cache)
+                    yield CollectResult(snap, cycle, report)
+                began = time.perf_counter()
+                stats, problems = [], []
+        finally:
+            replay.close()
+            fetch.close()
+
+    def _server_semantics(self, fetch: RawFetch, at: float) -> tuple[float, bool]:
+        """(lookback delta in seconds, windows left-open?) of the server."""
+        lookback = self.lookback
+        if lookback is None:
+            lookback = parse_duration(fetch.flags().get("query.lookback-delta", ""))
+        left_open = False
+        try:
+            probe, _ = self.api.instant(LEFT_OPEN_PROBE, 30.0 * math.floor(at / 30.0))
+            left_open = bool(probe) and float(probe[0]["value"][1]) < 3
+        except (QueryFailed, KeyError, IndexError, ValueError):
+            log.warning("prometheus %s: window probe failed; assuming closed windows (2.x)",
+                        self.settings.url)  # fmt: skip
+        return (lookback if lookback else DEFAULT_LOOKBACK), left_open
+
+
+def _dcgm_names(queries: Sequence[Query]) -> str:
+    return next((q.promql for q in queries if q.kind == "names"), '{__name__=~"DCGM_.+"}')

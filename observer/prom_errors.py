@@ -1,0 +1,26 @@
+"""What a Prometheus request can report: a failure (temporary or not) and what the answer held.
+
+Shared by the HTTP adapter (observer.prom_collector), the cycles (observer.prom_cycle) and the
+raw-sample fetch of range replays (observer.raw_fetch), so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class QueryFailed(Exception):
+    def __init__(self, message: str, *, temporary: bool, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.temporary = temporary
+        self.unreachable = unreachable
+
+
+@dataclass(slots=True)
+class Seen:
+    status: int = 0
+    bytes_wire: int = 0
+    bytes_body: int = 0
+    result_type: str = ""
+    warnings: tuple[str, ...] = ()
+    error: str = ""

@@ -178,6 +178,35 @@ def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatAr
     return out
 
 
+def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    """Per row, the median of the *other* rows of its group (NaN where it has none), by one
+    lexsort. An outlier pulls its own group's median toward itself (in a group of 8, by about
+    half the spacing of the others); comparing it with the rest alone does not."""
+    out = np.full(values.shape[0], np.nan)
+    ok = (groups != NO_INDEX) & ~np.isnan(values)
+    if not np.any(ok) or n_groups == 0:
+        return out
+    rows = np.flatnonzero(ok)
+    g = groups[ok]
+    order = np.lexsort((values[ok], g))
+    gs = g[order]
+    vs = values[ok][order]
+    counts = np.bincount(gs, minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rank = np.arange(gs.shape[0]) - starts[gs]
+    m = counts[gs] - 1  # how many others
+    lo = (m - 1) // 2
+    hi = m // 2
+    # Position q among the others is position q (below the row) or q + 1 (at or above it).
+    lo_at = starts[gs] + lo + (lo >= rank)
+    hi_at = starts[gs] + hi + (hi >= rank)
+    has = m > 0
+    med = np.full(gs.shape[0], np.nan)
+    med[has] = (vs[lo_at[has]] + vs[hi_at[has]]) / 2.0
+    out[rows[order]] = med
+    return out
+
+
 def group_count(mask: BoolArray, groups: IntArray, n_groups: int) -> IntArray:
     ok = mask & (groups != NO_INDEX)
     return np.bincount(groups[ok], minlength=n_groups).astype(np.int32)
@@ -202,7 +231,32 @@ def persist(
     return out
 
 
-def hysteresis(acc: AnyFloat, was_active: BoolArray, need: float) -> BoolArray:
+def hysteresis(acc: AnyFloat, was_active: BoolArray, need: float | AnyFloat) -> BoolArray:
     """Active once `acc` reaches `need`, and until it has fully drained again."""
     on: BoolArray = (acc >= need) | (was_active & (acc > 0.0))
     return on
+
+
+def cusum(
+    s: AnyFloat,
+    x: AnyFloat,
+    dt: float,
+    reference: float,
+    cap: float | AnyFloat,
+    since: AnyFloat,
+    now: float,
+) -> tuple[FloatArray, FloatArray]:
+    """Page's one-sided CUSUM integrated over time: S <- clip(S + dt*(x - reference), 0, cap).
+
+    Evidence is weighed by seconds, not by samples, so 15 s and 30 s scrapes need the same time;
+    a reading just under a threshold costs only its shortfall (x - reference), it does not reset
+    the count; a signal with mean below `reference` (noise, imbalance that rotates) drifts to 0.
+    Capped (at the firing threshold) so an episode ends within cap/(reference - x) of its cause.
+    Also returns `since`, Page's estimate of the change point: when S last left zero (NaN while
+    S is zero); NaN `x` contributes nothing. float64, so that S capped at the threshold still
+    compares >= to it."""
+    grown = np.where(np.isnan(x), s, np.clip(s + dt * (x - reference), 0.0, cap))
+    out: FloatArray = np.asarray(grown, dtype=np.float64)
+    kept = (s > 0.0) & ~np.isnan(since)
+    left: FloatArray = np.where(out > 0.0, np.where(kept, since, now - dt), np.nan)
+    return out, left

@@ -8,11 +8,16 @@ do not use tensor cores) well above the job's median, relative to it, while the 
 main compute phase — or as an SM clock well below the job's (a clock-limited GPU). Two
 look-alikes must stay quiet:
 - imbalance that rotates among ranks (sequence-length variance): each rank is the busiest only
-  now and then, so the leaky persistence counter never fills;
+  now and then, so its mean gap is ~0 and its evidence (below) drifts back to zero;
 - a whole parallel group uniformly busier (a heavier pipeline stage on one node): each GPU is
   compared with its node-mates in the job too, and only a GPU that stands out from them is a bad
   GPU; a group that stands out is reported once, as job-level info (entity job + node).
-Rows whose data is stale, and jobs that are not computing (checkpoint, hang), hold their counters.
+Evidence is Page's one-sided CUSUM on the per-scrape gap, integrated over seconds (signals.cusum):
+S <- max(0, S + dt*(gap - k)), fire at S >= h. It weighs evidence by time, so 15 s and 30 s
+scrapes need the same time; a noisy scrape just under the limit costs only its shortfall instead
+of resetting progress; each scrape's gap is clipped (Huber) so that no GPU fires on less than
+`min_seconds` of evidence, however large one reading. Rows whose data is stale, and jobs that are
+not computing (checkpoint, hang, evaluation), hold their evidence.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from detectors.signals import (
     SM_CLOCK,
     TENSOR_ACTIVE,
     UTIL,
+    cusum,
     dt_since,
     group_median,
+    group_median_others,
     hysteresis,
-    persist,
     scrape_interval,
     value,
 )
@@ -48,54 +54,88 @@ ACTION = (
 @dataclass(frozen=True, slots=True)
 class Params:
     min_gap: float = 0.07
-    """Relative activity gap to the job's median (and to its node-mates) that marks the pacing
-    rank. A rank s slower makes its peers wait s/(1+s) of each step, so their activity drops by
-    that share: 25 % slower gives a gap of 0.25, 10 % slower 0.10; 0.07 puts the detection
-    limit near 8 % slower. Healthy ranks of one job agree within a few percent per scrape, and
-    smoothing plus persistence absorb the rest."""
+    """Detection limit: relative activity gap to the job's median (and to its node-mates) of the
+    pacing rank. A rank s slower makes its peers wait s/(1+s) of each step, so their activity
+    drops by that share and the slow rank reads s above them: 25 % slower gives a gap of 0.25,
+    10 % slower 0.10; 0.07 puts the limit near 7 % slower. The CUSUM's reference value is half of
+    it (Page's textbook k = shift/2): a healthy rank (mean gap ~0, per-scrape sd ~0.03; the
+    slowest healthy rank of a large job a few percent) drifts down at >= 0.035 per second, a rank
+    at the limit climbs at 0.035 per second."""
     tensor_floor: float = 0.05
     """Use the tensor pipe as the job's signal when its median is at least 5 % (the job uses
     tensor cores); else the graphics engine."""
     busy_util: float = 50.0
-    """The straggler is busy: utilisation >= 50 %."""
+    """The straggler is busy: utilisation >= 50 % (a GPU below that is no evidence for)."""
     job_active: float = 0.1
     """Judge a job only while it computes (median signal >= 0.1): not during checkpoints,
     hangs or start-up, where ranks legitimately differ."""
     main_phase: float = 0.85
     """...and only in its main compute phase: the job's busiest GPU at >= 85 % of the job's own
     recent peak. Evaluation and other lighter phases lower every rank; a straggler lowers only
-    its peers (they wait) and stays at the peak itself. Counters hold through lighter phases."""
+    its peers (they wait) and stays at the peak itself. Evidence holds through lighter phases."""
     peak_decay: float = 0.995
     """Per-cycle decay of that remembered peak (half-life ~70 cycles, ~35 min at 30 s)."""
     clock_drop: float = 0.1
-    """SM clock 10 % below the job's busy median also marks a GPU (same work, fewer cycles)."""
+    """SM clock 10 % below the job's busy median also marks a GPU (same work, fewer cycles:
+    >= 11 % slower); such a scrape counts as the largest evidence one scrape may carry."""
     min_job_gpus: int = 4
     """Peer comparison needs at least 4 fresh GPUs in the job."""
     min_group_gpus: int = 3
-    """With >= 3 of the job's GPUs on a node, a GPU must also stand out from its node-mates."""
+    """With >= 3 of the job's GPUs on a node, a GPU must also stand out from its node-mates:
+    its evidence is the smaller of its gap to the job and its gap to them."""
     max_outliers: int = 1
-    """Where node-mates cannot be compared, at most this many elevated GPUs per job (more is a
-    group, i.e. stage imbalance)."""
-    smooth_seconds: float = 60.0
-    """Time constant of the gap smoothing: two 30 s scrapes. Halves per-scrape noise while a
-    real gap (steady for minutes) passes through within a minute or two."""
-    min_seconds: float = 180.0
-    """Persistence: 3 minutes of flagged scrapes (6 at 30 s), within the 5-minute target and far
-    longer than any rotation of per-step imbalance."""
+    """Where node-mates cannot be compared, at most this many GPUs per job may be gathering
+    evidence (past half the threshold) when one fires; more is a group, i.e. stage imbalance."""
+    limit_seconds: float = 240.0
+    """A straggler exactly at the detection limit is found after 4 min of observed training
+    (noise-free): the threshold h = (min_gap - k) * 240 s = 8.4 gap-seconds. One minute short of
+    the 5-minute target, for scrape alignment and noise around the limit. A 10 % slow rank
+    (gap 0.10) needs ~130 s, a 5 % one (below the limit, above k) ~9 min."""
+    noise_sd: float = 0.035
+    """Per-scrape sd of a healthy rank's gap, at 30 s scrapes, that h is sized for: healthy ranks
+    of one job agree within ~3 % per scrape. There h is 8 sd of one scrape and k one sd:
+    Siegmund's approximation puts the false-alarm run length near 10^8 scrapes per GPU. Jobs
+    whose ranks disagree more (sequence-length imbalance spreads them per scrape) get h scaled
+    by their noise power sd^2 * interval relative to this one (the leading term of Siegmund's
+    h for a fixed run length), so they stay as quiet and are judged more slowly. The sd is the
+    job's robust spread across ranks (1.48 MAD) each scrape, smoothed over `noise_seconds`."""
+    noise_seconds: float = 300.0
+    min_seconds: float = 120.0
+    """Minimum persistence: each scrape's gap is clipped to k + h/min_seconds = 0.105 (Huber), so
+    no GPU fires on less than 2 min of evidence (4 scrapes at 30 s, 8 at 15 s), however large one
+    reading. Sequence-length imbalance moves between ranks from step to step (seconds); one rank
+    pacing for 2 minutes straight is not rotation. The clip also bounds what one odd scrape (a
+    phase edge, a late rank) can add or take away."""
     max_age_intervals: float = 2.5
+
+    @property
+    def reference(self) -> float:
+        """Page's k: half the smallest shift to detect."""
+        return self.min_gap / 2.0
+
+    @property
+    def threshold(self) -> float:
+        """h, in gap-seconds."""
+        return (self.min_gap - self.reference) * self.limit_seconds
+
+    @property
+    def clip(self) -> float:
+        """The largest gap one scrape may count (the strongest straggler takes min_seconds)."""
+        return self.reference + self.threshold / max(self.min_seconds, 1e-9)
 
 
 State = GpuCycleState
 
 
 _SPEC = {
-    "acc": (np.float32, 0.0),
+    "ev": (np.float64, 0.0),
+    "since": (np.float64, np.nan),
     "onset": (np.float64, np.nan),
-    "gacc": (np.float32, 0.0),
+    "gev": (np.float64, 0.0),
+    "gsince": (np.float64, np.nan),
     "gonset": (np.float64, np.nan),
     "peak": (np.float32, np.nan),
-    "gap_job": (np.float32, np.nan),
-    "gap_grp": (np.float32, np.nan),
+    "sd": (np.float32, np.nan),
 }
 
 
@@ -173,55 +213,59 @@ def detect(
     gsafe = np.clip(gid, 0, max(n_groups - 1, 0))
     gmed = np.where(gid >= 0, grp_med[gsafe] if n_groups else np.nan, np.nan)
     gsize = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
+    mates = group_median_others(act, gid, n_groups)  # node-mates in the job, without itself
 
     with np.errstate(invalid="ignore", divide="ignore"):
-        raw_job = (act - med) / med
-        raw_grp = (act - gmed) / gmed
-    # Smooth the gaps (EWMA, time constant `smooth_seconds`) so that scrape noise around the
-    # threshold does not drain the persistence counter; held while the job is not judged.
-    alpha = float(1.0 - np.exp(-dt / params.smooth_seconds))
-    ej, eg = cur["gap_job"], cur["gap_grp"]
-    gap_job = np.where(
-        judged, np.where(np.isnan(ej), raw_job, ej + alpha * (raw_job - ej)), ej
-    ).astype(np.float32)
-    gap_grp = np.where(
-        judged & ~np.isnan(raw_grp),
-        np.where(np.isnan(eg), raw_grp, eg + alpha * (raw_grp - eg)),
-        eg,
-    ).astype(np.float32)
-    with np.errstate(invalid="ignore"):
-        busy = judged.copy()
-        if util is not None:
-            busy &= np.nan_to_num(util, nan=100.0) >= params.busy_util
-        elevated = busy & (gap_job >= params.min_gap)
-    outliers = np.bincount(jid[elevated], minlength=n_jobs)
+        gap_job = (act - med) / med
+        gap_grp = (act - mates) / mates
     comparable = gsize >= params.min_group_gpus
-    stands_out = np.where(
-        comparable, gap_grp >= params.min_gap, outliers[jsafe] <= params.max_outliers
-    )
-    flagged = elevated & stands_out
+    busy = judged.copy()
+    if util is not None:
+        with np.errstate(invalid="ignore"):
+            busy &= np.nan_to_num(util, nan=100.0) >= params.busy_util
+    # Per-scrape evidence: the gap to the job, or to the node-mates if smaller; clipped so one
+    # reading weighs at most `clip`; a GPU that is not busy is no evidence for.
+    c = params.clip
+    gap = np.where(comparable, np.fmin(gap_job, gap_grp), gap_job)
+    x = np.clip(gap, -c, c)
+    x = np.where(busy, x, np.fmin(x, 0.0))
     clk_med = np.full(n, np.nan)
     if clock is not None:
         cmed = group_median(clock, np.where(busy, jid, NO_INDEX).astype(np.int32), n_jobs)
         clk_med = np.where(valid, cmed[jsafe], np.nan)
         with np.errstate(invalid="ignore"):
-            flagged |= busy & (clock <= (1.0 - params.clock_drop) * clk_med)
-    # Stage imbalance: the node's group of this job stands out as a whole.
-    with np.errstate(invalid="ignore"):
-        group_flag = judged & comparable & ((gmed - med) / med >= params.min_gap) & ~flagged
-
-    acc = np.where(judged, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
-        np.float32
+            x = np.where(busy & (clock <= (1.0 - params.clock_drop) * clk_med), c, x)
+    # The job's per-scrape spread across ranks (1.48 MAD of the gaps; the median gap is 0), EWMA
+    # per GPU; h grows with the noise power above the design noise (Params.noise_sd).
+    spread = 1.4826 * group_median(np.abs(gap_job), np.where(busy, jid, NO_INDEX), n_jobs)
+    now_sd = np.where(judged, spread[jsafe], np.nan)
+    a = float(1.0 - np.exp(-dt / params.noise_seconds))
+    prev_sd = cur["sd"].astype(np.float64)
+    sd = np.where(
+        np.isnan(prev_sd), now_sd, np.where(judged, prev_sd + a * (now_sd - prev_sd), prev_sd)
     )
-    active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
-    onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
-    gacc = np.where(
-        judged, persist(cur["gacc"], group_flag, dt, params.min_seconds), cur["gacc"]
-    ).astype(np.float32)
-    gactive = hysteresis(gacc, ~np.isnan(cur["gonset"]), params.min_seconds) & ~active
-    gonset = np.where(gactive, np.fmin(cur["gonset"], now - gacc.astype(np.float64)), np.nan)
+    power = np.nan_to_num(sd, nan=params.noise_sd) ** 2 * interval
+    k = params.reference
+    h = params.threshold * np.maximum(1.0, power / (params.noise_sd**2 * 30.0))
+    ev, since = cusum(cur["ev"], np.where(judged, x, np.nan), dt, k, h, cur["since"], now)
+    # Where node-mates cannot be compared, a GPU fires only if few of its job's GPUs are
+    # gathering evidence too (several at once are a slow group: stage imbalance).
+    gathering = np.bincount(jid[valid & (ev >= h / 2.0)], minlength=n_jobs)
+    stands_out = comparable | (gathering[jsafe] <= params.max_outliers)
+    was = ~np.isnan(cur["onset"])
+    active = hysteresis(ev, was, h) & (was | stands_out)
+    onset = np.where(active, np.fmin(cur["onset"], since), np.nan)
+    # Stage imbalance: the node's group of this job stands out from the job as a whole.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xg = np.clip((gmed - med) / med, -c, c)
+    hg = params.threshold
+    gev, gsince = cusum(
+        cur["gev"], np.where(judged & comparable, xg, np.nan), dt, k, hg, cur["gsince"], now
+    )
+    gactive = hysteresis(gev, ~np.isnan(cur["gonset"]), hg) & ~active
+    gonset = np.where(gactive, np.fmin(cur["gonset"], gsince), np.nan)
 
-    power = value(snapshot, POWER, now, age)
+    watts = value(snapshot, POWER, now, age)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
         j = int(g.job_index[i])
@@ -252,14 +296,17 @@ def detect(
                     "activity": round(float(act[i]), 3),
                     "job_median_activity": round(float(med[i]), 3),
                     "node_peers_median_activity": None
-                    if np.isnan(gmed[i])
-                    else round(float(gmed[i]), 3),
+                    if np.isnan(mates[i])
+                    else round(float(mates[i]), 3),
                     "sm_clock_mhz": None if clock is None else float(clock[i]),
                     "job_median_sm_clock_mhz": None if np.isnan(clk_med[i]) else float(clk_med[i]),
-                    "power_w": None if power is None else float(power[i]),
+                    "power_w": None if watts is None else float(watts[i]),
                     "peers": int(job_n[j]),
                     "min_gap": params.min_gap,
-                    "persisted_s": round(float(acc[i]), 1),
+                    "persisted_s": round(now - float(onset[i]), 1),
+                    "evidence_gap_s": round(float(ev[i]), 2),
+                    "threshold_gap_s": round(float(h[i]), 2),
+                    "job_scrape_sd": None if np.isnan(sd[i]) else round(float(sd[i]), 3),
                 },
                 recommended_action=ACTION,
             )
@@ -289,19 +336,21 @@ def detect(
                     "group_median_activity": round(float(gmed[i]), 3),
                     "job_median_activity": round(float(med[i]), 3),
                     "group_gpus": int(gsize[i]),
-                    "persisted_s": round(float(gacc[i]), 1),
+                    "persisted_s": round(now - float(gonset[i]), 1),
+                    "evidence_gap_s": round(float(gev[i]), 2),
                 },
                 recommended_action="rebalance the job's pipeline stages or data sharding",
             )
         )
     new = cur.replace(
-        acc=acc,
+        ev=ev,
+        since=since,
         onset=onset,
-        gacc=gacc,
+        gev=gev,
+        gsince=gsince,
         gonset=gonset,
         peak=peak,
-        gap_job=gap_job,
-        gap_grp=gap_grp,
+        sd=sd.astype(np.float32),
     )
     return findings, State(new, now)
 

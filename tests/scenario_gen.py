@@ -100,7 +100,7 @@ def random_scenario(seed: int) -> Scenario:
                     "rank": int(rng.integers(0, w["replicas"])),
                     "start": f"{start}m",
                     "end": f"{start + 20}m",
-                    "severity": float(rng.choice([0.6, 1.0, 1.5])),
+                    "severity": float(rng.choice([0.4, 0.6, 1.0, 1.5])),
                 }
             )
             used_jobs.add(key)

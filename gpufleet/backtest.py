@@ -1,10 +1,11 @@
 """Replay the detectors (and the policy, in dry-run) over a past window of Prometheus data.
 
 What `gpufleet backtest`, `gpufleet detect` (a short warm-up window ending at T) and
-`gpufleet eval` share. Snapshots come from `PrometheusCollector.collect_range` — chunked range
-queries, each step assembled exactly like a live instant cycle — and go through
+`gpufleet eval` share. Snapshots come from `PrometheusCollector.collect_range` — each chunk's
+raw samples read once, every step evaluated like a live instant cycle — and go through
 `detectors.replay.Replayer` in time order, one or several suites side by side from one pass;
-each cycle's findings go, with a cluster view built from the same snapshot, to
+each cycle's findings go, with a cluster view of the same snapshot (rebuilt only when the
+cluster changed), to
 `remediations.engine.DryRunEngine` — the live engine on an in-memory journal — as the live loop
 hands them over. Nothing here detects, collects or decides by itself: it only wires the live
 parts to a past clock.
@@ -15,9 +16,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+import numpy as np
 
 from detectors.config import suite_from_section
 from detectors.findings import Finding
@@ -166,6 +169,32 @@ class Backtest:
         return text
 
 
+class SnapshotViews:
+    """The cluster view of each snapshot, rebuilt only when what it is made of changed
+    (nodes, pods, jobs, which GPU is where and with which pod): between such changes, replay
+    steps share one view, stamped with their own time."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] = ()
+        self._gpus: tuple[np.ndarray, ...] = ()
+        self._view: ClusterView | None = None
+
+    def __call__(self, snap: FleetSnapshot) -> ClusterView:
+        key = (snap.nodes, snap.pods, snap.jobs)
+        g = snap.gpus
+        gpus = (g.uuid, g.node_index, g.pod_index)
+        same = (
+            self._view is not None
+            and key == self._key
+            and all(np.array_equal(a, b) for a, b in zip(gpus, self._gpus, strict=True))
+        )
+        if same and self._view is not None:
+            return replace(self._view, taken_at=snap.taken_at)
+        self._view = ClusterView.from_snapshot(snap)
+        self._key, self._gpus = key, gpus
+        return self._view
+
+
 def backtest(
     collector: PromCycles,
     start: float,
@@ -179,11 +208,12 @@ def backtest(
     """Detectors over [start, end] every `step`; each cycle's findings to the policy in
     dry-run, with the cluster (nodes, pods, jobs) as that step's snapshot shows it."""
     engine = DryRunEngine(policy, started_at=start)
+    views = SnapshotViews()
     spent = [0.0]
 
     def decide(t: float, snap: FleetSnapshot, cycle: CycleResult) -> None:
         t0 = time.perf_counter()
-        engine.step(cycle.findings, ClusterView.from_snapshot(snap), t)
+        engine.step(cycle.findings, views(snap), t)
         spent[0] += time.perf_counter() - t0
 
     try:

@@ -15,6 +15,13 @@ class QueryFailed(Exception):
         self.temporary = temporary
         self.unreachable = unreachable
 
+    def __reduce__(self) -> tuple[object, ...]:  # crosses process boundaries (raw fetch)
+        return _rebuild, (str(self), self.temporary, self.unreachable)
+
+
+def _rebuild(message: str, temporary: bool, unreachable: bool) -> QueryFailed:
+    return QueryFailed(message, temporary=temporary, unreachable=unreachable)
+
 
 @dataclass(slots=True)
 class Seen:

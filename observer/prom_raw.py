@@ -53,6 +53,7 @@ from observer.raw_fetch import RawFetch
 from observer.raw_grid import newest
 from observer.raw_matrix import RawBlock
 from observer.raw_steps import Chunk, Selected
+from observer.raw_worker import WorkerPool
 from observer.snapshot_inputs import GpuColumns
 
 DEFAULT_LOOKBACK = 300.0
@@ -128,7 +129,8 @@ class Fetched:
 
 
 class RawReplay:
-    """Chunks of a replay: fetched ahead on a thread, then turned into `Chunk` grids."""
+    """Chunks of a replay: fetched ahead on a thread (the samples parsed in `workers` worker
+    processes, 0: on that thread), then turned into `Chunk` grids."""
 
     def __init__(
         self,
@@ -138,6 +140,7 @@ class RawReplay:
         names: Callable[[float, float], list[object]],
         lookback: float,
         left_open: bool,
+        workers: int = 2,
     ) -> None:
         self.s = s
         self.fetch = fetch
@@ -147,16 +150,23 @@ class RawReplay:
         self.left_open = left_open
         self.plan = raw_plan(s)
         self._ahead = ThreadPoolExecutor(1, "raw-ahead")
+        self._procs = WorkerPool(workers) if workers > 0 else None
 
     def close(self) -> None:
         self._ahead.shutdown(wait=True, cancel_futures=True)
+        if self._procs is not None:
+            self._procs.close()
 
     def _fetch(self, c0: float, c1: float) -> Fetched:
         reach = max(self.lookback, self.s.window)
         span_ms = round((c1 - c0 + reach) * 1000)
 
         def ask(q: RawQuery) -> tuple[RawBlock, Seen]:
-            block, seen, _ = self.fetch.fetch(f"{q.selector}[{span_ms}ms]", c1)
+            selector = f"{q.selector}[{span_ms}ms]"
+            if self._procs is None:
+                block, seen, _ = self.fetch.fetch(selector, c1)
+            else:
+                block, seen, _ = self._procs.fetch(self.s, selector, c1)
             return block, seen
 
         blocks, stats, problems = self.run(ask, self.plan)

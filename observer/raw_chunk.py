@@ -186,40 +186,45 @@ def values(block: RawBlock, grid: IndexGrid, ident: Identity) -> dict[str, Float
     """Family -> (keys x steps) value, each GPU's newest pod's series only (max over the
     series of one pod, as `max by (__name__, UUID, GPU_I_ID, pod)`)."""
     key = _series_keys(block, ident)
-    fam_code, fams_l = codes([canonical_name(m.get("__name__", "")) for m in block.labels])
+    names = [m.get("__name__", "") for m in block.labels]
+    fam_code, fams_l = codes([canonical_name(n) for n in names])
     fams = [str(f) for f in fams_l]
-    val = pick(block.values, grid)
-    sparse = np.fromiter((m.get("__name__") in SPARSE_COUNTERS for m in block.labels), bool,
-                         len(block))  # fmt: skip
+    ok = np.flatnonzero(key >= 0)
+    key = key[ok]
+    val = pick(block.values, grid[ok])
+    sparse = np.fromiter((names[i] in SPARSE_COUNTERS for i in ok.tolist()), bool, ok.size)
     val[sparse] = np.where(val[sparse] > 0, val[sparse], np.nan)  # `{sparse} > 0`
-    pod = np.fromiter((ident.pods.get(m.get(LABEL_POD, ""), -2) for m in block.labels),
-                      np.int64, len(block))  # fmt: skip
-    ok = key >= 0
-    kk = np.maximum(key, 0)
-    keep = ~ident.multi[kk] | (pod[:, None] == ident.newest_pod[kk])
-    val[~keep] = np.nan
+    lingering = ident.multi[key].any(axis=1)  # series of GPUs that had two pods this chunk
+    if lingering.any():
+        rows = np.flatnonzero(lingering)
+        pod = np.fromiter((ident.pods.get(block.labels[ok[i]].get(LABEL_POD, ""), -2)
+                           for i in rows.tolist()), np.int64, rows.size)  # fmt: skip
+        kk = key[rows]
+        keep = ~ident.multi[kk] | (pod[:, None] == ident.newest_pod[kk])
+        val[rows] = np.where(keep, val[rows], np.nan)
     g = len(ident.keys)
-    group = fam_code[ok] * g + key[ok]
-    flat = reduce_rows(val[ok], group, len(fams) * g, "max")
+    flat = reduce_rows(val, fam_code[ok] * g + key, len(fams) * g, "max")
     return {f: flat[i * g : (i + 1) * g] for i, f in enumerate(fams)}
 
 
 def increases(block: RawBlock, ident: Identity, timing: Timing) -> dict[str, FloatArray]:
     """Counter family -> (keys x steps) `sum by (UUID, GPU_I_ID) (increase(x[w]))`; error
     counters only where > 0."""
-    names = [m.get("__name__", "") for m in block.labels]
+    fams = counter_families()
+    at = {f: i for i, f in enumerate(fams)}
+    fam = np.fromiter((at.get(m.get("__name__", ""), -1) for m in block.labels), np.int64,
+                      len(block))  # fmt: skip
     key = _series_keys(block, ident)
+    idx = np.flatnonzero((fam >= 0) & (key >= 0))
+    inc = increase(block.take(idx), timing.steps_ms, timing.window_ms, timing.left_open)
+    g = len(ident.keys)
+    flat = reduce_rows(inc, fam[idx] * g + key[idx], len(fams) * g, "sum")
     out: dict[str, FloatArray] = {}
-    for fam in counter_families():
-        idx = np.flatnonzero(np.asarray([n == fam for n in names], dtype=bool) & (key >= 0))
-        if idx.size == 0:
+    for i, name in enumerate(fams):
+        if not (fam[idx] == i).any():
             continue
-        sub = block.take(idx)
-        inc = increase(sub, timing.steps_ms, timing.window_ms, timing.left_open)
-        total = reduce_rows(inc, key[idx], len(ident.keys), "sum")
-        if fam in SPARSE_COUNTERS:
-            total = np.where(total > 0, total, np.nan)
-        out[fam] = total
+        total = flat[i * g : (i + 1) * g]
+        out[name] = np.where(total > 0, total, np.nan) if name in SPARSE_COUNTERS else total
     return out
 
 

@@ -104,6 +104,18 @@ class RawFetch:
             self._sessions.clear()
 
 
+_WORKER: RawFetch | None = None
+
+
+def fetch_in_worker(s: PromSettings, selector: str, at: float) -> tuple[RawBlock, Seen, float]:
+    """`RawFetch(s).fetch(selector, at)` in a worker process (one session per process), so
+    that parsing millions of samples does not hold the replaying process' interpreter."""
+    global _WORKER
+    if _WORKER is None or _WORKER.settings != s:
+        _WORKER = RawFetch(s)
+    return _WORKER.fetch(selector, at)
+
+
 def _error(body: bytes) -> str:
     try:
         doc = json.loads(body)

@@ -26,6 +26,9 @@ def reduce_rows(grid: FloatArray, group: np.ndarray, n_groups: int, how: str) ->
     out = np.full((n_groups, grid.shape[1]), np.nan)
     if grid.shape[0] == 0:
         return out
+    if np.bincount(group, minlength=1).max() <= 1:  # one row per group: no reduction
+        out[group] = grid
+        return out
     order = np.argsort(group, kind="stable")
     g = group[order]
     heads = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])

@@ -8,6 +8,7 @@ is the runner's job (`remediations.runner`); approvals come from people through 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -282,6 +283,26 @@ class RemediationEngine:
         return f"incident {action.incident_id} is no longer open in current data"
 
 
+class _ReplayEngine(RemediationEngine):
+    """The engine as a replay runs it: no person approves or rejects during a replay, so new
+    deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
+    only once the earliest of them has passed (the same answers, one query less per cycle)."""
+
+    next_deadline = -math.inf
+    """A lower bound of the deadlines of the actions awaiting approval or start."""
+
+    def expire(self, now: float) -> int:
+        if now < self.next_deadline:
+            return 0
+        n = super().expire(now)
+        self.refresh_deadline()
+        return n
+
+    def refresh_deadline(self) -> None:
+        waiting = [a.deadline for a in self.store.due(math.inf) if a.deadline is not None]
+        self.next_deadline = min(waiting, default=math.inf)
+
+
 class DryRunEngine:
     """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
 
@@ -293,7 +314,7 @@ class DryRunEngine:
 
     def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
         self.store = Store.open("sqlite://", cluster="backtest")
-        self.engine = RemediationEngine(
+        self.engine = _ReplayEngine(
             policy or load_policy(), self.store, started_at=started_at, dry_run=True
         )
         self.decisions: list[ActionDecision] = []
@@ -302,6 +323,8 @@ class DryRunEngine:
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
     ) -> list[ActionDecision]:
         result = self.engine.cycle(findings, view, now)
+        if result.decisions:
+            self.engine.refresh_deadline()
         self.decisions.extend(result.decisions)
         return result.decisions
 

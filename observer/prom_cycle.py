@@ -37,7 +37,7 @@ from observer.prom_raw import (
     parse_duration,
 )
 from observer.raw_fetch import RawFetch
-from observer.raw_steps import KubeCache, build_step
+from observer.raw_steps import KubeCache, ReplayBuilder, build_step
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -228,6 +228,7 @@ class PromCycles:
             lambda a, b: self.api.names(_dcgm_names(self.queries), a, b)[0],
             *self._server_semantics(fetch, start),
         )  # fmt: skip
+        builder = ReplayBuilder(self.builder)
         try:
             spans = list(chunks(start, end, step, self.settings.range_chunk))
             for fetched in replay.chunks(spans):
@@ -238,7 +239,7 @@ class PromCycles:
                 cache = KubeCache()
                 cycle = CycleStats(tuple(stats), took, tuple(problems))
                 for k in range(int(chunk.timing.steps_ms.shape[0])):
-                    snap, report = build_step(chunk, k, self.settings, self.builder, cache)
+                    snap, report = build_step(chunk, k, self.settings, builder, cache)
                     yield CollectResult(snap, cycle, report)
                 began = time.perf_counter()
                 stats, problems = [], []

@@ -1,0 +1,44 @@
+"""observer.raw_matrix: the fast matrix parser gives what `json` gives, whatever the labels hold."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from observer.raw_matrix import MalformedAnswer, parse_matrix
+
+
+def body(result: list[dict[str, Any]], **extra: Any) -> bytes:
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": result}, **extra}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def test_values_labels_and_warnings_as_json_says() -> None:
+    tricky = 'a "quoted" {"metric":x},"values":[[1,"2"]] ]] value'
+    result = [
+        {"metric": {"__name__": "m", "pod": tricky}, "values": [[1700000000, "NaN"],
+                                                                [1700000030.5, "+Inf"]]},
+        {"metric": {"__name__": "m", "pod": "b"}, "values": [[1700000000.123, "-Inf"],
+                                                             [1700000030, "1e+06"],
+                                                             [1700000060, "299660768669895"]]},
+    ]  # fmt: skip
+    block, warnings = parse_matrix(body(result, warnings=["partial response"]))
+    assert block.labels == [r["metric"] for r in result]
+    assert block.starts.tolist() == [0, 2, 5]
+    assert block.t_ms.tolist() == [1700000000000, 1700000030500, 1700000000123, 1700000030000,
+                                   1700000060000]  # fmt: skip
+    np.testing.assert_array_equal(block.values, [np.nan, np.inf, -np.inf, 1e6, 299660768669895.0])
+    assert warnings == ("partial response",)
+
+
+def test_empty_and_failed_answers() -> None:
+    block, warnings = parse_matrix(body([]))
+    assert len(block) == 0 and block.samples == 0 and warnings == ()
+    vector = {"status": "success", "data": {"resultType": "vector", "result": []}}
+    with pytest.raises(MalformedAnswer):
+        parse_matrix(json.dumps(vector).encode())
+    with pytest.raises(MalformedAnswer):
+        parse_matrix(b"<html>proxy error</html>")

@@ -84,6 +84,9 @@ class PromCycles:
         self.lookback = lookback
         """Prometheus' `--query.lookback-delta` in seconds, for range replays (None: ask the
         server's flags; 5 minutes when it does not say)."""
+        self.range_seconds: dict[str, float] = {}
+        """Where the last range replay's collection time went: setup (cold queries, probes,
+        workers), wait (for samples not yet fetched), grids (per chunk), steps (per snapshot)."""
         self.now = now
         self.builder = builder or SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
@@ -217,6 +220,7 @@ class PromCycles:
         (observer.prom_raw): the cold-start queries once, as instant queries at `start`, then
         per chunk of `settings.range_chunk` the raw samples, every step evaluated locally."""
         began = time.perf_counter()
+        spent = self.range_seconds = dict.fromkeys(("setup", "wait", "grids", "steps"), 0.0)
         cold_queries = [q for q in self.queries if q.cold or q.essential]
         answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
         self.memory = PromMemory(self.settings.inventory_window)
@@ -229,17 +233,28 @@ class PromCycles:
             *self._server_semantics(fetch, start),
         )  # fmt: skip
         builder = ReplayBuilder(self.builder)
+        spent["setup"] = time.perf_counter() - began
         try:
-            spans = list(chunks(start, end, step, self.settings.range_chunk))
-            for fetched in replay.chunks(spans):
+            span = self.settings.range_chunk
+            fetches = replay.chunks(list(chunks(start, end, step, span, first_span=span / 6)))
+            while True:
+                t0 = time.perf_counter()
+                fetched = next(fetches, None)
+                if fetched is None:
+                    break
+                t1 = time.perf_counter()
                 chunk = replay.grids(fetched, step, memory)
+                spent["wait"] += t1 - t0
+                spent["grids"] += time.perf_counter() - t1
                 stats += fetched.stats
                 problems += fetched.problems
                 took = time.perf_counter() - began
                 cache = KubeCache()
                 cycle = CycleStats(tuple(stats), took, tuple(problems))
                 for k in range(int(chunk.timing.steps_ms.shape[0])):
+                    t2 = time.perf_counter()
                     snap, report = build_step(chunk, k, self.settings, builder, cache)
+                    spent["steps"] += time.perf_counter() - t2
                     yield CollectResult(snap, cycle, report)
                 began = time.perf_counter()
                 stats, problems = [], []

@@ -7,23 +7,24 @@ single answer, and no chunk's grids, grow without bound.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
-Matrix = Sequence[Mapping[str, Any]]
+from collections.abc import Iterator
 
 
-def chunks(start: float, end: float, step: float, max_span: float) -> Iterator[tuple[float, float]]:
-    """[c0, c1] pairs covering start..end on the step grid, each at most `max_span` long."""
+def chunks(
+    start: float, end: float, step: float, max_span: float, first_span: float | None = None
+) -> Iterator[tuple[float, float]]:
+    """[c0, c1] pairs covering start..end on the step grid, each at most `max_span` long (the
+    first at most `first_span`: a replay waits for its first chunk, and only for that one)."""
     if step <= 0:
         raise ValueError("step must be positive")
     if end < start:
         return
     per_chunk = max(1, int(max_span // step))
+    first = per_chunk if first_span is None else max(1, min(per_chunk, int(first_span // step)))
     total = math.floor((end - start) / step + 1e-9) + 1
     k = 0
     while k < total:
-        n = min(per_chunk, total - k)
+        n = min(first if k == 0 else per_chunk, total - k)
         c0 = start + k * step
         yield c0, c0 + (n - 1) * step
         k += n

@@ -45,6 +45,7 @@ from observer.raw_chunk import (
     identity,
     increases,
     pod_steps,
+    series_keys,
     split_by_name,
     values,
     xid_counts,
@@ -204,6 +205,7 @@ class RawReplay:
         inv_idx = [i for i, m in enumerate(dcgm.labels)
                    if m.get("__name__") == self.s.inventory_metric]  # fmt: skip
         ident = identity(dcgm, inv_idx, grid[inv_idx], timing, memory)
+        keys = series_keys(dcgm, ident)
         missing = frozenset(
             name for q in self.plan if f.blocks.get(q.name) is None
             for name in _names_in(q.selector)
@@ -227,8 +229,8 @@ class RawReplay:
             timing=timing,
             ident=ident,
             gpu_rows=_gpu_rows(ident.rows),
-            values=values(dcgm, grid, ident),
-            increases=increases(dcgm, ident, timing),
+            values=values(dcgm, grid, ident, keys),
+            increases=increases(dcgm, ident, timing, keys),
             missing=missing,
             xid=None if xid is None else xid_counts(xid.block, xid.grid, ident),
             steps=None if steps is None else pod_steps(steps.block, steps.grid, timing),

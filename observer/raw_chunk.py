@@ -182,10 +182,16 @@ def _series_keys(block: RawBlock, ident: Identity) -> np.ndarray:
     )  # fmt: skip
 
 
-def values(block: RawBlock, grid: IndexGrid, ident: Identity) -> dict[str, FloatArray]:
+def series_keys(block: RawBlock, ident: Identity) -> np.ndarray:
+    """Per series, its GPU key's row in `ident` (-1: a GPU no identity row names)."""
+    return _series_keys(block, ident)
+
+
+def values(
+    block: RawBlock, grid: IndexGrid, ident: Identity, key: np.ndarray
+) -> dict[str, FloatArray]:
     """Family -> (keys x steps) value, each GPU's newest pod's series only (max over the
-    series of one pod, as `max by (__name__, UUID, GPU_I_ID, pod)`)."""
-    key = _series_keys(block, ident)
+    series of one pod, as `max by (__name__, UUID, GPU_I_ID, pod)`); `key`: series_keys."""
     names = [m.get("__name__", "") for m in block.labels]
     fam_code, fams_l = codes([canonical_name(n) for n in names])
     fams = [str(f) for f in fams_l]
@@ -207,14 +213,15 @@ def values(block: RawBlock, grid: IndexGrid, ident: Identity) -> dict[str, Float
     return {f: flat[i * g : (i + 1) * g] for i, f in enumerate(fams)}
 
 
-def increases(block: RawBlock, ident: Identity, timing: Timing) -> dict[str, FloatArray]:
+def increases(
+    block: RawBlock, ident: Identity, timing: Timing, key: np.ndarray
+) -> dict[str, FloatArray]:
     """Counter family -> (keys x steps) `sum by (UUID, GPU_I_ID) (increase(x[w]))`; error
     counters only where > 0."""
     fams = counter_families()
     at = {f: i for i, f in enumerate(fams)}
     fam = np.fromiter((at.get(m.get("__name__", ""), -1) for m in block.labels), np.int64,
                       len(block))  # fmt: skip
-    key = _series_keys(block, ident)
     idx = np.flatnonzero((fam >= 0) & (key >= 0))
     inc = increase(block.take(idx), timing.steps_ms, timing.window_ms, timing.left_open)
     g = len(ident.keys)

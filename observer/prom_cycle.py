@@ -231,11 +231,13 @@ class PromCycles:
             self.settings, fetch, self._run,
             lambda a, b: self.api.names(_dcgm_names(self.queries), a, b)[0],
             *self._server_semantics(fetch, start),
+            workers=2 if end - start > self.settings.range_chunk else 0,  # short: not worth it
         )  # fmt: skip
         builder = ReplayBuilder(self.builder)
         spent["setup"] = time.perf_counter() - began
         try:
-            span = self.settings.range_chunk
+            span = chunk_span(self.settings.range_chunk, step, len(self.memory.gpus),
+                              self.memory.interval)  # fmt: skip
             fetches = replay.chunks(list(chunks(start, end, step, span, first_span=span / 6)))
             while True:
                 t0 = time.perf_counter()
@@ -275,6 +277,19 @@ class PromCycles:
             log.warning("prometheus %s: window probe failed; assuming closed windows (2.x)",
                         self.settings.url)  # fmt: skip
         return (lookback if lookback else DEFAULT_LOOKBACK), left_open
+
+
+MAX_CHUNK_SAMPLES = 4_000_000
+"""Raw samples one chunk may hold (~16 bytes each, and grids of similar size): about 1 h of
+1k GPUs at 30 s; larger fleets get shorter chunks, so a replay's memory stays bounded."""
+SERIES_PER_GPU = 25
+
+
+def chunk_span(longest: float, step: float, gpus: int, interval: float | None) -> float:
+    """Seconds per replay chunk: `longest`, or less when the fleet would exceed
+    MAX_CHUNK_SAMPLES in that time (estimated from its GPUs and scrape interval)."""
+    per_second = max(1, gpus) * SERIES_PER_GPU / (interval if interval and interval > 0 else 30.0)
+    return max(step, min(longest, MAX_CHUNK_SAMPLES / per_second))
 
 
 def _dcgm_names(queries: Sequence[Query]) -> str:

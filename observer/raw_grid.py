@@ -26,20 +26,16 @@ IndexGrid = np.ndarray
 
 
 def newest_at_or_before(block: RawBlock, steps_ms: np.ndarray) -> IndexGrid:
-    """Per series and step, the flat index of the newest sample with t <= step (-1: none)."""
+    """Per series and step, the flat index of the newest sample with t <= step (-1: none):
+    the series' first index plus how many of its samples came by then, minus one."""
     n, k = len(block), int(steps_ms.shape[0])
-    grid = np.full((n, k), -1, dtype=np.int64)
     if block.samples == 0 or k == 0:
-        return grid
-    first_step = np.searchsorted(steps_ms, block.t_ms, side="left")
-    cell = block.series_of_sample() * k + first_step
-    inside = first_step < k
-    idx = np.flatnonzero(inside)
-    cell = cell[inside]
-    last = np.ones(cell.shape[0], dtype=bool)
-    last[:-1] = cell[1:] != cell[:-1]  # several samples before one step: the newest wins
-    grid.ravel()[cell[last]] = idx[last]
-    np.maximum.accumulate(grid, axis=1, out=grid)
+        return np.full((n, k), -1, dtype=np.int64)
+    cell = np.searchsorted(steps_ms, block.t_ms, side="left")  # first step that sees it
+    cell += block.series_of_sample() * (k + 1)  # column k: samples after the last step
+    came = np.bincount(cell, minlength=n * (k + 1)).reshape(n, k + 1)[:, :k].cumsum(axis=1)
+    grid: IndexGrid = came + (block.starts[:-1, None] - 1)
+    grid[came == 0] = -1
     return grid
 
 
@@ -47,7 +43,7 @@ def newest(block: RawBlock, steps_ms: np.ndarray, lookback_ms: int, left_open: b
     """An instant selector at each step: the newest sample within the lookback (-1: none)."""
     grid = newest_at_or_before(block, steps_ms)
     ok = grid >= 0
-    t = block.t_ms[np.where(ok, grid, 0)]
+    t = block.t_ms[np.maximum(grid, 0)]
     oldest = steps_ms[None, :] - lookback_ms
     ok &= (t > oldest) if left_open else (t >= oldest)
     grid[~ok] = -1
@@ -56,7 +52,7 @@ def newest(block: RawBlock, steps_ms: np.ndarray, lookback_ms: int, left_open: b
 
 def pick(values: np.ndarray, grid: IndexGrid) -> np.ndarray:
     """values[grid] with NaN where the grid has no sample."""
-    out = values[np.where(grid >= 0, grid, 0)].astype(np.float64)
+    out = values[np.maximum(grid, 0)].astype(np.float64, copy=False)
     out[grid < 0] = np.nan
     return out
 

@@ -8,9 +8,11 @@ is the runner's job (`remediations.runner`); approvals come from people through 
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from detectors.findings import Finding
 from remediations.decide import (
@@ -25,7 +27,7 @@ from remediations.gates import Ledger, LedgerEntry
 from remediations.incidents import Change, TrackerState
 from remediations.policy import Policy, load_policy
 from remediations.store import ActionRecord, NewAction, Store
-from remediations.store.records import ActionBrief
+from remediations.store.records import ActionBrief, EngineState
 from remediations.types import ActionState, Verdict
 from remediations.view import ClusterView, NodeView
 
@@ -283,6 +285,75 @@ class RemediationEngine:
         return f"incident {action.incident_id} is no longer open in current data"
 
 
+class _ReplayStore(Store):
+    """The dry-run journal, remembering its two per-cycle reads (the engine state and the
+    action briefs) between writes. Every write passes through this object and carries its
+    time, so a remembered read is exact: it is asked again after any write that could change
+    it, or once an action written earlier leaves the briefs' time horizon."""
+
+    def __init__(self, engine: Any, cluster: str = "default") -> None:
+        super().__init__(engine, cluster)
+        self._state: EngineState | None = None
+        self._briefs: tuple[float, list[ActionBrief]] | None = None
+        self._writes: list[float] = []
+        """Times of action writes, in order (a replay's clock only moves forward)."""
+
+    def _wrote(self, now: float) -> None:
+        self._state, self._briefs = None, None
+        if not self._writes or now >= self._writes[-1]:
+            self._writes.append(now)
+        else:  # a clock going back: remember nothing from here on
+            self._writes.append(math.inf)
+
+    def engine_state(self) -> EngineState:
+        if self._state is None:
+            self._state = super().engine_state()
+        return self._state
+
+    def briefs(self, since: float) -> list[ActionBrief]:
+        if self._briefs is not None:
+            before, briefs = self._briefs
+            left = bisect.bisect_left(self._writes, before)
+            if since >= before and (left == len(self._writes) or self._writes[left] >= since):
+                return briefs  # no action was last written in [before, since)
+        briefs = super().briefs(since)
+        self._briefs = (since, briefs)
+        return briefs
+
+    def propose(self, new: NewAction, now: float) -> tuple[ActionRecord, bool]:
+        self._wrote(now)
+        return super().propose(new, now)
+
+    def propose_many(
+        self, news: Sequence[NewAction], now: float, denials: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        if news:  # denials are audit rows only
+            self._wrote(now)
+        return super().propose_many(news, now, denials)
+
+    def update_action(self, action: ActionRecord, now: float, **fields: Any) -> ActionRecord | None:
+        self._wrote(now)
+        return super().update_action(action, now, **fields)
+
+    def claim(
+        self, action: ActionRecord, state_version: int, now: float, owner: str, lease_until: float
+    ) -> ActionRecord | None:
+        self._wrote(now)
+        return super().claim(action, state_version, now, owner, lease_until)
+
+    def trip_breaker(self, reason: str, now: float) -> bool:
+        self._wrote(now)
+        return super().trip_breaker(reason, now)
+
+    def reset_breaker(self, actor: str, now: float) -> bool:
+        self._wrote(now)
+        return super().reset_breaker(actor, now)
+
+    def set_paused(self, paused: bool, actor: str, reason: str, now: float) -> None:
+        self._wrote(now)
+        super().set_paused(paused, actor, reason, now)
+
+
 class _ReplayEngine(RemediationEngine):
     """The engine as a replay runs it: no person approves or rejects during a replay, so new
     deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
@@ -313,7 +384,7 @@ class DryRunEngine:
     """
 
     def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
-        self.store = Store.open("sqlite://", cluster="backtest")
+        self.store = _ReplayStore.open("sqlite://", cluster="backtest")
         self.engine = _ReplayEngine(
             policy or load_policy(), self.store, started_at=started_at, dry_run=True
         )

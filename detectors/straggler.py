@@ -42,7 +42,7 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import GpuCycleState, align, gpu_keys
+from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
 from observer.model import NO_INDEX, FleetSnapshot, IntArray
 
 ACTION = (
@@ -94,12 +94,19 @@ class Params:
     noise_sd: float = 0.035
     """Per-scrape sd of a healthy rank's gap, at 30 s scrapes, that h is sized for: healthy ranks
     of one job agree within ~3 % per scrape. There h is 8 sd of one scrape and k one sd:
-    Siegmund's approximation puts the false-alarm run length near 10^8 scrapes per GPU. Jobs
-    whose ranks disagree more (sequence-length imbalance spreads them per scrape) get h scaled
-    by their noise power sd^2 * interval relative to this one (the leading term of Siegmund's
-    h for a fixed run length), so they stay as quiet and are judged more slowly. The sd is the
-    job's robust spread across ranks (1.48 MAD) each scrape, smoothed over `noise_seconds`."""
+    Siegmund's approximation puts the false-alarm run length at ~5e7 scrapes per GPU (decades at
+    30 s; the clip only lengthens it). Noisier
+    gaps (sequence-length imbalance spreads ranks per scrape; a rank that is the busiest only
+    now and then jumps) get h scaled by their noise power sd^2 * interval relative to this one
+    (the leading term of Siegmund's h for a fixed run length), so they stay as quiet and are
+    judged more slowly. The sd is the larger of the job's spread across ranks and the GPU's own
+    scrape-to-scrape variation, each smoothed over `noise_seconds` (see _threshold)."""
     noise_seconds: float = 300.0
+    """Smoothing of the job's spread: 5 min, ~10 scrapes of 16+ ranks each, a stable estimate."""
+    jump_seconds: float = 600.0
+    """Smoothing of the GPU's own scrape-to-scrape variation: 10 min (~20 readings at 30 s), so
+    that the design noise is not mistaken for more, while a rank that was the busiest in a burst
+    of scrapes carries the jumps into and out of it for minutes."""
     min_seconds: float = 120.0
     """Minimum persistence: each scrape's gap is clipped to k + h/min_seconds = 0.105 (Huber), so
     no GPU fires on less than 2 min of evidence (4 scrapes at 30 s, 8 at 15 s), however large one
@@ -125,6 +132,8 @@ class Params:
 
 
 State = GpuCycleState
+JUMP_SD = 2.0 / np.sqrt(np.pi)
+"""E|a - b| for two independent readings of sd 1 (sqrt(2) * sqrt(2/pi))."""
 
 
 _SPEC = {
@@ -136,6 +145,8 @@ _SPEC = {
     "gonset": (np.float64, np.nan),
     "peak": (np.float32, np.nan),
     "sd": (np.float32, np.nan),
+    "msd": (np.float32, np.nan),
+    "last": (np.float32, np.nan),
 }
 
 
@@ -174,6 +185,47 @@ def _compute_signal(
     if fallback is None:
         return np.where(uses[jsafe], tensor, np.nan), signal
     return np.where(in_job & uses[jsafe], tensor, fallback), signal
+
+
+def _threshold(
+    cur: KeyedArrays,
+    gap_job: np.ndarray,
+    x: np.ndarray,
+    busy: np.ndarray,
+    judged: np.ndarray,
+    jid: IntArray,
+    jsafe: IntArray,
+    n_jobs: int,
+    dt: float,
+    interval: float,
+    params: Params,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU, h scaled by the scrape noise power above the design one (Params.noise_sd), from
+    two estimates, each an EWMA over `noise_seconds`: the job's spread across ranks per scrape
+    (1.48 MAD of the gaps; their median is 0), and the GPU's own scrape-to-scrape variance (half
+    the mean squared successive difference of its evidence: blind to a step such as a
+    straggler's onset, high for a rank that is the busiest only now and then)."""
+    spread = 1.4826 * group_median(np.abs(gap_job), np.where(busy, jid, NO_INDEX), n_jobs)
+    a = float(1.0 - np.exp(-dt / params.noise_seconds))
+
+    def ewma(prev: np.ndarray, now_: np.ndarray) -> np.ndarray:
+        upd = judged & ~np.isnan(now_)
+        out: np.ndarray = np.where(
+            np.isnan(prev), np.where(upd, now_, prev), np.where(upd, prev + a * (now_ - prev), prev)
+        )
+        return out
+
+    sd = ewma(cur["sd"].astype(np.float64), np.where(judged, spread[jsafe], np.nan))
+    b = float(1.0 - np.exp(-dt / params.jump_seconds))
+    prev = cur["msd"].astype(np.float64)
+    jump = np.abs(x - cur["last"]) / JUMP_SD  # |successive difference| -> sd of one reading
+    upd = judged & ~np.isnan(jump)
+    msd = np.where(upd, np.where(np.isnan(prev), jump, prev + b * (jump - prev)), prev)
+    last = np.where(judged, x, cur["last"])
+    var = np.fmax(sd, msd) ** 2
+    power = np.where(np.isnan(var), params.noise_sd**2, var) * interval
+    h = params.threshold * np.maximum(1.0, power / (params.noise_sd**2 * 30.0))
+    return h, sd, msd, last
 
 
 def detect(
@@ -228,25 +280,17 @@ def detect(
     c = params.clip
     gap = np.where(comparable, np.fmin(gap_job, gap_grp), gap_job)
     x = np.clip(gap, -c, c)
-    x = np.where(busy, x, np.fmin(x, 0.0))
+    x = x_act = np.where(busy, x, np.fmin(x, 0.0))
     clk_med = np.full(n, np.nan)
     if clock is not None:
         cmed = group_median(clock, np.where(busy, jid, NO_INDEX).astype(np.int32), n_jobs)
         clk_med = np.where(valid, cmed[jsafe], np.nan)
         with np.errstate(invalid="ignore"):
             x = np.where(busy & (clock <= (1.0 - params.clock_drop) * clk_med), c, x)
-    # The job's per-scrape spread across ranks (1.48 MAD of the gaps; the median gap is 0), EWMA
-    # per GPU; h grows with the noise power above the design noise (Params.noise_sd).
-    spread = 1.4826 * group_median(np.abs(gap_job), np.where(busy, jid, NO_INDEX), n_jobs)
-    now_sd = np.where(judged, spread[jsafe], np.nan)
-    a = float(1.0 - np.exp(-dt / params.noise_seconds))
-    prev_sd = cur["sd"].astype(np.float64)
-    sd = np.where(
-        np.isnan(prev_sd), now_sd, np.where(judged, prev_sd + a * (now_sd - prev_sd), prev_sd)
-    )
-    power = np.nan_to_num(sd, nan=params.noise_sd) ** 2 * interval
     k = params.reference
-    h = params.threshold * np.maximum(1.0, power / (params.noise_sd**2 * 30.0))
+    h, sd, msd, last = _threshold(
+        cur, gap_job, x_act, busy, judged, jid, jsafe, n_jobs, dt, interval, params
+    )
     ev, since = cusum(cur["ev"], np.where(judged, x, np.nan), dt, k, h, cur["since"], now)
     # Where node-mates cannot be compared, a GPU fires only if few of its job's GPUs are
     # gathering evidence too (several at once are a slow group: stage imbalance).
@@ -351,6 +395,8 @@ def detect(
         gonset=gonset,
         peak=peak,
         sd=sd.astype(np.float32),
+        msd=msd.astype(np.float32),
+        last=last.astype(np.float32),
     )
     return findings, State(new, now)
 

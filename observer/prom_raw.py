@@ -52,7 +52,7 @@ from observer.raw_chunk import (
 )
 from observer.raw_fetch import RawFetch
 from observer.raw_grid import newest
-from observer.raw_matrix import RawBlock
+from observer.raw_matrix import RawBlock, carry
 from observer.raw_steps import Chunk, Selected
 from observer.raw_worker import WorkerPool
 from observer.snapshot_inputs import GpuColumns
@@ -152,6 +152,9 @@ class RawReplay:
         self.plan = raw_plan(s)
         self._ahead = ThreadPoolExecutor(1, "raw-ahead")
         self._procs = WorkerPool(workers) if workers > 0 else None
+        self._last: dict[str, RawBlock] = {}
+        """The previous chunk's blocks (its reach-back is the next chunk's)."""
+        self._prev_end: float | None = None
 
     def close(self) -> None:
         self._ahead.shutdown(wait=True, cancel_futures=True)
@@ -159,18 +162,29 @@ class RawReplay:
             self._procs.close()
 
     def _fetch(self, c0: float, c1: float) -> Fetched:
-        reach = max(self.lookback, self.s.window)
-        span_ms = round((c1 - c0 + reach) * 1000)
+        """The chunk's samples from (c0 - reach) to c1. What the previous chunk already read
+        of that reach-back is carried over, not fetched again."""
+        reach_ms = round(max(self.lookback, self.s.window) * 1000)
+        c0_ms, c1_ms = round(c0 * 1000), round(c1 * 1000)
+        last = self._last if self._prev_end is not None else {}
+        prev_ms = round((self._prev_end or 0.0) * 1000)
 
         def ask(q: RawQuery) -> tuple[RawBlock, Seen]:
+            prev = last.get(q.name)
+            if prev is not None:  # (prev_end, c1]: the range is closed on 2.x, open on 3.x
+                span_ms = c1_ms - prev_ms - (0 if self.left_open else 1)
+            else:
+                span_ms = c1_ms - c0_ms + reach_ms
             selector = f"{q.selector}[{span_ms}ms]"
             if self._procs is None:
                 block, seen, _ = self.fetch.fetch(selector, c1)
             else:
                 block, seen, _ = self._procs.fetch(self.s, selector, c1)
-            return block, seen
+            return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen
 
         blocks, stats, problems = self.run(ask, self.plan)
+        self._last = {name: b for name, b in blocks.items() if b is not None}
+        self._prev_end = c1
         families: frozenset[str] | None
         try:
             names = self.names(c0 - self.s.names_lookback, c1)

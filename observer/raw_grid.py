@@ -52,7 +52,7 @@ def newest(block: RawBlock, steps_ms: np.ndarray, lookback_ms: int, left_open: b
 
 def pick(values: np.ndarray, grid: IndexGrid) -> np.ndarray:
     """values[grid] with NaN where the grid has no sample."""
-    out = values[np.maximum(grid, 0)].astype(np.float64, copy=False)
+    out: np.ndarray = values[np.maximum(grid, 0)].astype(np.float64, copy=False)
     out[grid < 0] = np.nan
     return out
 

@@ -68,6 +68,50 @@ class RawBlock:
         return RawBlock(labels, starts, t_ms, np.concatenate([b.values for b in blocks]))
 
 
+def carry(prev: RawBlock, since_ms: int, new: RawBlock) -> RawBlock:
+    """`new`, each series preceded by `prev`'s samples at or after `since_ms` (series only
+    `prev` holds keep those): the next chunk's reach-back without fetching it again. `new`
+    must start after `prev` ends."""
+    index: dict[tuple[tuple[str, str], ...], int] = {}
+    for m in new.labels:
+        index.setdefault(tuple(sorted(m.items())), len(index))
+    labels = list(new.labels)
+    lens_prev = np.diff(prev.starts)
+    series_prev = np.repeat(np.arange(len(prev)), lens_prev)
+    keep = prev.t_ms >= since_ms
+    tail_len = np.bincount(series_prev[keep], minlength=len(prev))
+    to = np.empty(len(prev), dtype=np.int64)
+    for i, m in enumerate(prev.labels):
+        if tail_len[i]:
+            k = tuple(sorted(m.items()))
+            if k not in index:
+                index[k] = len(labels)
+                labels.append(m)
+            to[i] = index[k]
+        else:
+            to[i] = -1
+    n = len(labels)
+    lens_new = np.zeros(n, dtype=np.int64)
+    lens_new[: len(new)] = np.diff(new.starts)
+    tail_u = np.zeros(n, dtype=np.int64)
+    has = to >= 0
+    tail_u[to[has]] = tail_len[has]
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(tail_u + lens_new, out=starts[1:])
+    total = int(starts[-1])
+    t_ms = np.empty(total, dtype=np.int64)
+    values = np.empty(total)
+    kept = np.flatnonzero(keep)  # a series' kept samples are its last ones
+    s_kept = series_prev[kept]
+    rank = kept - (prev.starts[1:][s_kept] - tail_len[s_kept])
+    dest = starts[to[s_kept]] + rank
+    t_ms[dest], values[dest] = prev.t_ms[kept], prev.values[kept]
+    s_new = new.series_of_sample()
+    dest = starts[s_new] + tail_u[s_new] + (np.arange(new.samples) - new.starts[s_new])
+    t_ms[dest], values[dest] = new.t_ms, new.values
+    return RawBlock(labels, starts, t_ms, values)
+
+
 def _ranges(first: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenated aranges first[i] .. first[i] + lens[i]."""
     total = int(lens.sum())

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from observer.raw_matrix import MalformedAnswer, parse_matrix
+from observer.raw_matrix import MalformedAnswer, carry, parse_matrix
 
 
 def body(result: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -42,3 +42,23 @@ def test_empty_and_failed_answers() -> None:
         parse_matrix(json.dumps(vector).encode())
     with pytest.raises(MalformedAnswer):
         parse_matrix(b"<html>proxy error</html>")
+
+
+def test_carry_puts_the_previous_tail_before_each_series() -> None:
+    a = {"__name__": "m", "gpu": "0"}
+    b = {"__name__": "m", "gpu": "1"}
+    gone = {"__name__": "m", "gpu": "2"}
+    prev, _ = parse_matrix(body([
+        {"metric": a, "values": [[100, "1"], [130, "2"], [160, "3"]]},
+        {"metric": gone, "values": [[100, "7"], [160, "8"]]},
+        {"metric": {"__name__": "m", "gpu": "3"}, "values": [[100, "9"]]},
+    ]))  # fmt: skip
+    new, _ = parse_matrix(body([
+        {"metric": b, "values": [[190, "5"]]},
+        {"metric": dict(a), "values": [[190, "4"], [220, "5"]]},
+    ]))  # fmt: skip
+    out = carry(prev, 130_000, new)
+    assert out.labels == [b, a, gone]  # gpu 3 has nothing since 130 s: dropped
+    assert out.starts.tolist() == [0, 1, 5, 6]
+    assert out.t_ms.tolist() == [190_000, 130_000, 160_000, 190_000, 220_000, 160_000]
+    assert out.values.tolist() == [5, 2, 3, 4, 5, 8]

@@ -29,10 +29,8 @@ import numpy as np
 from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
-    GR_ACTIVE,
     POWER,
     SM_CLOCK,
-    TENSOR_ACTIVE,
     UTIL,
     cusum,
     dt_since,
@@ -42,8 +40,9 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
-from observer.model import NO_INDEX, FleetSnapshot, IntArray
+from detectors.state import GpuCycleState, align, gpu_keys
+from detectors.straggler_evidence import group_ids, job_signal, noise_threshold
+from observer.model import NO_INDEX, FleetSnapshot
 
 ACTION = (
     "run DCGM diag (level 2) on the GPU at the next checkpoint; if it fails or the straggler "
@@ -100,7 +99,7 @@ class Params:
     now and then jumps) get h scaled by their noise power sd^2 * interval relative to this one
     (the leading term of Siegmund's h for a fixed run length), so they stay as quiet and are
     judged more slowly. The sd is the larger of the job's spread across ranks and the GPU's own
-    scrape-to-scrape variation, each smoothed over `noise_seconds` (see _threshold)."""
+    scrape-to-scrape variation, each smoothed (straggler_evidence.noise_threshold)."""
     noise_seconds: float = 300.0
     """Smoothing of the job's spread: 5 min, ~10 scrapes of 16+ ranks each, a stable estimate."""
     jump_seconds: float = 600.0
@@ -132,10 +131,6 @@ class Params:
 
 
 State = GpuCycleState
-JUMP_SD = 2.0 / np.sqrt(np.pi)
-"""E|a - b| for two independent readings of sd 1 (sqrt(2) * sqrt(2/pi))."""
-
-
 _SPEC = {
     "ev": (np.float64, 0.0),
     "since": (np.float64, np.nan),
@@ -150,84 +145,6 @@ _SPEC = {
 }
 
 
-def _group_ids(job: IntArray, node: IntArray, valid: np.ndarray) -> tuple[IntArray, int]:
-    combo = job.astype(np.int64) * (int(node.max(initial=0)) + 1) + node.astype(np.int64)
-    combo = np.where(valid, combo, -1)
-    uniq, inv = np.unique(combo, return_inverse=True)
-    offset = 1 if uniq.shape[0] and uniq[0] == -1 else 0
-    gid = (inv.astype(np.int32) - offset).astype(np.int32)
-    return np.where(valid, gid, NO_INDEX).astype(np.int32), int(uniq.shape[0] - offset)
-
-
-def _compute_signal(
-    snapshot: FleetSnapshot,
-    now: float,
-    age: float,
-    util: np.ndarray | None,
-    jsafe: IntArray,
-    n_jobs: int,
-    params: Params,
-) -> tuple[np.ndarray | None, list[str]]:
-    """Per GPU, the job's "doing math" signal: the tensor pipe where the job uses it, else the
-    graphics engine, else utilisation. Waiting ranks spin in NCCL kernels, which keeps
-    utilisation and graphics activity up but not the tensor pipe."""
-    tensor = value(snapshot, TENSOR_ACTIVE, now, age)
-    gr = value(snapshot, GR_ACTIVE, now, age)
-    fallback = gr if gr is not None and not np.all(np.isnan(gr)) else None
-    if fallback is None and util is not None:
-        fallback = util / 100.0
-    if tensor is None or np.all(np.isnan(tensor)) or n_jobs == 0:
-        return fallback, [("graphics" if fallback is gr else "util")] * n_jobs
-    in_job = snapshot.gpus.job_index >= 0
-    tmed = group_median(tensor, np.where(in_job, snapshot.gpus.job_index, NO_INDEX), n_jobs)
-    uses = np.nan_to_num(tmed, nan=0.0) >= params.tensor_floor
-    signal = ["tensor" if u else ("graphics" if fallback is gr else "util") for u in uses]
-    if fallback is None:
-        return np.where(uses[jsafe], tensor, np.nan), signal
-    return np.where(in_job & uses[jsafe], tensor, fallback), signal
-
-
-def _threshold(
-    cur: KeyedArrays,
-    gap_job: np.ndarray,
-    x: np.ndarray,
-    busy: np.ndarray,
-    judged: np.ndarray,
-    jid: IntArray,
-    jsafe: IntArray,
-    n_jobs: int,
-    dt: float,
-    interval: float,
-    params: Params,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per GPU, h scaled by the scrape noise power above the design one (Params.noise_sd), from
-    two estimates, each an EWMA over `noise_seconds`: the job's spread across ranks per scrape
-    (1.48 MAD of the gaps; their median is 0), and the GPU's own scrape-to-scrape variance (half
-    the mean squared successive difference of its evidence: blind to a step such as a
-    straggler's onset, high for a rank that is the busiest only now and then)."""
-    spread = 1.4826 * group_median(np.abs(gap_job), np.where(busy, jid, NO_INDEX), n_jobs)
-    a = float(1.0 - np.exp(-dt / params.noise_seconds))
-
-    def ewma(prev: np.ndarray, now_: np.ndarray) -> np.ndarray:
-        upd = judged & ~np.isnan(now_)
-        out: np.ndarray = np.where(
-            np.isnan(prev), np.where(upd, now_, prev), np.where(upd, prev + a * (now_ - prev), prev)
-        )
-        return out
-
-    sd = ewma(cur["sd"].astype(np.float64), np.where(judged, spread[jsafe], np.nan))
-    b = float(1.0 - np.exp(-dt / params.jump_seconds))
-    prev = cur["msd"].astype(np.float64)
-    jump = np.abs(x - cur["last"]) / JUMP_SD  # |successive difference| -> sd of one reading
-    upd = judged & ~np.isnan(jump)
-    msd = np.where(upd, np.where(np.isnan(prev), jump, prev + b * (jump - prev)), prev)
-    last = np.where(judged, x, cur["last"])
-    var = np.fmax(sd, msd) ** 2
-    power = np.where(np.isnan(var), params.noise_sd**2, var) * interval
-    h = params.threshold * np.maximum(1.0, power / (params.noise_sd**2 * 30.0))
-    return h, sd, msd, last
-
-
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
@@ -240,7 +157,7 @@ def detect(
     dt = dt_since(state.last_now if state else np.nan, now, interval)
     util = value(snapshot, UTIL, now, age)
     jsafe = np.clip(g.job_index, 0, max(n_jobs - 1, 0))
-    act, signal = _compute_signal(snapshot, now, age, util, jsafe, n_jobs, params)
+    act, signal = job_signal(snapshot, now, age, util, jsafe, n_jobs, params.tensor_floor)
     if act is None or n_jobs == 0 or n == 0:
         return [], State(cur, now)
     clock = value(snapshot, SM_CLOCK, now, age)
@@ -259,7 +176,7 @@ def detect(
         main = top >= params.main_phase * peak
     judged = valid & (job_n[jsafe] >= params.min_job_gpus) & (med >= params.job_active) & main
 
-    gid, n_groups = _group_ids(g.job_index, g.node_index, valid)
+    gid, n_groups = group_ids(g.job_index, g.node_index, valid)
     grp_n = np.bincount(gid[gid >= 0], minlength=n_groups)
     grp_med = group_median(act, gid, n_groups)
     gsafe = np.clip(gid, 0, max(n_groups - 1, 0))
@@ -288,8 +205,19 @@ def detect(
         with np.errstate(invalid="ignore"):
             x = np.where(busy & (clock <= (1.0 - params.clock_drop) * clk_med), c, x)
     k = params.reference
-    h, sd, msd, last = _threshold(
-        cur, gap_job, x_act, busy, judged, jid, jsafe, n_jobs, dt, interval, params
+    h, sd, msd, last = noise_threshold(
+        cur,
+        gap_job,
+        x_act,
+        busy,
+        judged,
+        jid,
+        jsafe,
+        n_jobs,
+        dt,
+        interval,
+        params.threshold,
+        (params.noise_sd, params.noise_seconds, params.jump_seconds),
     )
     ev, since = cusum(cur["ev"], np.where(judged, x, np.nan), dt, k, h, cur["since"], now)
     # Where node-mates cannot be compared, a GPU fires only if few of its job's GPUs are

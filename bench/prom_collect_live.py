@@ -23,7 +23,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.prom_collect import process_cpu, wire_bytes
+from bench.prom_collect import (
+    gzip_cycle,
+    per_query,
+    per_query_table,
+    process_cpu,
+    wire_bytes,
+)
 from bench.report import median, stamp, table
 from gpufleet.local_prometheus import PrometheusHandle, free_port, require_binaries
 from observer.prom_collector import PrometheusCollector
@@ -248,6 +254,10 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
                 print(f"   warm cycle {i + 1}/{runs}: {results[-1].stats.seconds:.2f} s",
                       flush=True)  # fmt: skip
         wire, body = wire_bytes(prom.url, time.time(), settings)
+        detail: dict[str, Any] = {}
+        if n_gpus == max(SIZES):
+            detail["per_query"] = per_query(prom.url, prom.process.pid, time.time(), settings)
+            detail["gzip"] = gzip_cycle(prom.url, prom.process.pid, None, max(3, runs // 2))
         series = own_metric(prom, "prometheus_tsdb_head_series")
         chunks = own_metric(prom, "prometheus_tsdb_head_chunks")
         blocks = own_metric(prom, "prometheus_tsdb_blocks_loaded")
@@ -284,6 +294,7 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
         "blocks": blocks,
         "scrape_max": dur,
         **ing,
+        **detail,
     }
 
 
@@ -302,13 +313,14 @@ def run(runs: int = 7, quick: bool = False) -> str:
             f"{min(r['times']):.2f}–{max(r['times']):.2f}", f"{r['cold']:.2f}",
             f"{r['prom_cpu']:.2f} + {r['client_cpu']:.2f}", f"{r['sim_cpu']:.2f}",
             f"{q.name} {q.seconds:.2f}", f"{r['series']:,}",
-            f"{r['bytes_wire'] / 1e6:.2f}", f"{r['bytes_body'] / 1e6:.2f}",
+            f"{r['bytes_body'] / 1e6:.2f}", f"{r['bytes_wire'] / 1e6:.2f}",
             f"{r['head_series']:,.0f}", f"{r['rounds']:.0f}",
         ])  # fmt: skip
     header = ["GPUs", "nodes", "pods", "jobs", "queries/cycle", f"median cycle s ({runs} warm)",
               "min–max s", "cold cycle s", "CPU s per cycle: Prometheus + collector",
               "simulator CPU s in the cycle", "slowest query s", "series returned",
-              "MB per cycle on the wire (gzip)", "MB JSON", "head series",
+              "MB per cycle on the wire (JSON, default)", "MB if gzipped (compress=True)",
+              "head series",
               "scrapes per exporter before timing"]  # fmt: skip
     lines = [stamp(), "", table(header, rows), ""]
     big = out.get(10_000)
@@ -321,6 +333,18 @@ def run(runs: int = 7, quick: bool = False) -> str:
             f"{t:.2f} s ({verdict}; {over} of {len(big['times'])} warm cycles over "
             f"{TARGET_SECONDS:.0f} s; the cold cycle {big['cold']:.2f} s)."
         )
+    if big is not None and "per_query" in big:
+        g_time, g_prom, g_client = big["gzip"]
+        solo = sum(r["cpu"] for r in big["per_query"])
+        floor = (big["prom_cpu"] + big["client_cpu"]) / 2
+        lines.append(
+            f"Where the time goes at 10k GPUs: {big['prom_cpu']:.2f} CPU s in Prometheus "
+            f"(including its ingest during the cycle) and {big['client_cpu']:.2f} in the "
+            f"collector per warm cycle: a floor of {floor:.2f} s on 2 cores. Each warm query "
+            f"alone (table below) cost Prometheus {solo:.2f} CPU s in all. With gzip "
+            f"(`compress=True`, requests' default before) a warm cycle took {g_time:.2f} s and "
+            f"{g_prom:.2f} + {g_client:.2f} CPU s."
+        )
     for n, r in out.items():
         problems = "; ".join(r["problems"]) or "none"
         lines.append(
@@ -329,6 +353,8 @@ def run(runs: int = 7, quick: bool = False) -> str:
             f"exporter scrape took {r['scrape_max']:.2f} s; {r['blocks']:.0f} persisted blocks "
             f"loaded (everything queried is in the head block); cycle problems: {problems}."
         )
+    if big is not None and "per_query" in big:
+        lines += ["", per_query_table(big["per_query"])]
     lines.append("")
     lines.append(
         f"Setup: the fleet served live by `gpufleet simulate --serve` in its own process (speed "
@@ -338,7 +364,8 @@ def run(runs: int = 7, quick: bool = False) -> str:
         "kube-state-metrics and the job steps endpoint). Timing starts once every target has "
         "been scraped 3 rounds plus the collector window (PromSettings.window) later, so every "
         "query is answered from the in-memory head block; cycles run back to back at wall-clock "
-        "now with the default PromSettings (8 concurrent queries, gzip). Not isolated: during "
+        "now with the default PromSettings (8 concurrent queries, answers not compressed). "
+        "Not isolated: during "
         "the timed cycles Prometheus keeps ingesting scrapes and the simulator keeps rendering "
         "them, all on the machine's 2 shared cores (with the collector and other jobs; see the "
         "load average), so the *Prometheus CPU s* column includes its ingest work during the "

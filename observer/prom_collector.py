@@ -71,6 +71,8 @@ class PrometheusApi:
             raise_on_status=False,
         )
         self._session = requests.Session()
+        if not s.compress:  # requests asks for gzip by default; see PromSettings.compress
+            self._session.headers["Accept-Encoding"] = "identity"
         self._session.hooks["response"].append(self._capture)
         self._local = threading.local()
         self._conn = PrometheusConnect(

@@ -39,8 +39,18 @@ def values(vector: Vector) -> FloatArray:
     return np.fromiter((float(r["value"][1]) for r in vector), dtype=np.float64, count=len(vector))
 
 
+def objects(items: Sequence[str] | StrArray) -> StrArray:
+    """Label strings as an object array, without str_column's per-item check (JSON labels are
+    always strings): ~2x faster on the 150k values of a 10k-GPU cycle."""
+    if isinstance(items, np.ndarray):
+        return items
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
 def label(vector: Vector, name: str) -> StrArray:
-    return str_column([r["metric"].get(name, "") for r in vector])
+    return objects([r["metric"].get(name, "") for r in vector])
 
 
 def identity(current: Vector, vanished: Vector) -> GpuColumns:
@@ -80,7 +90,7 @@ def gpu_series(
     if any(mig_l):
         keys = [u if not m else f"{u}/{m}" for u, m in zip(uuid_l, mig_l, strict=True)]
     stamp = np.fromiter(map(stamp_of.get, keys, repeat(np.nan, len(keys))), np.float64, len(keys))
-    uuid, mig = str_column(uuid_l), str_column(mig_l)
+    uuid, mig = objects(uuid_l), objects(mig_l)
     v = np.asarray(val_l, dtype=np.float64)
     if as_increase:
         return MetricSeries(np.full(len(v), np.nan), stamp, uuid, mig, increase=v,

@@ -120,6 +120,10 @@ class PromSettings:
     extra_gauges: tuple[str, ...] = EXTRA_GAUGES
     concurrency: int = 8
     """Queries in flight at once (Prometheus runs each on one core; 8 measured best)."""
+    compress: bool = False
+    """Ask for gzip answers. Off by default: a 10k-GPU cycle is ~28 MB of JSON (~2.7 MB
+    gzipped), nothing for an in-cluster network, but gzip cost Prometheus 1-1.8 CPU s per
+    cycle on top of ~5 (docs/performance.md). Turn on across a slow or metered link."""
     range_chunk: float = 3600.0
     """Longest span of one range request; longer windows are split into chunks."""
     cluster: str = "default"

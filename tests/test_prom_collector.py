@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from observer.collect_errors import CollectionError
+from observer.gc_pause import paused_gc
 from observer.model import FleetSnapshot, JobKey
 from observer.prom_collector import PrometheusCollector
 from observer.prom_queries import PromSettings
@@ -251,3 +253,40 @@ def assert_same(a: FleetSnapshot, b: FleetSnapshot) -> None:
     assert a.telemetry.scrape_interval == b.telemetry.scrape_interval == 30.0
     for name, col in a.metrics.items():
         np.testing.assert_array_equal(col.value, b.metrics[name].value, err_msg=name)
+
+
+def test_compression_is_a_wire_choice_only(prom: PrometheusHandle, scenario: Scenario) -> None:
+    """`compress` changes what Prometheus sends (gzip or plain JSON), never the snapshot; the
+    GC pause around a cycle leaves the garbage collector as it found it."""
+    t = scenario.start + 10 * MIN
+    snaps, encodings = [], []
+    for compress in (False, True):
+        seen: list[str] = []
+        with PrometheusCollector(PromSettings(prom.url, compress=compress)) as c:
+            session = c.api._session  # type: ignore[attr-defined]
+            session.hooks["response"].append(
+                lambda r, *a, seen=seen, **k: seen.append(r.headers.get("Content-Encoding", ""))
+            )
+            assert gc.isenabled()
+            snaps.append(c.collect(t).snapshot)
+            assert gc.isenabled()
+        encodings.append(set(seen))
+    assert encodings == [{""}, {"gzip"}]
+    assert_same(snaps[0], snaps[1])
+
+
+def test_gc_pause_nests_and_restores() -> None:
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still holds
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # was off before: stays off
+    finally:
+        gc.enable()

@@ -8,8 +8,9 @@ of asking Prometheus to (observer.prom_raw). Two primitives, vectorised over (se
   (closed interval); 3.x does not (`left_open`).
 - `increase`: PromQL's `increase(x[w])` — reset-aware (a drop means the counter restarted, and
   the value before the drop is added) and extrapolated as `extrapolatedRate` in
-  promql/functions.go (v2.x: the zero point of the counter caps the extrapolation before the
-  threshold test; series needs at least two samples in the window).
+  promql/functions.go (at least two samples in the window; 2.x caps the extrapolation at the
+  counter's zero point before the 1.1-average-interval threshold test, 3.x after it — left-open
+  windows are taken to mean 3.x).
 
 Times are integer milliseconds, as Prometheus stores them, so window edges compare exactly.
 """
@@ -81,14 +82,15 @@ def increase(block: RawBlock, steps_ms: np.ndarray, window_ms: int, left_open: b
         to_start = (t_first - (steps_ms - window_ms)[None, :]) / 1000.0
         to_end = (steps_ms[None, :] - t_last) / 1000.0
         to_zero = np.where(result > 0, sampled * (first_v / result), np.inf)
-        cap = (result > 0) & (first_v >= 0) & (to_zero < to_start)
-        to_start = np.where(cap, to_zero, to_start)
+        cap = (result > 0) & (first_v >= 0)
         threshold = avg * 1.1
-        span = (
-            sampled
-            + np.where(to_start < threshold, to_start, avg / 2)
-            + np.where(to_end < threshold, to_end, avg / 2)
-        )
+        if left_open:  # Prometheus 3: the threshold first, then the counter's zero point
+            to_start = np.where(to_start < threshold, to_start, avg / 2)
+            to_start = np.where(cap & (to_zero < to_start), to_zero, to_start)
+        else:  # 2.x: the zero point first, then the threshold
+            to_start = np.where(cap & (to_zero < to_start), to_zero, to_start)
+            to_start = np.where(to_start < threshold, to_start, avg / 2)
+        span = sampled + to_start + np.where(to_end < threshold, to_end, avg / 2)
         out: FloatArray = result * (span / sampled)
     out[~ok | (sampled <= 0)] = np.nan
     return out

@@ -30,7 +30,8 @@ def block(rng: np.random.Generator, n: int = 40) -> RawBlock:
 
 
 def loop_increase(t: np.ndarray, v: np.ndarray, at: int, w: int, left_open: bool) -> float:
-    """promql/functions.go extrapolatedRate (v2.x), one series, one step, as a loop."""
+    """promql/functions.go extrapolatedRate, one series, one step, as a loop (2.x order of the
+    zero-point cap and the threshold; 3.x, whose windows are left-open, the other way)."""
     sel = (t > at - w) if left_open else (t >= at - w)
     sel &= t <= at
     ts, vs = t[sel] / 1000.0, v[sel]
@@ -40,10 +41,13 @@ def loop_increase(t: np.ndarray, v: np.ndarray, at: int, w: int, left_open: bool
     sampled = ts[-1] - ts[0]
     avg = sampled / (ts.size - 1)
     to_start, to_end = ts[0] - (at - w) / 1000.0, at / 1000.0 - ts[-1]
-    if result > 0 and vs[0] >= 0:
-        to_start = min(to_start, sampled * (vs[0] / result))
-    span = sampled + (to_start if to_start < avg * 1.1 else avg / 2)
-    span += to_end if to_end < avg * 1.1 else avg / 2
+    zero = sampled * (vs[0] / result) if result > 0 and vs[0] >= 0 else np.inf
+    if left_open:
+        to_start = min(to_start if to_start < avg * 1.1 else avg / 2, zero)
+    else:
+        to_start = min(to_start, zero)
+        to_start = to_start if to_start < avg * 1.1 else avg / 2
+    span = sampled + to_start + (to_end if to_end < avg * 1.1 else avg / 2)
     return float(result * span / sampled)
 
 

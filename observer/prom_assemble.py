@@ -31,6 +31,7 @@ from observer.prom_parse import (
     last_up,
     merge_counter,
     newest_pods,
+    pod_nodes,
     pod_series,
     present_families,
     values,
@@ -128,10 +129,11 @@ def assemble(
     node_list = list(nodes) if nodes is not None else ksm_nodes
     pod_list = list(pods) if pods is not None else ksm_pods
     known = {str(h) for h in gpus.hostname.tolist() if h} | {str(n.name) for n in node_list}
-    up, _unmapped = exporter_up(answers.get("up") or [], known)
+    exporter_pods = pod_nodes(pod_list)
+    up, _unmapped = exporter_up(answers.get("up") or [], known, exporter_pods)
     exporters = ExporterHealth(
         up=up,
-        last_scrape=last_up(answers.get("up_last") or [], known),
+        last_scrape=last_up(answers.get("up_last") or [], known, exporter_pods),
         scrape_interval=interval_from(answers.get("interval")),
         source_ok=not problems,
         degraded_reason="; ".join(problems),

@@ -274,21 +274,38 @@ def pod_series(steps: Vector, increase: Vector) -> PodSeries | None:
     )
 
 
-def node_of(m: Mapping[str, str], known_nodes: set[str]) -> str | None:
-    """The node an `up`-like series is about: a node label, else the `instance` host."""
+PodNodes = Mapping[tuple[str, str], str]
+"""(namespace, pod) -> node, from the snapshot's pod records."""
+
+
+def pod_nodes(pods: Sequence[Pod]) -> dict[tuple[str, str], str]:
+    return {(p.namespace, p.name): str(p.node) for p in pods if p.node}
+
+
+def node_of(
+    m: Mapping[str, str], known_nodes: set[str], pods: PodNodes | None = None
+) -> str | None:
+    """The node an `up`-like series is about: a node label, else the `instance` host, else the
+    node of the exporter pod it names (`namespace`/`pod`, as Kubernetes pod discovery labels
+    it when `instance` is a pod IP)."""
     name = next((m[k] for k in NODE_LABELS if m.get(k) in known_nodes), None)
     if name is None:
         host = str(m.get("instance", "")).rsplit(":", 1)[0]
         name = host if host in known_nodes else None
+    if name is None and pods and m.get(LABEL_POD):
+        node = pods.get((m.get(LABEL_NAMESPACE, ""), m[LABEL_POD]))
+        name = node if node in known_nodes else None
     return name
 
 
-def exporter_up(vector: Vector, known_nodes: set[str]) -> tuple[dict[str, bool], int]:
+def exporter_up(
+    vector: Vector, known_nodes: set[str], pods: PodNodes | None = None
+) -> tuple[dict[str, bool], int]:
     """Node -> up == 1 from `up` series, and how many series named no known node."""
     up: dict[str, bool] = {}
     unmapped = 0
     for r in vector:
-        name = node_of(r["metric"], known_nodes)
+        name = node_of(r["metric"], known_nodes, pods)
         if name is None:
             unmapped += 1
             continue
@@ -296,11 +313,13 @@ def exporter_up(vector: Vector, known_nodes: set[str]) -> tuple[dict[str, bool],
     return up, unmapped
 
 
-def last_up(vector: Vector, known_nodes: set[str]) -> dict[str, float]:
+def last_up(
+    vector: Vector, known_nodes: set[str], pods: PodNodes | None = None
+) -> dict[str, float]:
     """Node -> the last time its exporter answered a scrape (`up_last`)."""
     out: dict[str, float] = {}
     for r in vector:
-        name = node_of(r["metric"], known_nodes)
+        name = node_of(r["metric"], known_nodes, pods)
         if name is not None:
             out[name] = max(out.get(name, -np.inf), float(r["value"][1]))
     return out

@@ -114,3 +114,42 @@ def test_variants_through_direct_scrape(exporter: Any) -> None:
             r = c.collect()
     assert r.stats.problems == () and r.malformed == 0
     check(r.snapshot)
+
+
+UP_BY_POD = (  # Kubernetes pod discovery: `instance` is the exporter pod's IP, no node label
+    ('up{job="dcgm-exporter",instance="10.8.0.11:9400",namespace="gpu-operator",'
+     'pod="nvidia-dcgm-exporter-x1"}', 1),
+    ('up{job="dcgm-exporter",instance="10.8.0.12:9400",namespace="gpu-operator",'
+     'pod="nvidia-dcgm-exporter-x2"}', 0),
+    ('up{job="dcgm-exporter",instance="10.8.0.13:9400",namespace="gpu-operator",'
+     'pod="nvidia-dcgm-exporter-gone"}', 1),  # a pod kube-state-metrics does not list
+    ('kube_pod_info{namespace="gpu-operator",pod="nvidia-dcgm-exporter-x1",node="n1"}', 1),
+    ('kube_pod_info{namespace="gpu-operator",pod="nvidia-dcgm-exporter-x2",node="n2"}', 1),
+)  # fmt: skip
+
+
+@pytest.mark.prometheus
+def test_up_maps_to_nodes_through_the_exporter_pod(tmp_path: Path) -> None:
+    """`up` whose `instance` is a pod IP reaches its node through the exporter pod's record."""
+    lines = openmetrics().removesuffix("# EOF\n").splitlines()
+    for name in ("up", "kube_pod_info"):
+        lines.append(f"# TYPE {name} gauge")
+        for series, value in UP_BY_POD:
+            if series.startswith(name + "{"):
+                lines += [f"{series} {value} {T0 + 30 * k:.3f}" for k in range(STEPS)]
+    om = tmp_path / "up.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    prom = start_prometheus(om, tmp_path)
+    try:
+        with PrometheusCollector(PromSettings(prom.url)) as c:
+            cold = c.collect(T0 + 210).snapshot
+            warm = c.collect(T0 + 240).snapshot
+    finally:
+        prom.stop()
+    for snap in (cold, warm):
+        t = snap.telemetry
+        assert t is not None
+        assert [n.name for n in snap.nodes] == ["n1", "n2"]
+        assert t.node_up.tolist() == [True, False]
+    assert cold.telemetry is not None
+    assert cold.telemetry.node_last_sample[0] == pytest.approx(T0 + 210)  # n1 up: its last scrape

@@ -20,7 +20,7 @@ from observer.catalog import XID_COUNT_METRIC
 from observer.gpu_rows import GpuRows
 from observer.model import FleetSnapshot, FloatArray, IntArray, Job, Node, Pod
 from observer.prom_assemble import interval_from
-from observer.prom_parse import exporter_up, kube_records
+from observer.prom_parse import exporter_up, kube_records, pod_nodes
 from observer.prom_queries import SPARSE_COUNTERS, PromSettings, counter_families
 from observer.raw_chunk import Identity, PodSteps, Timing, present_vector, signature
 from observer.raw_grid import IndexGrid
@@ -145,9 +145,10 @@ def build_step(
     known = {h for h in gpus.hostname.tolist() if h} | {str(n.name) for n in nodes}
     up: dict[str, bool] = {}
     if c.up is not None:
-        up_key = (*signature(c.up.block, c.up.grid, k), frozenset(known))
-        if up_key != cache.up_key:
-            cache.up, _ = exporter_up(present_vector(c.up.block, c.up.grid, k), known)
+        up_key = (*signature(c.up.block, c.up.grid, k), frozenset(known), cache.key)
+        if up_key != cache.up_key:  # cache.key: the pods (an exporter pod may name the node)
+            up_now = present_vector(c.up.block, c.up.grid, k)
+            cache.up, _ = exporter_up(up_now, known, pod_nodes(pods))
             cache.up_key = up_key
         up = cache.up
     last = ident.node_last[:, k]

@@ -3,9 +3,10 @@
 A Prometheus cycle at 10k GPUs decodes ~190k series into ~600k dicts and lists, all alive at
 once until they become columns. Each of those allocations counts towards the collector's
 thresholds, so the cycle triggered repeated full collections that re-scanned every object in the
-process: measured 0.65 of 1.42 CPU s per cycle (docs/performance.md). None of these objects form
+process: measured 0.65 of 1.42 CPU s per cycle on the development machine. None of these form
 reference cycles (reference counting frees them), so nothing is lost by not looking for cycles
-during the burst; the collector runs again as usual afterwards. Nesting and threads are safe: the
+during the burst; the collector runs again as usual afterwards (cyclic garbage that other threads
+make meanwhile just waits until then). Nesting and threads are safe: the
 first caller in disables, the last one out re-enables (only if it was enabled before).
 """
 

@@ -14,7 +14,6 @@ rates. `--quick`: 2 h instead of 24 h, scaled to 24 h in the notes.
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import tempfile
@@ -109,7 +108,7 @@ def measure(hours: int, tmp: Path) -> dict[str, Any]:
         "actions": len(result.actions), "rates": rates.rates, "prep": prep_s,
         "samples": samples, "degraded": result.run.degraded_steps, "parts": parts,
         "workers_cpu": workers_cpu,
-        "chunks": math.ceil(steps / int(settings.range_chunk // STEP)),
+        "chunks": int(parts.get("chunks", 0)),
     }  # fmt: skip
 
 
@@ -147,8 +146,9 @@ def run(runs: int = 7, quick: bool = False) -> str:
         + ").",
         f"Where the time goes: {collect:.1f} s collecting — {p.get('setup', 0):.1f} s setup "
         f"(cold-start queries, server probes, worker start), {p.get('wait', 0):.1f} s waiting "
-        f"for raw samples not yet fetched and parsed ({r['chunks']} chunks of 1 h, ten "
-        f"range-selector reads each, the first one not overlapped), {p.get('grids', 0):.1f} s "
+        f"for raw samples not yet fetched and parsed ({r['chunks']} chunks of up to 1 h, ten "
+        f"range-selector reads each; only the first, short one not read ahead), "
+        f"{p.get('grids', 0):.1f} s "
         f"turning chunks into (GPU x step) grids, {p.get('steps', 0):.1f} s building "
         f"{r['steps']:,} snapshots (observer.snapshot_builder; pods and jobs rebuilt only when "
         f"they change), the rest in the replay loop — then {r['detectors']:.1f} s in the "

@@ -86,7 +86,8 @@ class PromCycles:
         server's flags; 5 minutes when it does not say)."""
         self.range_seconds: dict[str, float] = {}
         """Where the last range replay's collection time went: setup (cold queries, probes,
-        workers), wait (for samples not yet fetched), grids (per chunk), steps (per snapshot)."""
+        workers), wait (for samples not yet fetched), grids (per chunk), steps (per snapshot),
+        and how many chunks it read."""
         self.now = now
         self.builder = builder or SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
@@ -221,6 +222,7 @@ class PromCycles:
         per chunk of `settings.range_chunk` the raw samples, every step evaluated locally."""
         began = time.perf_counter()
         spent = self.range_seconds = dict.fromkeys(("setup", "wait", "grids", "steps"), 0.0)
+        spent["chunks"] = 0
         cold_queries = [q for q in self.queries if q.cold or q.essential]
         answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
         self.memory = PromMemory(self.settings.inventory_window)
@@ -247,6 +249,7 @@ class PromCycles:
                 t1 = time.perf_counter()
                 chunk = replay.grids(fetched, step, memory)
                 spent["wait"] += t1 - t0
+                spent["chunks"] += 1
                 spent["grids"] += time.perf_counter() - t1
                 stats += fetched.stats
                 problems += fetched.problems

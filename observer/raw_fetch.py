@@ -1,11 +1,11 @@
 """Raw samples over HTTP: one instant query on a range selector, body parsed by raw_matrix.
 
 Range replays read millions of samples per chunk. The HTTP adapter (observer.prom_collector)
-decodes every answer with `json` into Python objects, which costs more than Prometheus takes to
-answer; and `requests` asks for gzip by default, which costs Prometheus more CPU than the
-encoding itself on loopback. So this module sends the same GET as the adapter (`/api/v1/query`,
-settings' headers, timeout, urllib3 retries on connection errors, 429 and 5xx) with
-`Accept-Encoding: identity`, and hands the bytes to observer.raw_matrix.
+decodes every answer into Python objects (two per sample here), which costs more than
+Prometheus takes to answer. So this module sends the same GET as the adapter (`/api/v1/query`,
+settings' headers, timeout, urllib3 retries on connection errors, 429 and 5xx; gzip only when
+`PromSettings.compress` asks for it: it costs Prometheus more CPU than the JSON itself) and
+hands the bytes to observer.raw_matrix, which parses them into arrays.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RawFetch:
             session.mount("http://", HTTPAdapter(max_retries=retry))
             session.mount("https://", HTTPAdapter(max_retries=retry))
             session.headers.update(dict(self.settings.headers))
-            session.headers["Accept-Encoding"] = "identity"
+            session.headers["Accept-Encoding"] = "gzip" if s.compress else "identity"
             self._local.session = session
             with self._lock:
                 self._sessions.append(session)

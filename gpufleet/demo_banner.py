@@ -24,7 +24,7 @@ OUTCOME: dict[FaultKind, str] = {
     FaultKind.POWER_BRAKE: "power-brake throttling; warning, notify only",
     FaultKind.NVLINK_CRC_STORM: "NVLink CRC errors; interconnect warning",
     FaultKind.PCIE_REPLAY_STORM: "PCIe replays; interconnect warning",
-    FaultKind.STRAGGLER: "a slow rank; straggler warning after ~3 min, migrate waits for approval",
+    FaultKind.STRAGGLER: "a slow rank; straggler warning after 2-4 min, migrate awaits approval",
     FaultKind.NCCL_HANG: "the job hangs in NCCL; critical, restart_job waits for approval",
 }
 CONFOUNDER = {

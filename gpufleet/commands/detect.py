@@ -1,9 +1,9 @@
 """`gpufleet detect`: what is wrong with the fleet at T (default now), from Prometheus.
 
 The live code path at one instant: the Prometheus collector and the detector suite. Detectors
-that need persistence (a straggler for 3 minutes, a hang for 60 s) cannot fire on a single
-snapshot, so by default the suite is first replayed over a short warm-up window ending at T
-(`--warmup`, range queries: a couple of requests); `--warmup 0` is exactly one collection.
+that need persistence (a straggler for 2-4 minutes of evidence, a hang for 60 s) cannot fire on
+a single snapshot, so by default the suite is first replayed over a short warm-up window ending
+at T (`--warmup`, raw samples read once); `--warmup 0` is exactly one collection.
 The findings reported are those of the cycle at T, with their episode's onset as first_seen.
 """
 
@@ -56,8 +56,8 @@ def register(sub: Any) -> None:
     p.add_argument("--at", metavar="T", help="unix seconds or RFC 3339 (default: now)")
     p.add_argument("--config", metavar="FILE", help="gpufleet config (YAML; `detectors:` section)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="(table)")
-    p.add_argument("--warmup", default="5m", metavar="D",
-                   help="replay this long before T for persistence (5m; 0: off)")  # fmt: skip
+    p.add_argument("--warmup", default="10m", metavar="D",
+                   help="replay this long before T for persistence (10m; 0: off)")  # fmt: skip
     p.add_argument("--step", default="15s", metavar="D", help="warm-up step (15s)")
     p.add_argument("--fail-on", choices=tuple(FAIL_ON), default="critical",
                    help="lowest severity that makes the exit code 1 (critical)")  # fmt: skip

@@ -122,9 +122,9 @@ class PromSettings:
     """Queries in flight at once (Prometheus runs each on one core; 8 measured best)."""
     compress: bool = False
     """Ask for gzip answers. Off by default: a 10k-GPU cycle is ~28 MB of JSON (~2.7 MB
-    gzipped), little for an in-cluster network, while gzip cost Prometheus 0.4-0.9 of its
-    ~4-5 CPU s per cycle in A/B runs (docs/performance.md). Turn on across a slow or metered
-    link."""
+    gzipped), little for an in-cluster network, while gzip was ~6 % of Prometheus' CPU in a
+    profile of these cycles (0-0.9 of its ~4-5 CPU s in paired runs, within the shared
+    machine's noise; docs/performance.md). Turn on across a slow or metered link."""
     range_chunk: float = 3600.0
     """Longest span of one range request; longer windows are split into chunks."""
     cluster: str = "default"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,8 +33,6 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from observer.gc_pause import paused_gc
-from observer.model import Event, Node, Pod
 from observer.prom_cycle import Answer, CollectResult, PromCycles, QueryFailed, Seen
 from observer.prom_queries import PromSettings
 from observer.snapshot_builder import SnapshotBuilder
@@ -182,16 +180,3 @@ class PrometheusCollector(PromCycles):
         builder: SnapshotBuilder | None = None,
     ) -> None:
         super().__init__(settings, PrometheusApi(settings), now=now, builder=builder)
-
-    def collect(
-        self,
-        at: float | None = None,
-        *,
-        nodes: Sequence[Node] | None = None,
-        pods: Sequence[Pod] | None = None,
-        events: Iterable[Event] = (),
-    ) -> CollectResult:
-        """One instant cycle (see PromCycles.collect), with cyclic GC paused while the answers
-        are decoded and assembled (observer.gc_pause says why)."""
-        with paused_gc():
-            return super().collect(at, nodes=nodes, pods=pods, events=events)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
 from observer.collect_errors import CollectionError, CycleStats, QueryStat
+from observer.gc_pause import paused_gc
 from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_assemble import assemble
@@ -181,14 +182,16 @@ class PromCycles:
     ) -> CollectResult:
         """One instant cycle at `at` (default: now). Kubernetes records, if given, replace
         kube-state-metrics' (the Kubernetes collector is fresher). Cycles in time order reuse
-        what earlier ones saw (observer.prom_memory); a cold start asks 3 more queries."""
+        what earlier ones saw (observer.prom_memory); a cold start asks 3 more queries. Cyclic
+        GC is paused while the answers are decoded and assembled (observer.gc_pause says why)."""
         t = self.now() if at is None else float(at)
         began = time.perf_counter()
         cold = not self.memory.warm(t)
-        answers, stats, problems = self._run(
-            lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
-        )
-        snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
+        with paused_gc():
+            answers, stats, problems = self._run(
+                lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
+            )
+            snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
         took = time.perf_counter() - began
         return CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)
 

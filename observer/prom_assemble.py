@@ -2,7 +2,8 @@
 
 Separate from the HTTP adapter (observer.prom_collector) so that instant cycles and the steps
 of a range replay assemble identically, and so the rules live in one readable place:
-- counters join their latest value with the server-side `increase()`;
+- counters join their latest value with their increase: the server-side `increase()` on a cold
+  start, on warm cycles the collector's memory of totals (observer.counter_memory);
 - sparse answers become 0 for GPUs that report: error counters when the family exists at all,
   the XID count always (dcgm-exporter omits zero counts);
 - `up`, each exporter's last good scrape and the inferred scrape interval feed TelemetryHealth;
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from observer.catalog import XID_COUNT_METRIC
+from observer.counter_feed import feed
+from observer.counter_memory import CounterMemory
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_parse import (
     Columns,
@@ -73,10 +76,14 @@ def gpu_metrics(
     s: PromSettings,
     gpus: GpuColumns,
     value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
+    counters: CounterMemory | None = None,
+    cold: bool = True,
+    at: float = 0.0,
 ) -> dict[str, MetricSeries]:
     """Metric columns; `gpus` are the identity rows, current ones first (as `identity` makes).
     `value_columns` (range replays) gives the `values:*` families as columns, given the
-    newest-pod filter, instead of their answers."""
+    newest-pod filter, instead of their answers. Counter increases come from the `increase:*`
+    answers on a cold start (seeding `counters`), and from `counters` on warm cycles."""
     current = answers.get("identity") or []
     n_cur = len(current)
     stamp_of = _stamps(current)
@@ -88,10 +95,15 @@ def gpu_metrics(
         by_family = family_rows(value_answers, newest_pods(current))
     metrics = {fam: gpu_series(cols, stamp_of) for fam, cols in by_family.items()}
     sparse_ok = answers.get("values:sparse") is not None
+    warm = counters is not None and not cold
     for fam in counter_families():
         value = metrics.get(fam)
         if fam in SPARSE_COUNTERS and fam in present and sparse_ok:
             value = fill_zero(value, gpus, n_cur)
+        if warm:
+            if value is not None:
+                metrics[fam] = value
+            continue
         rows = answers.get(f"increase:{fam}")
         inc = gpu_series(rows, stamp_of, s.window, as_increase=True) if rows else None
         if rows is not None and fam in SPARSE_COUNTERS and fam in present:
@@ -99,6 +111,15 @@ def gpu_metrics(
         merged = merge_counter(value, inc)
         if merged is not None:
             metrics[fam] = merged
+    if counters is not None:
+        series = {f: metrics[f] for f in counter_families() if f in metrics}
+        derived = feed(counters, at, cold, stamp_of, series)
+        for fam, inc_rows in derived.items():
+            v = metrics[fam]
+            if fam in SPARSE_COUNTERS and fam in present:  # the reporting GPUs' unknown is 0
+                inc_rows = np.where(np.isnan(inc_rows) & ~np.isnan(v.timestamp), 0.0, inc_rows)
+            metrics[fam] = MetricSeries(v.value, v.timestamp, v.uuid, v.mig_instance,
+                                        increase=inc_rows, window_seconds=s.window)  # fmt: skip
     xid = answers.get("xid_count")
     if xid is not None:  # dcgm-exporter omits zero counts: reporting GPUs without one have 0
         fresh = fresh_xid_counts(xid, stamp_of)
@@ -119,9 +140,12 @@ def assemble(
     pods: Sequence[Pod] | None = None,
     events: Iterable[Event] = (),
     value_columns: Callable[[Mapping[str, str] | None], Mapping[str, Columns]] | None = None,
+    counters: CounterMemory | None = None,
+    cold: bool = True,
 ) -> tuple[FleetSnapshot, BuildReport]:
     """Build the snapshot at `at`. Kubernetes records given by the caller (the Kubernetes
-    collector) win over kube-state-metrics'."""
+    collector) win over kube-state-metrics'. With `counters`, warm cycles (`cold` False) derive
+    counter increases from it, and cold ones seed it (observer.counter_memory)."""
     gpus = identity(answers.get("identity") or [], answers.get("vanished") or [])
     ksm_nodes, ksm_pods = kube_records(
         answers.get("kube") or [], answers.get("kube_status") or [], s.target_labels
@@ -142,7 +166,7 @@ def assemble(
     return builder.build_with_report(
         at,
         gpus,
-        gpu_metrics(answers, s, gpus, value_columns),
+        gpu_metrics(answers, s, gpus, value_columns, counters, cold, at),
         nodes=node_list,
         pods=pod_list,
         steps=steps,

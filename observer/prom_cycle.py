@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
 from observer.collect_errors import CollectionError, CycleStats, QueryStat
+from observer.counter_memory import CounterMemory
 from observer.gc_pause import paused_gc
 from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
 from observer.prom_assemble import assemble
 from observer.prom_errors import QueryFailed, Seen
 from observer.prom_memory import PromMemory
-from observer.prom_queries import PromSettings, Query, plan
+from observer.prom_queries import PromSettings, Query, counter_families, plan
 from observer.prom_range import chunks
 from observer.prom_raw import (
     DEFAULT_LOOKBACK,
@@ -96,6 +97,7 @@ class PromCycles:
         self.queries: tuple[Query, ...] = plan(settings)
         self.warm_queries = tuple(q for q in self.queries if not q.cold)
         self.memory = PromMemory(settings.inventory_window)
+        self.counters = counter_memory(settings)
         self.api = api
         self._pool = ThreadPoolExecutor(max(1, settings.concurrency), "prom-query")
 
@@ -182,11 +184,12 @@ class PromCycles:
     ) -> CollectResult:
         """One instant cycle at `at` (default: now). Kubernetes records, if given, replace
         kube-state-metrics' (the Kubernetes collector is fresher). Cycles in time order reuse
-        what earlier ones saw (observer.prom_memory); a cold start asks 3 more queries. Cyclic
+        what earlier ones saw (observer.prom_memory, observer.counter_memory); a cold start asks
+        10 more queries. Cyclic
         GC is paused while the answers are decoded and assembled (observer.gc_pause says why)."""
         t = self.now() if at is None else float(at)
         began = time.perf_counter()
-        cold = not self.memory.warm(t)
+        cold = not (self.memory.warm(t) and self.counters.warm(t))
         with paused_gc():
             answers, stats, problems = self._run(
                 lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
@@ -214,9 +217,10 @@ class PromCycles:
             answers = {**answers, **self.memory.answers(answers.get("identity") or [], t)}
         result = assemble(
             answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
-            events=events,
+            events=events, counters=self.counters, cold=cold,
         )  # fmt: skip
         self.memory.remember(answers, t, cold)
+        self.counters.compact(t)
         return result
 
     def collect_range(self, start: float, end: float, step: float) -> Iterator[CollectResult]:
@@ -226,11 +230,11 @@ class PromCycles:
         began = time.perf_counter()
         spent = self.range_seconds = dict.fromkeys(("setup", "wait", "grids", "steps"), 0.0)
         spent["chunks"] = 0
-        cold_queries = [q for q in self.queries if q.cold or q.essential]
+        cold_queries = [q for q in self.queries if (q.cold and not q.family) or q.essential]
         answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
         self.memory = PromMemory(self.settings.inventory_window)
         self.memory.remember(answers, start, cold=True)
-        memory = memory_from(self.memory)
+        memory = memory_from(self.memory, counter_memory(self.settings))
         fetch = RawFetch(self.settings)
         replay = RawReplay(
             self.settings, fetch, self._run,
@@ -269,6 +273,7 @@ class PromCycles:
         finally:
             replay.close()
             fetch.close()
+            self.counters = memory.counters  # instant cycles after the replay go on from it
 
     def _server_semantics(self, fetch: RawFetch, at: float) -> tuple[float, bool]:
         """(lookback delta in seconds, windows left-open?) of the server."""
@@ -296,6 +301,12 @@ def chunk_span(longest: float, step: float, gpus: int, interval: float | None) -
     MAX_CHUNK_SAMPLES in that time (estimated from its GPUs and scrape interval)."""
     per_second = max(1, gpus) * SERIES_PER_GPU / (interval if interval and interval > 0 else 30.0)
     return max(step, min(longest, MAX_CHUNK_SAMPLES / per_second))
+
+
+def counter_memory(s: PromSettings) -> CounterMemory:
+    """Memory of counter totals for increases over `s.window`, kept as long as PromMemory
+    keeps a GPU (the inventory window)."""
+    return CounterMemory(counter_families(), s.window, s.inventory_window)
 
 
 def _dcgm_names(queries: Sequence[Query]) -> str:

@@ -1,7 +1,8 @@
 """The PromQL of one Prometheus collection cycle: a fixed plan, independent of fleet size.
 
 Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 24 on a cold
-start, 21 afterwards (the 3 `cold` ones are then answered from observer.prom_memory). Each does its
+start, 14 afterwards (the 10 `cold` ones are then answered from memory: observer.prom_memory for
+3, observer.counter_memory for the 7 counter increases). Each does its
 filtering and label stripping on the server, so the payload stays close to "one number per GPU
 per metric", and the plan avoids reading any series twice where it can (Prometheus spends
 ~10 us per series read; at 10k GPUs x 22 families that is the cycle's main cost):
@@ -16,8 +17,9 @@ per metric", and the plan avoids reading any series twice where it can (Promethe
   family, UUID (+ `GPU_I_ID`) and pod: backfilled data has no staleness markers, so an old pod's
   series lingers for the lookback delta and the client keeps the GPU's newest pod only.
 - `values:sparse`: error-counter totals only where non-zero; 0 for the other reporting GPUs.
-- one `increase(...[w])` per counter family (reset-aware on the server); error counters come back
-  only where they rose (`> 0`), the rest is filled with 0 for GPUs that report.
+- one `increase(...[w])` per counter family (reset-aware on the server; cold start only: warm
+  cycles derive increases from the totals above, which they read anyway); error counters come
+  back only where they rose (`> 0`), the rest is filled with 0 for GPUs that report.
 - `xid_count` with its own sample times (the client drops counts older than the GPU's newest
   sample: dcgm-exporter drops the series when its window empties), training steps and their
   increase, `up`, the last time each exporter was up (`up_last`, cold start), the scrape interval
@@ -144,7 +146,8 @@ class Query:
     kind: str = "query"
     """`query` (PromQL), or `names`: the `__name__` values of series matching `promql`."""
     cold: bool = False
-    """Asked on a cold start only; later cycles answer it from memory (observer.prom_memory)."""
+    """Asked on a cold start only; later cycles answer it from memory (observer.prom_memory,
+    and observer.counter_memory for the `family` queries: counter increases)."""
 
 
 def _dur(seconds: float) -> str:
@@ -234,7 +237,7 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
         expr = f"sum by ({KEY}) (increase({name}[{w}]))"
         if name in SPARSE_COUNTERS:
             expr += " > 0"
-        queries.append(Query(f"increase:{name}", expr, family=name))
+        queries.append(Query(f"increase:{name}", expr, family=name, cold=True))
     ksm = f",{s.ksm_matchers}" if s.ksm_matchers else ""
     up = s.up_selector
     queries += [

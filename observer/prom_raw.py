@@ -27,6 +27,7 @@ import numpy as np
 
 from observer.catalog import STEPS_METRIC, XID_COUNT_METRIC
 from observer.collect_errors import QueryStat
+from observer.counter_memory import CounterMemory
 from observer.prom_assemble import interval_from
 from observer.prom_errors import QueryFailed, Seen
 from observer.prom_memory import PromMemory
@@ -103,13 +104,14 @@ def raw_plan(s: PromSettings) -> tuple[RawQuery, ...]:
     return tuple(out)
 
 
-def memory_from(prom: PromMemory) -> RawMemory:
-    """The cold cycle's memory (observer.prom_memory) in the replay's form."""
+def memory_from(prom: PromMemory, counters: CounterMemory) -> RawMemory:
+    """The cold cycle's memory (observer.prom_memory) in the replay's form, with an empty
+    counter memory (`counters`: the replay's first step seeds it, as a cold cycle does)."""
     gpus = {
         key: (tuple(str(m.get(name, "")) for name in IDENTITY_LABELS), seen)
         for key, (m, seen) in prom.gpus.items()
     }
-    return RawMemory(prom.window, gpus, dict(prom.node_last), prom.interval)
+    return RawMemory(prom.window, counters, gpus, dict(prom.node_last), prom.interval)
 
 
 Runner = Callable[
@@ -239,20 +241,23 @@ class RawReplay:
         interval = (
             interval_from([{"value": [0, repr(memory.interval)]}]) if memory.interval else None
         )
+        vals = values(dcgm, grid, ident, keys)
+        present = f.families or frozenset()
+        sparse_ok = f.blocks.get("raw:sparse") is not None
         return Chunk(
             timing=timing,
             ident=ident,
             gpu_rows=_gpu_rows(ident.rows),
-            values=values(dcgm, grid, ident, keys),
-            increases=increases(dcgm, ident, timing, keys),
+            values=vals,
+            increases=increases(dcgm, ident, timing, keys, vals, present, sparse_ok, memory),
             missing=missing,
             xid=None if xid is None else xid_counts(xid.block, xid.grid, ident),
             steps=None if steps is None else pod_steps(steps.block, steps.grid, timing),
             up=small("raw:up"),
             kube=kube_main,
             kube_status=kube_status,
-            present=f.families or frozenset(),
-            sparse_ok=f.blocks.get("raw:sparse") is not None,
+            present=present,
+            sparse_ok=sparse_ok,
             problems=f.problems,
             interval=interval,
         )

@@ -13,13 +13,15 @@ semantics, observer.raw_groups the `by (...)` reductions). Rows are GPU keys (`U
 - values: per family the GPU's value, keeping only its newest pod's series when an old pod's
   series still lingers (backfilled data carries no staleness markers); error counters only
   where non-zero, as the sparse query asks;
-- increases: `sum by (UUID, GPU_I_ID) (increase(counter[w]))`, error counters only where > 0;
+- increases: what warm instant cycles derive from the per-step totals (observer.counter_memory,
+  stepped through the chunk); at the replay's first step, a cold start,
+  `sum by (UUID, GPU_I_ID) (increase(counter[w]))`, error counters only where > 0;
 - XID counts whose own sample is as new as their GPU's (dcgm-exporter drops an emptied window).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,8 +34,9 @@ from observer.catalog import (
     LABEL_UUID,
     canonical_name,
 )
+from observer.counter_memory import CounterMemory
 from observer.model import BoolArray, FloatArray
-from observer.prom_queries import IDENTITY_LABELS, SPARSE_COUNTERS, counter_families
+from observer.prom_queries import IDENTITY_LABELS, SPARSE_COUNTERS
 from observer.raw_grid import IndexGrid, increase, pick
 from observer.raw_groups import codes, reduce_rows
 from observer.raw_matrix import RawBlock
@@ -57,9 +60,11 @@ def host_of(row: IdentityTuple) -> str:
 
 @dataclass(slots=True)
 class RawMemory:
-    """What earlier steps saw (observer.prom_memory's state, carried from chunk to chunk)."""
+    """What earlier steps saw (observer.prom_memory's and observer.counter_memory's state,
+    carried from chunk to chunk)."""
 
     window: float
+    counters: CounterMemory
     gpus: dict[str, tuple[IdentityTuple, float]] = field(default_factory=dict)
     node_last: dict[str, float] = field(default_factory=dict)
     interval: float | None = None
@@ -214,24 +219,71 @@ def values(
 
 
 def increases(
-    block: RawBlock, ident: Identity, timing: Timing, key: np.ndarray
+    block: RawBlock,
+    ident: Identity,
+    timing: Timing,
+    key: np.ndarray,
+    values: Mapping[str, FloatArray],
+    present: frozenset[str],
+    sparse_ok: bool,
+    memory: RawMemory,
 ) -> dict[str, FloatArray]:
-    """Counter family -> (keys x steps) `sum by (UUID, GPU_I_ID) (increase(x[w]))`; error
-    counters only where > 0."""
-    fams = counter_families()
+    """Counter family -> (keys x steps) increase, as warm instant cycles at those steps derive
+    it from their totals (observer.counter_memory: `memory.counters`, stepped through the chunk
+    and carried to the next). The replay's first step is a cold start: there the increase is
+    `sum by (UUID, GPU_I_ID) (increase(x[w]))` (error counters only where > 0), which seeds
+    the memory. `values`: the chunk's value grids (error counters only where non-zero; 0 for
+    reporting GPUs when the family exists, as the instant cycle fills them)."""
+    counters = memory.counters
+    fams = counters.families
+    g, k = len(ident.keys), int(timing.steps_ms.shape[0])
+    current = ~np.isnan(ident.key_stamp)
+    totals = np.full((k, len(fams), g), np.nan)
+    reported: set[int] = set()
+    for f, name in enumerate(fams):
+        grid = values.get(name)
+        if name in SPARSE_COUNTERS and name in present and sparse_ok:
+            base = grid if grid is not None else np.full((g, k), np.nan)
+            totals[:, f, :] = np.where(current & np.isnan(base), 0.0, base).T
+            reported.add(f)
+        elif grid is not None:
+            totals[:, f, :] = grid.T
+            reported.add(f)
+    out = np.full((k, len(fams), g), np.nan)
+    times = timing.times
+    first = 0
+    if counters.last_t is None and k:  # the replay's first step: a cold start
+        cold = _prometheus_increase(block, ident, timing, key, fams)
+        out[0] = cold
+        reported.update(np.flatnonzero(~np.isnan(cold).all(axis=1)).tolist())
+        counters.seed(ident.keys, totals[0], ident.key_stamp[:, 0], float(times[0]), cold)
+        first = 1
+    if first < k:
+        cols = counters.columns(ident.keys)
+        stamps = np.ascontiguousarray(ident.key_stamp.T)
+        for j in range(first, k):
+            out[j] = counters.observe(cols, totals[j], stamps[j], float(times[j]))
+        counters.compact(float(times[-1]))
+    return {fams[f]: out[:, f, :].T for f in sorted(reported)}
+
+
+def _prometheus_increase(
+    block: RawBlock, ident: Identity, timing: Timing, key: np.ndarray, fams: Sequence[str]
+) -> FloatArray:
+    """(families x keys) `sum by (UUID, GPU_I_ID) (increase(x[w]))` at the chunk's first step,
+    error counters only where > 0 (NaN elsewhere)."""
     at = {f: i for i, f in enumerate(fams)}
     fam = np.fromiter((at.get(m.get("__name__", ""), -1) for m in block.labels), np.int64,
                       len(block))  # fmt: skip
     idx = np.flatnonzero((fam >= 0) & (key >= 0))
-    inc = increase(block.take(idx), timing.steps_ms, timing.window_ms, timing.left_open)
+    inc = increase(block.take(idx), timing.steps_ms[:1], timing.window_ms, timing.left_open)
     g = len(ident.keys)
-    flat = reduce_rows(inc, fam[idx] * g + key[idx], len(fams) * g, "sum")
-    out: dict[str, FloatArray] = {}
-    for i, name in enumerate(fams):
-        if not (fam[idx] == i).any():
-            continue
-        total = flat[i * g : (i + 1) * g]
-        out[name] = np.where(total > 0, total, np.nan) if name in SPARSE_COUNTERS else total
+    flat = reduce_rows(inc, fam[idx] * g + key[idx], len(fams) * g, "sum")[:, 0]
+    out = flat.reshape(len(fams), g)
+    with np.errstate(invalid="ignore"):
+        for i, name in enumerate(fams):
+            if name in SPARSE_COUNTERS:
+                out[i] = np.where(out[i] > 0, out[i], np.nan)
     return out
 
 

@@ -1,0 +1,64 @@
+"""One instant cycle's counter columns <-> the counter memory (observer.counter_memory).
+
+An instant cycle (observer.prom_assemble) has each counter family as a per-GPU series of totals
+keyed by UUID (+ GPU_I_ID), possibly with two rows for a GPU whose old pod's series lingers.
+This module lays them out as (family x GPU) totals over the cycle's current GPUs (max over a
+GPU's rows, as the range replay's `max by` does), hands them to the memory, and maps the
+increases it answers back onto each series' rows. On a cold start it seeds the memory with the
+increases Prometheus reported instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import repeat
+
+import numpy as np
+
+from observer.counter_memory import CounterMemory
+from observer.model import FloatArray
+from observer.prom_parse import keys_list
+from observer.snapshot_inputs import MetricSeries
+
+
+def feed(
+    memory: CounterMemory,
+    t: float,
+    cold: bool,
+    stamp_of: Mapping[str, float],
+    series: Mapping[str, MetricSeries],
+) -> dict[str, FloatArray]:
+    """Warm: per family in `series`, the increase of each of its rows (NaN: unknown; rows of
+    GPUs not reporting now are NaN). Cold: seeds the memory with the series' `increase`
+    (Prometheus' answers) and returns {}. `stamp_of`: GPU key -> newest sample time of the
+    GPUs reporting now."""
+    keys = list(stamp_of)
+    n = len(keys)
+    stamps = np.fromiter(stamp_of.values(), np.float64, n)
+    pos_of = dict(zip(keys, range(n), strict=True))
+    fams = memory.families
+    totals = np.full((len(fams), n), np.nan)
+    seeds = np.full((len(fams), n), np.nan) if cold else totals
+    row_pos: dict[str, np.ndarray] = {}
+    for f, fam in enumerate(fams):
+        s = series.get(fam)
+        if s is None:
+            continue
+        assert s.uuid is not None
+        row_keys = keys_list(s.uuid, s.mig_instance)
+        pos = np.fromiter(map(pos_of.get, row_keys, repeat(-1)), np.int64, len(row_keys))
+        row_pos[fam] = pos
+        ok = pos >= 0
+        np.fmax.at(totals[f], pos[ok], s.value[ok])
+        if cold and s.increase is not None:
+            np.fmax.at(seeds[f], pos[ok], s.increase[ok])
+    if cold:
+        memory.seed(keys, totals, stamps, t, seeds)
+        return {}
+    inc = memory.observe(memory.columns(keys), totals, stamps, t)
+    out: dict[str, FloatArray] = {}
+    for fam, pos in row_pos.items():
+        row = inc[fams.index(fam)][np.maximum(pos, 0)]
+        row[pos < 0] = np.nan
+        out[fam] = row
+    return out

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -83,7 +84,9 @@ class CounterMemory:
     def columns(self, keys: Sequence[str]) -> np.ndarray:
         """The memory columns of these GPU keys (new keys get new columns)."""
         index = self.index
-        out = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(keys))
+        out = np.fromiter(map(index.get, keys, repeat(-1)), np.int64, len(keys))
+        for i in np.flatnonzero(out < 0).tolist():
+            out[i] = index.setdefault(keys[i], len(index))
         self._grow(len(index))
         return out
 

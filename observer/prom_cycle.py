@@ -39,7 +39,7 @@ from observer.prom_raw import (
     parse_duration,
 )
 from observer.raw_fetch import RawFetch
-from observer.raw_steps import KubeCache, ReplayBuilder, build_step
+from observer.raw_steps import KubeCache, build_step
 from observer.snapshot_builder import BuildReport, SnapshotBuilder
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,11 @@ class PromCycles:
         workers), wait (for samples not yet fetched), grids (per chunk), steps (per snapshot),
         and how many chunks it read."""
         self.now = now
-        self.builder = builder or SnapshotBuilder(
-            JobIdentity(tuple(settings.job_label_keys)), settings.cluster
+        self.builder = (
+            builder
+            or SnapshotBuilder(
+                JobIdentity(tuple(settings.job_label_keys)), settings.cluster
+            ).with_pod_cache()
         )
         self.queries: tuple[Query, ...] = plan(settings)
         self.warm_queries = tuple(q for q in self.queries if not q.cold)
@@ -242,7 +245,7 @@ class PromCycles:
             *self._server_semantics(fetch, start),
             workers=2 if end - start > self.settings.range_chunk else 0,  # short: not worth it
         )  # fmt: skip
-        builder = ReplayBuilder(self.builder)
+        builder = self.builder.with_pod_cache()
         spent["setup"] = time.perf_counter() - began
         try:
             span = chunk_span(self.settings.range_chunk, step, len(self.memory.gpus),

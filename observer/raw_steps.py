@@ -12,13 +12,12 @@ values change from one step to the next.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from observer.catalog import XID_COUNT_METRIC
-from observer.gpu_rows import GpuRows
-from observer.model import FleetSnapshot, FloatArray, IntArray, Job, Node, Pod
+from observer.model import FleetSnapshot, FloatArray, Node, Pod
 from observer.prom_assemble import interval_from
 from observer.prom_parse import exporter_up, kube_records, pod_nodes
 from observer.prom_queries import SPARSE_COUNTERS, PromSettings, counter_families
@@ -29,7 +28,6 @@ from observer.snapshot_builder import BuildReport, SnapshotBuilder
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 
 COUNTERS = frozenset(counter_families())
-PodsBuilt = tuple[tuple[Pod, ...], tuple[Job, ...], IntArray, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,31 +67,6 @@ class KubeCache:
     records: tuple[list[Node], list[Pod]] = field(default_factory=lambda: ([], []))
     up_key: tuple[object, ...] = ()
     up: dict[str, bool] = field(default_factory=dict)
-
-
-class ReplayBuilder(SnapshotBuilder):
-    """The snapshot builder, remembering the last step's pods and jobs: consecutive replay
-    steps mostly hold the same pods on the same GPUs, and assigning jobs and ranks is the
-    builder's costliest part. Same inputs, same result: only the repetition is skipped."""
-
-    _last: tuple[list[Pod], tuple[np.ndarray, ...], PodsBuilt] | None = None
-
-    def __init__(self, base: SnapshotBuilder) -> None:
-        super().__init__(**{f.name: getattr(base, f.name) for f in fields(base)})
-        object.__setattr__(self, "_last", None)
-
-    def _pods(self, rows: GpuRows, pods: list[Pod]) -> PodsBuilt:
-        labels = rows.pod_labels()
-        last = self._last
-        if (
-            last is not None
-            and last[0] == pods
-            and all(np.array_equal(a, b) for a, b in zip(labels, last[1], strict=True))
-        ):
-            return last[2]
-        built = super()._pods(rows, pods)
-        object.__setattr__(self, "_last", (pods, labels, built))
-        return built
 
 
 def take_rows(cols: GpuColumns, rows: np.ndarray, stamp: FloatArray) -> GpuColumns:

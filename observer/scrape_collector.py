@@ -92,7 +92,7 @@ class ScrapeCollector:
         self.now = now
         self.builder = SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
-        )
+        ).with_pod_cache()
         self.counters = RingWindow(settings.capacity, settings.inventory_window)
         self.steps = RingWindow(settings.capacity, settings.inventory_window)
         self._targets: dict[str, _Target] = {}

@@ -48,7 +48,7 @@ series, nodes outside Kubernetes, pods synthesised from GPU labels) for the coll
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -69,6 +69,7 @@ from observer.model import (
     NodeName,
     Pod,
 )
+from observer.pod_assignment import PodAssignment, PodAssignmentCache, PodLabels
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.telemetry_health import newest_per_node, telemetry_health
 
@@ -97,6 +98,13 @@ class SnapshotBuilder:
     cluster: str = "default"
     fill_catalog: bool = True
     """Give every catalog metric a column, all-NaN when not collected."""
+    pod_cache: PodAssignmentCache | None = field(default=None, compare=False, repr=False)
+    """Reuse the last pod/job assignment when its inputs repeat (observer.pod_assignment);
+    collectors running cycles in time order set it, one-off builds need not."""
+
+    def with_pod_cache(self) -> SnapshotBuilder:
+        """This builder with a fresh pod-assignment cache of its own."""
+        return replace(self, pod_cache=PodAssignmentCache())
 
     def build(
         self,
@@ -138,7 +146,12 @@ class SnapshotBuilder:
             extra_nodes = set(exporters.up) | set(exporters.last_scrape)
         rows = resolve_gpu_rows(gpus, list(nodes), extra_nodes)
         columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
-        pod_records, jobs, pod_index, synthesised = self._pods(rows, list(pods))
+        pod_list, labels = list(pods), rows.pod_labels()
+        pod_records, jobs, pod_index, synthesised = (
+            self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
+            if self.pod_cache is not None
+            else self._pods(labels, pod_list)
+        )
         pod_job = np.array([p.job_index for p in pod_records] + [NO_INDEX], dtype=np.int32)
         table = rows.table(pod_index, readonly(pod_job[pod_index]))
         node_newest = newest_per_node(gpu_newest, table.node_index, len(rows.nodes))
@@ -208,11 +221,9 @@ class SnapshotBuilder:
                     columns[spec.name] = MetricColumn(nan, nan, inc_nan, 0.0)
         return columns, dups, unknown, newest
 
-    def _pods(
-        self, rows: GpuRows, pods: list[Pod]
-    ) -> tuple[tuple[Pod, ...], tuple[Job, ...], IntArray, tuple[str, ...]]:
+    def _pods(self, labels: PodLabels, pods: list[Pod]) -> PodAssignment:
         by_key: dict[tuple[str, str], Pod] = {(p.namespace, p.name): p for p in pods}
-        ns, name, host = rows.pod_labels()
+        ns, name, host = labels
         named = np.flatnonzero(name != "")
         heads = named[run_starts(ns[named], name[named])]  # one row per GPU-holding pod
         missing: list[str] = []

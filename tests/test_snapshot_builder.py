@@ -363,3 +363,28 @@ def test_columns_of_different_lengths_are_refused() -> None:
         MetricSeries(np.zeros(2), np.zeros(3), uuid=obj(["a", "b"]))
     with pytest.raises(ValueError, match="GpuColumns columns differ in length"):
         GpuColumns(obj(["a"]), obj(["h", "h"]), np.zeros(1, np.int32), obj(["m"]))
+
+
+def test_pod_cache_reuses_only_identical_assignments() -> None:
+    """A builder with a pod cache (collectors running cycles in time order) gives exactly the
+    snapshot a fresh builder gives, reusing the assignment only when pods and GPUs repeat."""
+    label = "training.kubeflow.org/job-name"
+    fresh, cached = SnapshotBuilder(), SnapshotBuilder().with_pod_cache()
+    rows = [row("n1", d, f"w-{d}", "ml") for d in range(4)]
+    pods = [pod("ml", f"w-{d}", "n1", **{label: "llama"}) for d in range(4)]
+    moved = [row("n1", d, f"w-{(d + 1) % 4}", "ml") for d in range(4)]  # ranks swap GPUs
+    relabelled = [*pods[:3], pod("ml", "w-3", "n1", **{label: "other"})]
+    cases = [(rows, pods), (rows, pods), (moved, pods), (moved, relabelled), (moved, relabelled)]
+    for gpus, records in cases:
+        a = fresh.build(NOW, gpu_rows(gpus), {}, pods=records)
+        b = cached.build(NOW, gpu_rows(gpus), {}, pods=records)
+        assert b.pods == a.pods and b.jobs == a.jobs
+        assert np.array_equal(b.gpus.pod_index, a.gpus.pod_index)
+        assert np.array_equal(b.gpus.job_index, a.gpus.job_index)
+    assert cached.pod_cache is not None
+    assert (cached.pod_cache.hits, cached.pod_cache.misses) == (2, 3)
+    assert [j.key for j in cached.build(NOW, gpu_rows(moved), {}, pods=relabelled).jobs] == [
+        "ml/llama",
+        "ml/other",
+    ]
+    assert cached == SnapshotBuilder()  # the cache is not part of the configuration

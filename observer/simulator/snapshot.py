@@ -101,7 +101,7 @@ class SimSnapshots:
         )
         self._node_names = np.array([n.name for n in lay.nodes], dtype=object)
         self._interval = float(sc.scrape_interval)
-        self._builder = SnapshotBuilder(cluster=sc.cluster)
+        self._builder = SnapshotBuilder(cluster=sc.cluster).with_pod_cache()
 
     def _scrape(self, k: int) -> Sample:
         cache = self._cache

@@ -44,9 +44,10 @@ READY_TIMEOUT = 180.0
 CAVEATS = (
     "Caveats: the head held only the ~3 minutes ingested before timing (3 scrape rounds "
     "plus the 120 s window), not the hours a production head holds. The warm cycle's "
-    "queries are instant selectors (5 m lookback) and 120 s increases, which touch only "
-    "the newest head chunk, so that should change little; the cold-start queries (900 s "
-    "windows) and the 300 s `families` lookup saw shorter spans than they would in "
+    "queries are instant selectors (5 m lookback; counter increases come from the "
+    "collector's memory of totals), which touch only the newest head chunk, so that should "
+    "change little; the cold-start queries (900 s windows, 120 s increases) and the 300 s "
+    "`families` lookup saw shorter spans than they would in "
     "production. Compared with the backfilled section, the scrape interval (15 s live vs "
     "30 s backfilled) and the machine load differ between the two runs (see each "
     "section's load average), so the gap between the two medians is not the head block's "

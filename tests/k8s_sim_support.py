@@ -13,14 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from kubernetes.client import V1ObjectMeta
 
 from observer.simulator.clock import ManualWall, SimClock
 from observer.simulator.cluster import ClusterOptions, SimCluster
 from observer.simulator.k8s_api import KubeApiServer
 from observer.simulator.scenario import Scenario, scenario_from_dict
 
-SMALL = {
+SMALL: dict[str, Any] = {
     "name": "k8s-small",
     "seed": 1,
     "cluster": "small",
@@ -80,3 +82,56 @@ def running_sim(
         yield Sim(cluster, api, wall, api.write_kubeconfig(tmp_path / "kubeconfig"))
     finally:
         api.stop()
+
+
+# ---- the `kubernetes` client's models make every field optional; these narrow them in tests ----
+
+T = TypeVar("T")
+M_co = TypeVar("M_co", covariant=True)
+S_co = TypeVar("S_co", covariant=True)
+
+
+def present(value: T | None, what: str) -> T:
+    """`value`, or fail the test: the API server left out `what`, which the test relies on."""
+    assert value is not None, f"the API response has no {what}"
+    return value
+
+
+class _HasMetadata(Protocol[M_co]):
+    @property
+    def metadata(self) -> M_co | None: ...
+
+
+class _HasSpec(Protocol[S_co]):
+    @property
+    def spec(self) -> S_co | None: ...
+
+
+class _HasStatus(Protocol[S_co]):
+    @property
+    def status(self) -> S_co | None: ...
+
+
+def meta(obj: _HasMetadata[M_co]) -> M_co:
+    """An object's `metadata` (V1ObjectMeta), or a list's (V1ListMeta)."""
+    return present(obj.metadata, f"{type(obj).__name__}.metadata")
+
+
+def spec(obj: _HasSpec[S_co]) -> S_co:
+    return present(obj.spec, f"{type(obj).__name__}.spec")
+
+
+def status(obj: _HasStatus[S_co]) -> S_co:
+    return present(obj.status, f"{type(obj).__name__}.status")
+
+
+def name_of(obj: _HasMetadata[V1ObjectMeta]) -> str:
+    return present(meta(obj).name, f"{type(obj).__name__}.metadata.name")
+
+
+def labels_of(obj: _HasMetadata[V1ObjectMeta]) -> dict[str, str]:
+    return present(meta(obj).labels, f"{type(obj).__name__}.metadata.labels")
+
+
+def annotations_of(obj: _HasMetadata[V1ObjectMeta]) -> dict[str, str]:
+    return present(meta(obj).annotations, f"{type(obj).__name__}.metadata.annotations")

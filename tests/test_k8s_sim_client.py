@@ -18,7 +18,17 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from tests.k8s_sim_support import SMALL, Sim, running_sim
+from tests.k8s_sim_support import (
+    SMALL,
+    Sim,
+    labels_of,
+    meta,
+    name_of,
+    present,
+    running_sim,
+    spec,
+    status,
+)
 
 
 @pytest.fixture
@@ -28,7 +38,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 
 @pytest.fixture
-def api(sim: Sim) -> client.ApiClient:
+def api(sim: Sim) -> Iterator[client.ApiClient]:
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
     with client.ApiClient(cfg) as c:
@@ -37,40 +47,49 @@ def api(sim: Sim) -> client.ApiClient:
 
 def eviction(name: str, namespace: str, dry_run: bool = False) -> client.V1Eviction:
     opts = client.V1DeleteOptions(dry_run=["All"]) if dry_run else None
-    meta = client.V1ObjectMeta(name=name, namespace=namespace)
-    return client.V1Eviction(metadata=meta, delete_options=opts)
+    object_meta = client.V1ObjectMeta(name=name, namespace=namespace)
+    return client.V1Eviction(metadata=object_meta, delete_options=opts)
+
+
+def owner_kind(obj: client.V1Pod) -> str:
+    """The kind of the pod's first owner reference."""
+    return present(meta(obj).owner_references, "ownerReferences")[0].kind
+
+
+def namespaced_name(event: client.CoreV1Event) -> tuple[str, str]:
+    return present(meta(event).namespace, "metadata.namespace"), name_of(event)
 
 
 def test_lists_deserialise(api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
     nodes = v1.list_node()
-    assert [n.metadata.name for n in nodes.items] == [f"h100-000{i}" for i in range(4)]
-    assert int(nodes.metadata.resource_version) > 0
+    assert [name_of(n) for n in nodes.items] == [f"h100-000{i}" for i in range(4)]
+    assert int(present(meta(nodes).resource_version, "resourceVersion")) > 0
     node = nodes.items[0]
-    assert node.status.allocatable["nvidia.com/gpu"] == "8"
-    assert node.metadata.labels["gpufleet.io/pool"] == "h100"
-    assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
-    assert node.status.node_info.kubelet_version.startswith("v1.")
+    assert present(status(node).allocatable, "allocatable")["nvidia.com/gpu"] == "8"
+    assert labels_of(node)["gpufleet.io/pool"] == "h100"
+    conditions = present(status(node).conditions, "node conditions")
+    assert {c.type: c.status for c in conditions}["Ready"] == "True"
+    assert present(status(node).node_info, "nodeInfo").kubelet_version.startswith("v1.")
     pods = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=h100-0000")
-    by_name = {p.metadata.name: p for p in pods.items}
+    by_name = {name_of(p): p for p in pods.items}
     assert set(by_name) == {
         "train-worker-0", "train-worker-1",
         "nvidia-dcgm-exporter-h100-0000", "nvidia-device-plugin-daemonset-h100-0000",
     }  # fmt: skip
     rank = by_name["train-worker-1"]
-    assert rank.metadata.owner_references[0].kind == "PyTorchJob"
-    assert rank.spec.containers[0].resources.limits["nvidia.com/gpu"] == "4"
-    assert rank.metadata.labels["training.kubeflow.org/replica-index"] == "1"
-    assert (
-        by_name["nvidia-dcgm-exporter-h100-0000"].metadata.owner_references[0].kind == "DaemonSet"
-    )
+    assert owner_kind(rank) == "PyTorchJob"
+    resources = present(spec(rank).containers[0].resources, "container resources")
+    assert present(resources.limits, "resource limits")["nvidia.com/gpu"] == "4"
+    assert labels_of(rank)["training.kubeflow.org/replica-index"] == "1"
+    assert owner_kind(by_name["nvidia-dcgm-exporter-h100-0000"]) == "DaemonSet"
     serve = v1.list_namespaced_pod("serving", label_selector="app in (serve),!missing")
-    assert [p.metadata.owner_references[0].kind for p in serve.items] == ["ReplicaSet"] * 2
+    assert [owner_kind(p) for p in serve.items] == ["ReplicaSet"] * 2
     one = v1.list_namespaced_pod("ml", field_selector="metadata.name=big-worker-0")
-    assert [p.spec.node_name for p in one.items] == ["h100-0002"]
-    assert v1.read_node("h100-0003").metadata.name == "h100-0003"
+    assert [spec(p).node_name for p in one.items] == ["h100-0002"]
+    assert name_of(v1.read_node("h100-0003")) == "h100-0003"
     pdbs = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget("ml").items
-    assert {(b.metadata.name, b.status.disruptions_allowed) for b in pdbs} == {
+    assert {(name_of(b), status(b).disruptions_allowed) for b in pdbs} == {
         ("train", 1),
         ("big", 1),
     }
@@ -78,22 +97,22 @@ def test_lists_deserialise(api: client.ApiClient) -> None:
 
 def test_paging_with_limit_and_continue(api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    everything = [p.metadata.name for p in v1.list_pod_for_all_namespaces().items]
+    everything = [name_of(p) for p in v1.list_pod_for_all_namespaces().items]
     names: list[str] = []
     token = None
     while True:
         page = v1.list_pod_for_all_namespaces(limit=3, _continue=token)
-        names += [p.metadata.name for p in page.items]
-        token = page.metadata._continue
+        names += [name_of(p) for p in page.items]
+        token = meta(page)._continue
         if not token:
             break
-        assert page.metadata.remaining_item_count > 0
+        assert present(meta(page).remaining_item_count, "remainingItemCount") > 0
     assert names == everything and len(names) == 13
 
 
 def test_watch_sees_cordon_patch(api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    rv = v1.list_node().metadata.resource_version
+    rv = meta(v1.list_node()).resource_version
     seen: list[tuple[str, str, Any]] = []
 
     def run() -> None:
@@ -123,7 +142,7 @@ def test_watch_initial_state_and_bookmarks(sim: Sim) -> None:
 
 def test_watch_from_expired_version_gets_410(sim: Sim, api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    rv = v1.list_node().metadata.resource_version
+    rv = present(meta(v1.list_node()).resource_version, "resourceVersion")
     sim.cluster.store.compact()
     v1.patch_node("h100-0001", {"metadata": {"labels": {"x": "y"}}})
     with pytest.raises(client.ApiException) as err:
@@ -157,13 +176,13 @@ def test_injected_429_500_410_and_slowness(sim: Sim, api: client.ApiClient) -> N
         with pytest.raises(client.ApiException) as err:
             client.CoreV1Api(bare).list_node()
     assert err.value.status == 429
-    assert err.value.headers["Retry-After"] == "3"
-    assert json.loads(err.value.body)["reason"] == "TooManyRequests"
+    assert present(err.value.headers, "headers")["Retry-After"] == "3"
+    assert json.loads(present(err.value.body, "body"))["reason"] == "TooManyRequests"
     assert len(v1.list_node().items) == 4  # only the next request failed
     # Through the HTTP control endpoint, as a test in another process would do it.
-    rule = {"path": "/api/v1/pods", "status": 500, "count": 2, "method": "GET"}
+    posted = {"path": "/api/v1/pods", "status": 500, "count": 2, "method": "GET"}
     req = urllib.request.Request(
-        f"{sim.api.url}/_sim/faults", data=json.dumps(rule).encode(), method="POST",
+        f"{sim.api.url}/_sim/faults", data=json.dumps(posted).encode(), method="POST",
         headers={"Content-Type": "application/json"},
     )  # fmt: skip
     urllib.request.urlopen(req, timeout=5).close()
@@ -185,24 +204,24 @@ def test_injected_429_500_410_and_slowness(sim: Sim, api: client.ApiClient) -> N
 
 def test_eviction_honours_pdb_dry_run_and_404(sim: Sim, api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    uid0 = v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid
+    uid0 = meta(v1.read_namespaced_pod("train-worker-0", "ml")).uid
     v1.create_namespaced_pod_eviction(
         "train-worker-0", "ml", eviction("train-worker-0", "ml", True)
     )
-    assert v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid == uid0  # dry run
+    assert meta(v1.read_namespaced_pod("train-worker-0", "ml")).uid == uid0  # dry run
     v1.create_namespaced_pod_eviction("train-worker-0", "ml", eviction("train-worker-0", "ml"))
     fresh = v1.read_namespaced_pod("train-worker-0", "ml")
-    assert fresh.metadata.uid != uid0 and fresh.status.phase == "Pending"
+    assert meta(fresh).uid != uid0 and status(fresh).phase == "Pending"
     with pytest.raises(client.ApiException) as err:
         v1.create_namespaced_pod_eviction("train-worker-1", "ml", eviction("train-worker-1", "ml"))
     assert err.value.status == 429
-    body = json.loads(err.value.body)
+    body = json.loads(present(err.value.body, "body"))
     assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
     assert body["details"]["causes"][0]["reason"] == "DisruptionBudget"
     pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("train", "ml")
-    assert pdb.status.disruptions_allowed == 0 and pdb.status.current_healthy == 1
+    assert status(pdb).disruptions_allowed == 0 and status(pdb).current_healthy == 1
     sim.advance(31)  # the replacement becomes Ready; the budget allows one disruption again
-    assert v1.read_namespaced_pod("train-worker-0", "ml").status.phase == "Running"
+    assert status(v1.read_namespaced_pod("train-worker-0", "ml")).phase == "Running"
     v1.create_namespaced_pod_eviction("train-worker-1", "ml", eviction("train-worker-1", "ml"))
     with pytest.raises(client.ApiException) as err:
         v1.create_namespaced_pod_eviction("nope", "ml", eviction("nope", "ml"))
@@ -220,13 +239,13 @@ def test_delete_with_stale_uid_precondition_conflicts(api: client.ApiClient) -> 
         v1.delete_namespaced_pod("serve-0", "serving", body=opts)
     assert err.value.status == 409
     v1.delete_namespaced_pod("serve-0", "serving")
-    names = [p.metadata.name for p in v1.list_namespaced_pod("serving").items]
+    names = [name_of(p) for p in v1.list_namespaced_pod("serving").items]
     assert "serve-0" not in names and len(names) == 2  # the ReplicaSet made a new one
 
 
 def test_eviction_of_a_replaced_pod_conflicts_on_uid(sim: Sim, api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    old_uid = v1.read_namespaced_pod("train-worker-0", "ml").metadata.uid
+    old_uid = meta(v1.read_namespaced_pod("train-worker-0", "ml")).uid
     v1.create_namespaced_pod_eviction("train-worker-0", "ml", eviction("train-worker-0", "ml"))
     sim.advance(31)  # the job controller's replacement, same name, new UID, is Ready
     stale = eviction("train-worker-0", "ml")
@@ -234,7 +253,7 @@ def test_eviction_of_a_replaced_pod_conflicts_on_uid(sim: Sim, api: client.ApiCl
     with pytest.raises(client.ApiException) as err:
         v1.create_namespaced_pod_eviction("train-worker-0", "ml", stale)
     assert err.value.status == 409
-    assert v1.read_namespaced_pod("train-worker-0", "ml").status.phase == "Running"
+    assert status(v1.read_namespaced_pod("train-worker-0", "ml")).phase == "Running"
 
 
 def test_node_patches_taints_labels_and_json_patch(api: client.ApiClient) -> None:
@@ -243,37 +262,39 @@ def test_node_patches_taints_labels_and_json_patch(api: client.ApiClient) -> Non
     body = {"spec": {"taints": [taint]}, "metadata": {"labels": {"gpufleet.io/quarantined": "true"},
             "annotations": {"gpufleet.io/reason": "xid48"}}}  # fmt: skip
     node = v1.patch_node("h100-0003", body)
-    assert node.spec.taints[0].key == "gpufleet.io/quarantine"
-    assert node.metadata.labels["gpufleet.io/quarantined"] == "true"
+    assert present(spec(node).taints, "taints")[0].key == "gpufleet.io/quarantine"
+    assert labels_of(node)["gpufleet.io/quarantined"] == "true"
     node = v1.patch_node("h100-0003", [{"op": "remove", "path": "/spec/taints"}])
-    assert node.spec.taints is None
+    assert spec(node).taints is None
     node = v1.patch_node("h100-0003", {"metadata": {"labels": {"gpufleet.io/quarantined": None}}})
-    assert "gpufleet.io/quarantined" not in node.metadata.labels
+    assert "gpufleet.io/quarantined" not in labels_of(node)
 
 
 def test_leases_for_leader_election(api: client.ApiClient) -> None:
     co = client.CoordinationV1Api(api)
     now = dt.datetime.now(dt.UTC)
-    spec = client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15, acquire_time=now,
+    held = client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15, acquire_time=now,
                               renew_time=now, lease_transitions=0)  # fmt: skip
-    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="gpufleet-leader"), spec=spec)
+    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="gpufleet-leader"), spec=held)
     made = co.create_namespaced_lease("default", lease)
-    assert made.spec.holder_identity == "a"
+    assert spec(made).holder_identity == "a"
     with pytest.raises(client.ApiException) as err:
         co.create_namespaced_lease("default", lease)
     assert err.value.status == 409
-    made.spec.holder_identity = "b"
+    spec(made).holder_identity = "b"
     replaced = co.replace_namespaced_lease("gpufleet-leader", "default", made)
-    assert replaced.spec.holder_identity == "b"
-    assert int(replaced.metadata.resource_version) > int(made.metadata.resource_version)
+    assert spec(replaced).holder_identity == "b"
+    assert int(present(meta(replaced).resource_version, "resourceVersion")) > int(
+        present(meta(made).resource_version, "resourceVersion")
+    )
     with pytest.raises(client.ApiException) as err:  # stale resourceVersion: someone else won
         co.replace_namespaced_lease("gpufleet-leader", "default", made)
     assert err.value.status == 409
     patched = co.patch_namespaced_lease(
         "gpufleet-leader", "default", {"spec": {"leaseTransitions": 1}}
     )
-    assert patched.spec.lease_transitions == 1
-    assert co.read_namespaced_lease("gpufleet-leader", "default").spec.holder_identity == "b"
+    assert spec(patched).lease_transitions == 1
+    assert spec(co.read_namespaced_lease("gpufleet-leader", "default")).holder_identity == "b"
     co.delete_namespaced_lease("gpufleet-leader", "default")
     with pytest.raises(client.ApiException) as err:
         co.read_namespaced_lease("gpufleet-leader", "default")
@@ -288,7 +309,7 @@ def test_events_create_list_and_cluster_events(api: client.ApiClient) -> None:
         reason="GpufleetCordon", message="cordoned by gpufleet", type="Normal",
     )  # fmt: skip
     made = v1.create_namespaced_event("default", ev)
-    assert made.metadata.name.startswith("gpufleet-")
+    assert name_of(made).startswith("gpufleet-")
     v1.patch_node("h100-0001", {"spec": {"unschedulable": True}})
     reasons = {e.reason for e in v1.list_event_for_all_namespaces().items}
     assert {"GpufleetCordon", "NodeNotSchedulable"} <= reasons
@@ -303,58 +324,62 @@ def test_gpu_fault_makes_device_plugin_drop_allocatable(tmp_path: Path) -> None:
         config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
         with client.ApiClient(cfg) as api:
             v1 = client.CoreV1Api(api)
-            assert v1.read_node("h100-0003").status.allocatable["nvidia.com/gpu"] == "8"
+            before = present(status(v1.read_node("h100-0003")).allocatable, "allocatable")
+            assert before["nvidia.com/gpu"] == "8"
             sim.advance(6 * 60)
             node = v1.read_node("h100-0003")
-            assert node.status.allocatable["nvidia.com/gpu"] == "7"
-            assert node.status.capacity["nvidia.com/gpu"] == "8"
+            assert present(status(node).allocatable, "allocatable")["nvidia.com/gpu"] == "7"
+            assert present(status(node).capacity, "capacity")["nvidia.com/gpu"] == "8"
             warnings = v1.list_event_for_all_namespaces(field_selector="type=Warning").items
             assert [(e.reason, e.involved_object.name) for e in warnings] == [
                 ("GpuUnhealthy", "h100-0003")
             ]
-            assert "XID 79" in warnings[0].message
+            assert "XID 79" in present(warnings[0].message, "event message")
             # `big` needs 8 GPUs: h100-0003 has only 7 healthy ones, h100-0002 is cordoned.
             v1.patch_node("h100-0002", {"spec": {"unschedulable": True}})
             v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
             pod = v1.read_namespaced_pod("big-worker-0", "ml")
-            assert pod.spec.node_name is None
-            assert "Insufficient nvidia.com/gpu" in pod.status.conditions[0].message
+            assert spec(pod).node_name is None
+            unscheduled = present(status(pod).conditions, "pod conditions")[0]
+            assert "Insufficient nvidia.com/gpu" in present(unscheduled.message, "message")
 
 
 def test_no_execute_taint_moves_pods_off(sim: Sim, api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
     taint = {"key": "gpufleet.io/quarantine", "value": "xid79", "effect": "NoExecute"}
-    old_uid = v1.read_namespaced_pod("big-worker-0", "ml").metadata.uid
+    old_uid = meta(v1.read_namespaced_pod("big-worker-0", "ml")).uid
     v1.patch_node("h100-0002", {"spec": {"taints": [taint]}})
     pod = v1.read_namespaced_pod("big-worker-0", "ml")
-    assert pod.metadata.uid != old_uid and pod.spec.node_name == "h100-0003"
-    left = {p.metadata.name for p in v1.list_pod_for_all_namespaces(
+    assert meta(pod).uid != old_uid and spec(pod).node_name == "h100-0003"
+    left = {name_of(p) for p in v1.list_pod_for_all_namespaces(
         field_selector="spec.nodeName=h100-0002").items}  # fmt: skip
     assert left == {"nvidia-dcgm-exporter-h100-0002", "nvidia-device-plugin-daemonset-h100-0002"}
 
 
 def test_namespaces_and_paging_across_similar_names(api: client.ApiClient) -> None:
     v1 = client.CoreV1Api(api)
-    assert "gpufleet" in {n.metadata.name for n in v1.list_namespace().items}
+    assert "gpufleet" in {name_of(n) for n in v1.list_namespace().items}
     v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="ml-prod")))
-    assert v1.read_namespace("ml-prod").status.phase == "Active"
+    assert status(v1.read_namespace("ml-prod")).phase == "Active"
     ref = client.V1ObjectReference(kind="Node", name="h100-0000")
     for ns in ("ml", "ml-prod"):
         for i in range(3):
-            meta = client.V1ObjectMeta(name=f"e{i}")
-            v1.create_namespaced_event(ns, client.CoreV1Event(metadata=meta, involved_object=ref))
+            ev_meta = client.V1ObjectMeta(name=f"e{i}")
+            v1.create_namespaced_event(
+                ns, client.CoreV1Event(metadata=ev_meta, involved_object=ref)
+            )
     with pytest.raises(client.ApiException) as err:
-        v1.create_namespaced_event("nope", client.CoreV1Event(metadata=meta, involved_object=ref))
+        v1.create_namespaced_event(
+            "nope", client.CoreV1Event(metadata=ev_meta, involved_object=ref)
+        )
     assert err.value.status == 404
-    everything = [
-        (e.metadata.namespace, e.metadata.name) for e in v1.list_event_for_all_namespaces().items
-    ]
+    everything = [namespaced_name(e) for e in v1.list_event_for_all_namespaces().items]
     paged: list[tuple[str, str]] = []
     token = None
     while True:
         page = v1.list_event_for_all_namespaces(limit=2, _continue=token)
-        paged += [(e.metadata.namespace, e.metadata.name) for e in page.items]
-        token = page.metadata._continue
+        paged += [namespaced_name(e) for e in page.items]
+        token = meta(page)._continue
         if not token:
             break
     assert paged == everything
@@ -379,21 +404,21 @@ def test_terminating_pods_linger_for_the_grace_period(tmp_path: Path) -> None:
         config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
         with client.ApiClient(cfg) as api:
             v1 = client.CoreV1Api(api)
-            uid = v1.read_namespaced_pod("big-worker-0", "ml").metadata.uid
+            uid = meta(v1.read_namespaced_pod("big-worker-0", "ml")).uid
             v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
             pod = v1.read_namespaced_pod("big-worker-0", "ml")
-            assert pod.metadata.uid == uid and pod.metadata.deletion_timestamp is not None
-            assert pod.spec.node_name == "h100-0002"
+            assert meta(pod).uid == uid and meta(pod).deletion_timestamp is not None
+            assert spec(pod).node_name == "h100-0002"
             pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("big", "ml")
-            assert pdb.status.current_healthy == 0
+            assert status(pdb).current_healthy == 0
             # Evicting a pod that is already terminating succeeds without a second deletion.
             v1.create_namespaced_pod_eviction("big-worker-0", "ml", eviction("big-worker-0", "ml"))
             sim.advance(11)
             fresh = v1.read_namespaced_pod("big-worker-0", "ml")
-            assert fresh.metadata.uid != uid and fresh.metadata.deletion_timestamp is None
+            assert meta(fresh).uid != uid and meta(fresh).deletion_timestamp is None
             # gracePeriodSeconds=0 (kubectl delete --force --grace-period=0) removes at once.
             v1.delete_namespaced_pod("serve-0", "serving", grace_period_seconds=0)
-            names = {p.metadata.name for p in v1.list_namespaced_pod("serving").items}
+            names = {name_of(p) for p in v1.list_namespaced_pod("serving").items}
             assert "serve-0" not in names and len(names) == 2
 
 
@@ -432,7 +457,7 @@ def test_client_leader_election_with_lease_lock(sim: Sim, tmp_path: Path) -> Non
         time.sleep(2.5)  # a renews every second, so b stays a follower
         co = client.CoordinationV1Api(client.ApiClient(_config(sim)))
         lease = co.read_namespaced_lease("gpufleet-leader", "gpufleet")
-        assert lease.spec.holder_identity == "a"
+        assert spec(lease).holder_identity == "a"
         assert procs["b"].poll() is None
         procs["a"].kill()  # the leader dies without releasing: b takes over once the lease expires
         out_b = procs["b"].stdout
@@ -440,7 +465,7 @@ def test_client_leader_election_with_lease_lock(sim: Sim, tmp_path: Path) -> Non
         ready, _, _ = select.select([out_b], [], [], 15)
         assert ready and out_b.readline().strip() == "LEADING b"
         lease = co.read_namespaced_lease("gpufleet-leader", "gpufleet")
-        assert lease.spec.holder_identity == "b"
+        assert spec(lease).holder_identity == "b"
     finally:
         for p in procs.values():
             p.kill()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from remediations.actuator import KubeActuator
 from remediations.engine import RemediationEngine
 from remediations.policy import Policy, policy_from_dict
 from remediations.runner import Runner
-from remediations.store import Store
+from remediations.store import ActionRecord, Store
 from remediations.types import (
     ACTION_ANNOTATION,
     INCIDENT_ANNOTATION,
@@ -29,15 +30,14 @@ from remediations.types import (
     REQUEST_ANNOTATION,
     ActionState,
 )
-from tests.k8s_sim_support import Sim, running_sim
+from tests.k8s_sim_support import Sim, annotations_of, labels_of, present, running_sim, spec
 from tests.remediations.helpers import finding as _finding
 
 T0 = 1_700_000_000.0
 
 
-def finding(**kw: object) -> Finding:
-    kw.setdefault("first_seen", T0)
-    return _finding(**kw)  # type: ignore[arg-type]
+def finding(*, first_seen: float = T0, **kw: Any) -> Finding:
+    return _finding(first_seen=first_seen, **kw)
 
 
 @pytest.fixture
@@ -73,10 +73,10 @@ def _run(
     policy: Policy,
     store: Store,
     act: KubeActuator,
-    findings: list,
-    sim: Sim,  # type: ignore[type-arg]
+    findings: list[Finding],
+    sim: Sim,
     passes: int = 3,
-) -> list:  # type: ignore[type-arg]
+) -> list[ActionRecord]:
     eng = RemediationEngine(policy, store, started_at=T0 - 60)
     eng.cycle(findings, act.cluster_view(T0), T0)
     runner = Runner(policy, store, act, owner="sim-test", open_incidents=eng.open_incident_ids)
@@ -94,12 +94,12 @@ def test_quarantine_taints_labels_and_annotates(
     (a,) = _run(_policy("quarantine"), store, actuator, [finding(node="h100-0003")], sim)
     assert a.state is ActionState.DONE, a
     node = actuator.core.read_node("h100-0003")
-    assert node.spec.unschedulable
-    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+    assert spec(node).unschedulable
+    assert [(t.key, t.value, t.effect) for t in present(spec(node).taints, "taints")] == [
         (QUARANTINE_TAINT, "gpu_xid", "NoSchedule")
     ]
-    assert node.metadata.labels[QUARANTINE_LABEL] == "gpu_xid"
-    ann = node.metadata.annotations
+    assert labels_of(node)[QUARANTINE_LABEL] == "gpu_xid"
+    ann = annotations_of(node)
     assert ann[ACTION_ANNOTATION] == a.id and ann[INCIDENT_ANNOTATION] == a.incident_id
     assert ann[OWNER_ANNOTATION] == "gpufleet" and ann[REASON_ANNOTATION].startswith("quarantine")
     writes = [r for r in store.audit_log() if r.kind == "k8s_write"]
@@ -127,7 +127,7 @@ def test_drain_evicts_through_pdb_with_backoff_and_keeps_daemonsets(
         assert p is not None and p.node != "h100-0000" and p.uid != before[rank]
         placements = [x for x in sim.cluster.pods_for_metrics() if x.name == rank]
         assert sum(x.end is not None for x in placements) == 1  # evicted exactly once
-    assert actuator.core.read_node("h100-0000").spec.unschedulable
+    assert spec(actuator.core.read_node("h100-0000")).unschedulable
 
 
 def test_drain_gives_up_at_the_timeout_when_a_pdb_blocks(sim: Sim, store: Store) -> None:
@@ -206,7 +206,7 @@ def test_uncordon_leaves_a_persons_cordon_alone(
         Intent("uncordon", "h100-0001", {"only_if_ours": True}),
         WriteContext("a", "i", "uncordon", "test"),
     )
-    assert "left alone" in msg and actuator.core.read_node("h100-0001").spec.unschedulable
+    assert "left alone" in msg and spec(actuator.core.read_node("h100-0001")).unschedulable
 
 
 def test_request_reboot_is_recorded_on_the_node(
@@ -216,7 +216,7 @@ def test_request_reboot_is_recorded_on_the_node(
         _policy("request_reboot"), store, actuator, [finding(node="h100-0003", gpu="GPU-3")], sim
     )
     assert a.state is ActionState.DONE
-    ann = actuator.core.read_node("h100-0003").metadata.annotations
+    ann = annotations_of(actuator.core.read_node("h100-0003"))
     assert ann[REQUEST_ANNOTATION] == "reboot:GPU-3" and ann[ACTION_ANNOTATION] == a.id
 
 
@@ -257,10 +257,10 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
     actions = store.actions()
     assert len(actions) == 3 and all(a.state is ActionState.DONE for a in actions), actions
     log = store.audit_log()
-    for a in actions:
-        mine = [r for r in log if r.action_id == a.id]
+    for action in actions:
+        mine = [r for r in log if r.action_id == action.id]
         assert sum("-> executing" in r.message for r in mine) == 1
-        assert sum(r.message.startswith("did ") for r in mine) == len(a.plan)
+        assert sum(r.message.startswith("did ") for r in mine) == len(action.plan)
     for a in acts:
         a.close()
 
@@ -280,8 +280,8 @@ def test_request_reset_and_uncordon_what_we_cordoned(
     })  # fmt: skip
     _run(policy, store, actuator, [finding(node="h100-0003", gpu="GPU-9")], sim, passes=2)
     node = actuator.core.read_node("h100-0003")
-    assert node.spec.unschedulable and node.metadata.annotations[OWNER_ANNOTATION] == "gpufleet"
-    assert node.metadata.annotations[REQUEST_ANNOTATION] == "reset:GPU-9"
+    assert spec(node).unschedulable and annotations_of(node)[OWNER_ANNOTATION] == "gpufleet"
+    assert annotations_of(node)[REQUEST_ANNOTATION] == "reset:GPU-9"
     # later a (hypothetical) all-clear rule undoes gpufleet's own cordon
     eng = RemediationEngine(policy, store, started_at=T0 - 60)
     later = T0 + 100
@@ -305,7 +305,7 @@ def test_request_reset_and_uncordon_what_we_cordoned(
         "uncordon": ActionState.DONE,
     }
     node = actuator.core.read_node("h100-0003")
-    assert not node.spec.unschedulable and OWNER_ANNOTATION not in node.metadata.annotations
+    assert not spec(node).unschedulable and OWNER_ANNOTATION not in annotations_of(node)
 
 
 def test_failed_quarantine_rolls_back_on_the_api(
@@ -320,7 +320,7 @@ def test_failed_quarantine_rolls_back_on_the_api(
     (a,) = store.actions()
     assert a.state in (ActionState.FAILED, ActionState.ROLLED_BACK), a
     node = actuator.core.read_node("h100-0003")
-    assert not node.spec.unschedulable and not node.spec.taints
+    assert not spec(node).unschedulable and not spec(node).taints
 
 
 def test_live_loop_quarantines_then_drains_after_approval(
@@ -343,7 +343,8 @@ def test_live_loop_quarantines_then_drains_after_approval(
         sim.advance(31)
         t = T0 + 31 * i
         loop.tick([finding(node="h100-0002", gpu="GPU-2", last_seen=t)], t)
-    assert store.get_action(drain.id).state is ActionState.DONE  # type: ignore[union-attr]
+    done = store.get_action(drain.id)
+    assert done is not None and done.state is ActionState.DONE
     big = actuator.pod("ml", "big-worker-0")
     assert big is not None and big.node != "h100-0002"
     dry = RemediationLoop(load_policy(), store, actuator, "dry", started_at=T0, dry_run=True)

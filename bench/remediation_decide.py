@@ -14,6 +14,7 @@ Timed (inputs built first, untimed; `time.perf_counter`):
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 import uuid
@@ -135,12 +136,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
     store.close()
     for name, (fs, now, mem, state, journal) in zip(names, inputs, strict=True):
         res = decide(policy, fs, view, now, mem, state, journal)
-        times = _time(
-            lambda fs=fs, now=now, mem=mem, state=state, journal=journal: decide(
-                policy, fs, view, now, mem, state, journal
-            ),
-            runs,
-        )
+        times = _time(functools.partial(decide, policy, fs, view, now, mem, state, journal), runs)
         row(
             f"decide, {name}",
             times,
@@ -160,7 +156,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
                     store = Store.open(url, cluster=f"b{r}")
                 eng = RemediationEngine(policy, store, started_at=T0 - 60)
                 for c, fs in enumerate(cycles):
-                    per[c] += _time(lambda e=eng, fs=fs, c=c: e.cycle(fs, view, T0 + 30 * c), 1)
+                    per[c] += _time(functools.partial(eng.cycle, fs, view, T0 + 30 * c), 1)
                 store.close()
             for name, times in zip(names, per, strict=True):
                 row(f"engine.cycle, {name} ({label})", times, "decide + journal")

@@ -38,12 +38,11 @@ def test_xid48_is_critical_within_one_scrape_and_holds_until_reset() -> None:
 
 def test_benign_xid_is_info_and_an_old_app_xid_on_first_sight_is_not_replayed() -> None:
     fleet = Fleet(nodes=1).set(XID, 31.0, gpu=(0, 1))  # present before we started watching
-    cycles = replay(
-        "gpu_xid",
-        fleet,
-        steps(T0, T0 + 120),
-        lambda f, t: f.set(XID, 43.0 if t >= T0 + 60 else 31.0, gpu=(0, 1)),
-    )
+
+    def change(f: Fleet, t: float) -> None:
+        f.set(XID, 43.0 if t >= T0 + 60 else 31.0, gpu=(0, 1))
+
+    cycles = replay("gpu_xid", fleet, steps(T0, T0 + 120), change)
     found = all_findings(cycles)
     assert found and {f.severity for f in found} == {Severity.INFO}
     assert {f.evidence["xid"] for f in found} == {43}
@@ -95,14 +94,11 @@ def test_thermal_bits_under_load_fire_after_a_minute_and_flapping_does_not() -> 
     assert "SW_THERMAL" in f.evidence["harmful_reasons"] and "cooling" in f.recommended_action
 
     flap = Fleet(nodes=1)
-    cyc = replay(
-        "gpu_throttle",
-        flap,
-        steps(T0, T0 + 600),
-        lambda f, t: f.set(
-            THROTTLE, float(0x80) if int((t - T0) / 30) % 3 == 0 else 0.0, gpu=(0, 1)
-        ),
-    )
+
+    def flapping(f: Fleet, t: float) -> None:
+        f.set(THROTTLE, float(0x80) if int((t - T0) / 30) % 3 == 0 else 0.0, gpu=(0, 1))
+
+    cyc = replay("gpu_throttle", flap, steps(T0, T0 + 600), flapping)
     assert all_findings(cyc) == []
 
 

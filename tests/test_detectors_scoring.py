@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.scoring import blind_seconds, merge, score
 
 T = 1_767_225_600.0
-TRUTH = {
+TRUTH: dict[str, list[dict[str, Any]]] = {
     "faults": [
         {
             "id": "f0",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from observer.simulator.clock import ManualWall, SimClock
@@ -13,7 +15,7 @@ from observer.simulator.k8s_query import (
 )
 from observer.simulator.k8s_store import Conflict, Expired, ObjectStore
 
-POD = {
+POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a", "tier": "x"}},
     "spec": {"nodeName": "n1", "unschedulable": True},
     "status": {"conditions": [{"type": "Ready", "status": "True"}]},

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from observer.simulator.cluster import ClusterOptions
-from observer.simulator.serve import start_simulation
+from observer.simulator.serve import SimulationHandle, start_simulation
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.k8s_sim_support import small_scenario
@@ -52,14 +52,14 @@ def _child(kubeconfig: Path, url: str, cluster: str, first_seen: float, crash_at
     return proc.stdout
 
 
-def _check(handle, store: Store) -> None:  # type: ignore[no-untyped-def]
+def _check(handle: SimulationHandle, store: Store) -> None:
     actions = store.actions()
     assert [(a.playbook, a.state) for a in actions] == [("drain", ActionState.DONE)], actions
     a = actions[0]
     assert a.progress == len(a.plan) == 2
     v1 = handle.cluster
     node = v1.store.get("nodes", "", NODE)
-    assert node["spec"].get("unschedulable") is True
+    assert node is not None and node["spec"].get("unschedulable") is True
     for rank in ("train-worker-0", "train-worker-1"):
         pod = v1.store.get("pods", "ml", rank)
         assert pod is not None and pod["spec"].get("nodeName") != NODE

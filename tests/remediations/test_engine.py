@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
 from remediations.engine import DryRunEngine, RemediationEngine
-from remediations.policy import load_policy, policy_from_dict
+from remediations.policy import Policy, load_policy, policy_from_dict
 from remediations.runner import Runner
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
@@ -14,7 +14,7 @@ from tests.remediations.helpers import finding
 T0 = 1_700_000_000.0
 
 
-def _engine(store: Store, policy=None):  # type: ignore[no-untyped-def]
+def _engine(store: Store, policy: Policy | None = None) -> RemediationEngine:
     return RemediationEngine(policy or load_policy(), store, started_at=T0 - 60)
 
 

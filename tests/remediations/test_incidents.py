@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from detectors.findings import FindingKind, Severity
+from detectors.findings import Finding, FindingKind, Severity
 from remediations.incidents import Change, Hysteresis, TrackerState, step
 from tests.remediations.helpers import finding
 
 H = Hysteresis(open_after=2, resolve_after=3)
 
 
-def run(cycles: list[list], params: Hysteresis = H):  # type: ignore[no-untyped-def]
+def run(
+    cycles: list[list[Finding]], params: Hysteresis = H
+) -> tuple[TrackerState, list[list[tuple[Change, str]]]]:
     state = TrackerState("c")
-    log = []
+    log: list[list[tuple[Change, str]]] = []
     for i, fs in enumerate(cycles):
         state, changes = step(state, fs, now=1000.0 + 30 * i, params=params)
         log.append([(c.change, c.incident.kind) for c in changes])

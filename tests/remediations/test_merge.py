@@ -8,7 +8,7 @@ first incident must not expire an action the second still needs.
 
 from __future__ import annotations
 
-from detectors.findings import FindingKind
+from detectors.findings import Finding, FindingKind
 from remediations.engine import DryRunEngine, RemediationEngine
 from remediations.policy import load_policy
 from remediations.runner import Runner
@@ -102,7 +102,7 @@ def test_resolving_one_incident_keeps_the_action_the_other_needs(store: Store) -
     assert len([a for a in store.actions() if a.playbook == "drain"]) == 1
 
 
-def _with(f, t):  # type: ignore[no-untyped-def]
+def _with(f: Finding, t: float) -> Finding:
     from dataclasses import replace
 
     return replace(f, last_seen=t)

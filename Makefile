@@ -34,8 +34,8 @@ lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)  ## mypy over the whole tree
-	$(BIN)/mypy observer detectors remediations alerts dashboards gpufleet
+typecheck: $(STAMP)  ## mypy (strict) over the whole tree, tests and benchmarks included
+	$(BIN)/mypy observer detectors remediations alerts dashboards gpufleet tests bench
 
 importlint: $(STAMP)  ## layer and adapter contracts
 	$(BIN)/lint-imports

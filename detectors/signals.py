@@ -86,12 +86,13 @@ def increase(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> 
 
 
 def rate(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:
-    """Per-second rate of a counter over the collector's window (NaN where unknown)."""
+    """Per-second rate of a counter (NaN where unknown): its increase divided by the seconds
+    it covers, per GPU (`MetricColumn.span`; the collector's window where none is given)."""
     col = column(snapshot, name)
     inc = increase(snapshot, name, now, max_age)
     if col is None or inc is None or col.window_seconds <= 0:
         return None
-    return inc / col.window_seconds
+    return inc / col.seconds()
 
 
 def gpu_last_sample(snapshot: FleetSnapshot) -> FloatArray:

@@ -137,22 +137,35 @@ class MetricColumn:
     """One metric across all GPUs: the latest value and its sample time (NaN where absent).
 
     For counters, `increase` holds the reset-aware increase over the collector's window and
-    `window_seconds` its length; both are NaN/0 for gauges.
+    `window_seconds` its length; both are NaN/0 for gauges. `span`, when given, is per GPU the
+    seconds that GPU's increase actually covers (>= `window_seconds`; longer when its samples or
+    the collector's cycles were further apart than the window, or just after a cold start):
+    an increment is never dropped, and a rate divides by the span so it does not inflate.
+    None means `window_seconds` for every GPU.
     """
 
     value: FloatArray
     timestamp: FloatArray
     increase: FloatArray | None = None
     window_seconds: float = 0.0
+    span: FloatArray | None = None
 
     def present(self) -> BoolArray:
         return ~np.isnan(self.value)
 
+    def seconds(self) -> FloatArray | float:
+        """Per GPU, the seconds `increase` covers (`window_seconds` where no span is given)."""
+        if self.span is None:
+            return self.window_seconds
+        return np.where(np.isnan(self.span), self.window_seconds, self.span)
+
     def rate(self) -> FloatArray:
-        """Per-second rate of a counter over the window (NaN without a window)."""
+        """Per-second rate of a counter over the seconds its increase covers (NaN without a
+        window)."""
         if self.increase is None or self.window_seconds <= 0:
             return np.full_like(self.value, np.nan)
-        return self.increase / self.window_seconds
+        out: FloatArray = self.increase / self.seconds()
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,12 @@
 Separate from the HTTP adapter (observer.prom_collector) so that instant cycles and the steps
 of a range replay assemble identically, and so the rules live in one readable place:
 - counters join their latest value with their increase: the server-side `increase()` on a cold
-  start, on warm cycles the collector's memory of totals (observer.counter_memory);
-- sparse answers become 0 for GPUs that report: error counters when the family exists at all,
-  the XID count always (dcgm-exporter omits zero counts);
+  start, on warm cycles the collector's memory of totals (observer.counter_memory), with the
+  seconds each GPU's increase covers (`span`: the window, or more after a gap);
+- sparse answers become 0 for GPUs that report: error counters when the family exists at all
+  and the answer is complete (a failed or partial one fills nothing; the memory reads a missing
+  total as absent, never as 0 — observer.counter_feed), the XID count always (dcgm-exporter
+  omits zero counts);
 - `up`, each exporter's last good scrape and the inferred scrape interval feed TelemetryHealth;
 - a failed or partial query marks the snapshot degraded with the reason, never silently.
 """
@@ -13,10 +16,12 @@ of a range replay assemble identically, and so the rules live in one readable pl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from observer.catalog import XID_COUNT_METRIC
+from observer.collect_errors import QueryStat
 from observer.counter_feed import feed
 from observer.counter_memory import CounterMemory
 from observer.model import Event, FleetSnapshot, Node, Pod
@@ -44,6 +49,7 @@ from observer.snapshot_builder import BuildReport, SnapshotBuilder
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries
 from observer.telemetry_health import snap_interval
 
+R = TypeVar("R")
 Answers = Mapping[str, Vector | None]
 """Query name -> its vector, or None when that query failed this cycle."""
 
@@ -61,6 +67,23 @@ def _stamps(current: Vector) -> dict[str, float]:
         if t > out.get(k, -np.inf):
             out[k] = t
     return out
+
+
+PARTIAL_IS_FAILED = ("values:sparse", "increase:", "raw:sparse")
+"""Answers that count as failed when they came back with warnings (a partial response): a
+sparse answer lists only non-zero totals, so a GPU missing from a partial one would be read as
+0; the cycle is marked degraded either way."""
+
+
+def drop_partial(
+    answers: Mapping[str, R | None], stats: Iterable[QueryStat]
+) -> dict[str, R | None]:
+    """`answers` with the partial (warned) sparse and `increase:*` answers as failed (None)."""
+    partial = {st.name for st in stats if st.ok and st.problem}
+    return {
+        name: None if name in partial and name.startswith(PARTIAL_IS_FAILED) else a
+        for name, a in answers.items()
+    }
 
 
 def interval_from(answer: Vector | None) -> float | None:
@@ -94,11 +117,12 @@ def gpu_metrics(
         value_answers = [a for k, a in answers.items() if k.startswith("values:") and a]
         by_family = family_rows(value_answers, newest_pods(current))
     metrics = {fam: gpu_series(cols, stamp_of) for fam, cols in by_family.items()}
-    sparse_ok = answers.get("values:sparse") is not None
+    sparse_ok = answers.get("values:sparse") is not None  # failed or partial: None
+    complete = frozenset(f for f in SPARSE_COUNTERS if f in present and sparse_ok)
     warm = counters is not None and not cold
     for fam in counter_families():
         value = metrics.get(fam)
-        if fam in SPARSE_COUNTERS and fam in present and sparse_ok:
+        if fam in complete:  # the snapshot's value: reporting GPUs without a total have 0
             value = fill_zero(value, gpus, n_cur)
         if warm:
             if value is not None:
@@ -113,13 +137,12 @@ def gpu_metrics(
             metrics[fam] = merged
     if counters is not None:
         series = {f: metrics[f] for f in counter_families() if f in metrics}
-        derived = feed(counters, at, cold, stamp_of, series)
-        for fam, inc_rows in derived.items():
+        derived = feed(counters, at, cold, stamp_of, series, complete)
+        for fam, (inc_rows, span_rows) in derived.items():
             v = metrics[fam]
-            if fam in SPARSE_COUNTERS and fam in present:  # the reporting GPUs' unknown is 0
-                inc_rows = np.where(np.isnan(inc_rows) & ~np.isnan(v.timestamp), 0.0, inc_rows)
             metrics[fam] = MetricSeries(v.value, v.timestamp, v.uuid, v.mig_instance,
-                                        increase=inc_rows, window_seconds=s.window)  # fmt: skip
+                                        increase=inc_rows, window_seconds=s.window,
+                                        span=span_rows)  # fmt: skip
     xid = answers.get("xid_count")
     if xid is not None:  # dcgm-exporter omits zero counts: reporting GPUs without one have 0
         fresh = fresh_xid_counts(xid, stamp_of)

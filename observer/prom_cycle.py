@@ -25,7 +25,7 @@ from observer.counter_memory import CounterMemory
 from observer.gc_pause import paused_gc
 from observer.job_identity import JobIdentity
 from observer.model import Event, FleetSnapshot, Node, Pod
-from observer.prom_assemble import assemble
+from observer.prom_assemble import assemble, drop_partial
 from observer.prom_errors import QueryFailed, Seen
 from observer.prom_memory import PromMemory
 from observer.prom_queries import PromSettings, Query, counter_families, plan
@@ -197,6 +197,7 @@ class PromCycles:
             answers, stats, problems = self._run(
                 lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
             )
+            answers = drop_partial(answers, stats)
             snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
         took = time.perf_counter() - began
         return CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)

@@ -28,7 +28,7 @@ import numpy as np
 from observer.catalog import STEPS_METRIC, XID_COUNT_METRIC
 from observer.collect_errors import QueryStat
 from observer.counter_memory import CounterMemory
-from observer.prom_assemble import interval_from
+from observer.prom_assemble import drop_partial, interval_from
 from observer.prom_errors import QueryFailed, Seen
 from observer.prom_memory import PromMemory
 from observer.prom_parse import present_families
@@ -185,6 +185,7 @@ class RawReplay:
             return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen
 
         blocks, stats, problems = self.run(ask, self.plan)
+        blocks = drop_partial(blocks, stats)  # a partial sparse fetch counts as failed
         self._last = {name: b for name, b in blocks.items() if b is not None}
         self._prev_end = c1
         families: frozenset[str] | None
@@ -244,12 +245,14 @@ class RawReplay:
         vals = values(dcgm, grid, ident, keys)
         present = f.families or frozenset()
         sparse_ok = f.blocks.get("raw:sparse") is not None
+        incs, spans = increases(dcgm, ident, timing, keys, vals, present, sparse_ok, memory)
         return Chunk(
             timing=timing,
             ident=ident,
             gpu_rows=_gpu_rows(ident.rows),
             values=vals,
-            increases=increases(dcgm, ident, timing, keys, vals, present, sparse_ok, memory),
+            increases=incs,
+            spans=spans,
             missing=missing,
             xid=None if xid is None else xid_counts(xid.block, xid.grid, ident),
             steps=None if steps is None else pod_steps(steps.block, steps.grid, timing),

@@ -227,44 +227,59 @@ def increases(
     present: frozenset[str],
     sparse_ok: bool,
     memory: RawMemory,
-) -> dict[str, FloatArray]:
-    """Counter family -> (keys x steps) increase, as warm instant cycles at those steps derive
-    it from their totals (observer.counter_memory: `memory.counters`, stepped through the chunk
-    and carried to the next). The replay's first step is a cold start: there the increase is
-    `sum by (UUID, GPU_I_ID) (increase(x[w]))` (error counters only where > 0), which seeds
-    the memory. `values`: the chunk's value grids (error counters only where non-zero; 0 for
-    reporting GPUs when the family exists, as the instant cycle fills them)."""
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Counter family -> (keys x steps) increase, and the seconds each covers (its span), as
+    warm instant cycles at those steps derive them from their totals (observer.counter_memory:
+    `memory.counters`, stepped through the chunk and carried to the next). The replay's first
+    step is a cold start: there the increase is `sum by (UUID, GPU_I_ID) (increase(x[w]))`
+    (error counters only where > 0, 0 for the other reporting GPUs), which seeds the memory.
+    `values`: the chunk's value grids (error counters only where non-zero: the sparse answer;
+    with `sparse_ok`, a reporting GPU without one is absent from a complete answer, which the
+    memory reads as the instant cycle's does, observer.counter_feed)."""
     counters = memory.counters
     fams = counters.families
     g, k = len(ident.keys), int(timing.steps_ms.shape[0])
     current = ~np.isnan(ident.key_stamp)
     totals = np.full((k, len(fams), g), np.nan)
+    absent = np.zeros((k, len(fams), g), dtype=bool)
     reported: set[int] = set()
+    complete: list[int] = []
     for f, name in enumerate(fams):
         grid = values.get(name)
         if name in SPARSE_COUNTERS and name in present and sparse_ok:
-            base = grid if grid is not None else np.full((g, k), np.nan)
-            totals[:, f, :] = np.where(current & np.isnan(base), 0.0, base).T
+            if grid is not None:
+                with np.errstate(invalid="ignore"):
+                    totals[:, f, :] = np.where(grid > 0, grid, np.nan).T
+            absent[:, f, :] = (current & ~(totals[:, f, :].T > 0)).T
             reported.add(f)
+            complete.append(f)
         elif grid is not None:
             totals[:, f, :] = grid.T
             reported.add(f)
     out = np.full((k, len(fams), g), np.nan)
+    span = np.full((k, len(fams), g), counters.window)
     times = timing.times
     first = 0
     if counters.last_t is None and k:  # the replay's first step: a cold start
         cold = _prometheus_increase(block, ident, timing, key, fams)
+        for f in complete:  # as the instant cycle fills the sparse `increase` answer
+            cold[f] = np.where(current[:, 0] & np.isnan(cold[f]), 0.0, cold[f])
         out[0] = cold
         reported.update(np.flatnonzero(~np.isnan(cold).all(axis=1)).tolist())
-        counters.seed(ident.keys, totals[0], ident.key_stamp[:, 0], float(times[0]), cold)
+        counters.seed(ident.keys, totals[0], ident.key_stamp[:, 0], float(times[0]), cold,
+                      absent[0])  # fmt: skip
         first = 1
     if first < k:
         cols = counters.columns(ident.keys)
         stamps = np.ascontiguousarray(ident.key_stamp.T)
         for j in range(first, k):
-            out[j] = counters.observe(cols, totals[j], stamps[j], float(times[j]))
+            out[j], span[j] = counters.observe(cols, totals[j], stamps[j], float(times[j]),
+                                               absent[j])  # fmt: skip
         counters.compact(float(times[-1]))
-    return {fams[f]: out[:, f, :].T for f in sorted(reported)}
+    return (
+        {fams[f]: out[:, f, :].T for f in sorted(reported)},
+        {fams[f]: span[:, f, :].T for f in sorted(reported)},
+    )
 
 
 def _prometheus_increase(

@@ -46,6 +46,8 @@ class Chunk:
     """The identity label-set universe (ident.rows) as columns, to be sliced per step."""
     values: Mapping[str, FloatArray]
     increases: Mapping[str, FloatArray]
+    spans: Mapping[str, FloatArray]
+    """Per counter family, the seconds each increase covers (observer.counter_memory)."""
     missing: frozenset[str]
     """Families whose fetch failed this chunk (no values, no increase)."""
     xid: FloatArray | None
@@ -142,12 +144,13 @@ def build_step(
 
 def _series(
     value: FloatArray, pick: np.ndarray, key_row: np.ndarray, stamp: FloatArray,
-    increase: FloatArray | None = None, window: float = 0.0,
+    increase: FloatArray | None = None, window: float = 0.0, span: FloatArray | None = None,
 ) -> MetricSeries:  # fmt: skip
     sel = pick & (key_row >= 0)
     return MetricSeries(
         value[sel], stamp[sel], row=key_row[sel],
         increase=None if increase is None else increase[sel], window_seconds=window,
+        span=None if span is None else span[sel],
     )  # fmt: skip
 
 
@@ -169,25 +172,23 @@ def _metrics(
         col = grid_v[:, k] if grid_v is not None else np.full(len(stamp), np.nan)
         has = ~np.isnan(col)
         value_given = bool(has.any())
-        sparse_fill = fam in SPARSE_COUNTERS and fam in c.present
-        if sparse_fill and c.sparse_ok:
+        if fam in SPARSE_COUNTERS and fam in c.present and c.sparse_ok:
             col = np.where(current & ~has, 0.0, col)
             has = has | current
             value_given = True
         grid_i = c.increases.get(fam)
         inc = grid_i[:, k] if grid_i is not None else np.full(len(stamp), np.nan)
+        grid_s = c.spans.get(fam)
+        span = grid_s[:, k] if grid_s is not None else None
         has_inc = ~np.isnan(inc)
         inc_given = bool(has_inc.any())
-        if sparse_fill:  # the increase query answered (its family's fetch did not fail)
-            inc = np.where(current & ~has_inc, 0.0, inc)
-            has_inc = has_inc | current
-            inc_given = True
         if value_given and inc_given:
-            out[fam] = _series(col, has, key_row, stamp, inc, s.window)
+            out[fam] = _series(col, has, key_row, stamp, inc, s.window, span)
         elif value_given:
             out[fam] = _series(col, has, key_row, stamp)
         elif inc_given:
-            out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window)
+            out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window,
+                               span)  # fmt: skip
     if c.xid is not None:
         col = c.xid[:, k]
         col = np.where(current & np.isnan(col), 0.0, col)

@@ -211,7 +211,11 @@ class SnapshotBuilder:
                 inc = np.concatenate([_increase(s) for s in parts])
                 increase = _scatter(g, at, inc[keep])
             window = max(s.window_seconds for s in parts)
-            columns[name] = MetricColumn(value, stamp, increase, window)
+            span = None
+            if any(s.span is not None for s in parts):
+                spans = np.concatenate([_span(s, window) for s in parts])
+                span = _scatter(g, at, spans[keep])
+            columns[name] = MetricColumn(value, stamp, increase, window, span)
             np.fmax(newest, stamp, out=newest)
         if self.fill_catalog:
             nan = readonly(np.full(g, np.nan))
@@ -243,6 +247,10 @@ class SnapshotBuilder:
 
 def _increase(s: MetricSeries) -> np.ndarray:
     return s.increase if s.increase is not None else np.full(len(s), np.nan)
+
+
+def _span(s: MetricSeries, window: float) -> np.ndarray:
+    return s.span if s.span is not None else np.full(len(s), window)
 
 
 def _scatter(n: int, at: IntArray, values: np.ndarray) -> np.ndarray:

@@ -201,7 +201,8 @@ class MetricSeries:
 
     Key the series either by `uuid` (+ `mig_instance`) or by `row`, a position in the
     `GpuColumns` given to the same build. `increase` (counters) is the reset-aware increase over
-    `window_seconds`.
+    `window_seconds`; `span`, when given, the seconds each entry's increase actually covers
+    (>= the window: after a gap or a cold start it may cover more; None: the window).
     """
 
     value: FloatArray
@@ -211,6 +212,7 @@ class MetricSeries:
     row: IndexArray | None = None
     increase: FloatArray | None = None
     window_seconds: float = 0.0
+    span: FloatArray | None = None
 
     def __post_init__(self) -> None:
         if (self.uuid is None) == (self.row is None):
@@ -223,6 +225,7 @@ class MetricSeries:
             mig_instance=self.mig_instance,
             row=self.row,
             increase=self.increase,
+            span=self.span,
         )
 
     def __len__(self) -> int:

@@ -130,18 +130,19 @@ def test_memory_deltas_resets_and_window() -> None:
     keys = ["a", "b"]
     m.seed(keys, np.array([[10.0, 5.0]]), np.array([0.0, 0.0]), 0.0, np.array([[3.0, np.nan]]))
     cols = m.columns(keys)
-    steps = [  # t, totals, stamps, expected increases
-        (30.0, [12.0, 5.0], [30.0, 30.0], [5.0, 0.0]),  # seed 3 (stamped 0) + 2
-        (60.0, [12.0, 1.0], [60.0, 60.0], [5.0, 1.0]),  # b restarted: 1 since the restart
-        (90.0, [99.0, 1.0], [60.0, 90.0], [5.0, 1.0]),  # a's sample did not advance: ignored
-        (120.0, [12.0, 1.0], [120.0, 120.0], [2.0, 1.0]),  # the seed (stamped 0) left
-        (400.0, [20.0, np.nan], [400.0, np.nan], [8.0, np.nan]),  # far apart: once; b gone
-        (1400.0, [25.0, 1.0], [1400.0, 1400.0], [np.nan, np.nan]),  # forgotten: new baseline
-        (1430.0, [26.0, 1.0], [1430.0, 1430.0], [1.0, 0.0]),
+    steps = [  # t, totals, stamps, expected increases, expected spans
+        (30.0, [12.0, 5.0], [30.0, 30.0], [5.0, 0.0], [150.0, 120.0]),  # seed 3 (-120..0) + 2
+        (60.0, [12.0, 1.0], [60.0, 60.0], [5.0, 1.0], [150.0, 120.0]),  # b restarted: 1 since
+        (90.0, [99.0, 1.0], [60.0, 90.0], [5.0, 1.0], [150.0, 120.0]),  # a did not advance
+        (120.0, [12.0, 1.0], [120.0, 120.0], [2.0, 1.0], [120.0, 120.0]),  # the seed left
+        (400.0, [20.0, np.nan], [400.0, np.nan], [8.0, np.nan], [280.0, 120.0]),  # 120..400
+        (1400.0, [25.0, 1.0], [1400.0, 1400.0], [np.nan, np.nan], [120.0, 120.0]),  # forgotten
+        (1430.0, [26.0, 1.0], [1430.0, 1430.0], [1.0, 0.0], [120.0, 120.0]),
     ]
-    for t, totals, stamps, want in steps:
-        got = m.observe(cols, np.array([totals]), np.array(stamps), t)
+    for t, totals, stamps, want, want_span in steps:
+        got, span = m.observe(cols, np.array([totals]), np.array(stamps), t)
         np.testing.assert_array_equal(got[0], want, err_msg=str(t))
+        np.testing.assert_array_equal(span[0], want_span, err_msg=str(t))
     assert m.log_delta.tolist() == [1.0]  # only non-zero deltas of the last window are kept
 
 
@@ -151,10 +152,10 @@ def test_memory_new_gpus_and_compaction() -> None:
     old = [f"old-{i}" for i in range(2000)]
     m.observe(m.columns(old), np.ones((1, 2000)), np.zeros(2000), 0.0)
     new = ["n"]
-    got = m.observe(m.columns(new), np.array([[4.0]]), np.array([1000.0]), 1000.0)
+    got, _ = m.observe(m.columns(new), np.array([[4.0]]), np.array([1000.0]), 1000.0)
     assert np.isnan(got[0, 0])  # a GPU's first total: no increase yet
     m.compact(1000.0)
     assert list(m.index) == ["n"] and m.total.shape[1] == 64
-    got = m.observe(m.columns(new), np.array([[6.0]]), np.array([1030.0]), 1030.0)
+    got, _ = m.observe(m.columns(new), np.array([[6.0]]), np.array([1030.0]), 1030.0)
     assert got[0, 0] == 2.0
     assert m.warm(1030.0) and not m.warm(1000.0) and not m.warm(1030.0 + 901)

@@ -141,6 +141,42 @@ def test_partial_sparse_answer_is_no_increase(prom: PrometheusHandle) -> None:
         assert np.isnan(snap.metrics[family].value[snap.gpus.position("GPU-0")])
 
 
+def _partial_matrix(body: bytes) -> bytes:
+    data = json.loads(body)
+    rows = data["data"]["result"]
+    data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
+    data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
+    return json.dumps(data).encode()
+
+
+@pytest.mark.prometheus
+def test_partial_sparse_fetch_in_a_replay_is_no_increase(prom: PrometheusHandle) -> None:
+    """The replay's raw sparse fetch of one chunk comes back partial: that chunk's steps have
+    no error-counter increases (failed, degraded), and the chunks after it no fake ones."""
+    with FaultyProxy(prom.url) as proxy:
+        fetches = {"n": 0}
+
+        def second_partial(body: bytes) -> bytes:
+            fetches["n"] += 1
+            return _partial_matrix(body) if fetches["n"] == 2 else body
+
+        raw = f'query={{__name__=~"{SPARSE_COUNTERS[0]}|'  # the raw:sparse selector
+        proxy.rule(re.escape(raw), mutate=second_partial)
+        with PrometheusCollector(PromSettings(proxy.url, range_chunk=120.0)) as c:
+            results = list(c.collect_range(T0 + 900, T0 + 1500, 30))
+    assert fetches["n"] >= 3
+    degraded = {id(r) for r in results if any("warnings" in p for p in r.stats.problems)}
+    assert degraded and len(degraded) < len(results)
+    for r in results:
+        snap = r.snapshot
+        for family in (SBE, PCIE):
+            got = inc(snap, family, 0) if family in snap.metrics else np.nan
+            if id(r) in degraded:
+                assert np.isnan(got), (family, snap.taken_at - T0)
+            else:
+                assert got == 0.0, (family, snap.taken_at - T0)
+
+
 @pytest.mark.prometheus
 def test_prometheus_outage_then_warm_cycles_read_true_rates(prom: PrometheusHandle) -> None:
     """Prometheus unreachable for 10 minutes, then warm cycles again: the 10 minutes of growth

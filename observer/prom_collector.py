@@ -34,6 +34,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from observer.prom_cycle import Answer, CollectResult, PromCycles, QueryFailed, Seen
+from observer.prom_errors import PARTIAL_WARNING, flagged_partial
 from observer.prom_queries import PromSettings
 from observer.snapshot_builder import SnapshotBuilder
 
@@ -94,10 +95,12 @@ class PrometheusApi:
             seen.bytes_wire = 0
         m = _RESULT_TYPE.search(body[:200])
         seen.result_type = m.group(1).decode() if m else ""
-        if r.status_code != 200 or b'"warnings"' in body:
+        if r.status_code != 200 or b'"warnings"' in body or flagged_partial(body):
             try:
                 doc = r.json()
                 seen.warnings = tuple(str(w) for w in doc.get("warnings") or ())
+                if doc.get("isPartial") is True:
+                    seen.warnings += (PARTIAL_WARNING,)
                 seen.error = f"{doc.get('errorType', '')}: {doc.get('error', '')}".strip(": ")
             except ValueError:
                 seen.error = body[:200].decode(errors="replace")

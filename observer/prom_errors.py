@@ -6,7 +6,18 @@ raw-sample fetch of range replays (observer.raw_fetch), so neither imports the o
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+PARTIAL_WARNING = "partial response (isPartial: true): some storage nodes did not answer"
+"""VictoriaMetrics cluster flags partial answers with `isPartial` instead of `warnings`; both
+make the answer partial (the cycle degraded, its sparse counters unknown, never zero)."""
+_PARTIAL = re.compile(rb'"isPartial"\s*:\s*true')
+
+
+def flagged_partial(body: bytes) -> bool:
+    """True when an answer body carries VictoriaMetrics' `"isPartial": true`."""
+    return b'"isPartial"' in body and _PARTIAL.search(body) is not None
 
 
 class QueryFailed(Exception):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from observer.model import FloatArray
+from observer.prom_errors import PARTIAL_WARNING, flagged_partial
 
 _SERIES = b'{"metric":'
 _VALUES = b',"values":'
@@ -172,7 +173,8 @@ def parse_matrix(body: bytes) -> tuple[RawBlock, tuple[str, ...]]:
     if flat is None or flat.shape[0] != 2 * total:
         return _parse_json(body)
     t_ms = np.rint(flat[0::2] * 1000).astype(np.int64)
-    return RawBlock(labels, starts, t_ms, flat[1::2].copy()), _warnings(tail)
+    partial = (PARTIAL_WARNING,) if flagged_partial(body[:head]) else ()
+    return RawBlock(labels, starts, t_ms, flat[1::2].copy()), _warnings(tail) + partial
 
 
 def _numbers(value_txt: list[bytes]) -> FloatArray | None:
@@ -210,4 +212,6 @@ def _parse_json(body: bytes) -> tuple[RawBlock, tuple[str, ...]]:
     if data.get("resultType") != "matrix":
         raise MalformedAnswer(f"resultType {data.get('resultType')!r}, expected 'matrix'")
     warnings = tuple(str(w) for w in doc.get("warnings") or ())
+    if doc.get("isPartial") is True:
+        warnings += (PARTIAL_WARNING,)
     return from_series(data["result"]), warnings

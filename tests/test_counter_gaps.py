@@ -106,24 +106,31 @@ def test_gap_in_error_series_is_no_increase(prom: PrometheusHandle) -> None:
             assert inc(snap, family, 0) == 0.0, (family, snap.taken_at - T0)
 
 
-def _partial(body: bytes) -> bytes:
-    """The sparse answer as a Thanos querier with one store down gives it: GPU-0 missing."""
+def _partial(body: bytes, flavour: str) -> bytes:
+    """The sparse answer as a Thanos querier with one store down gives it (`warnings`), or a
+    VictoriaMetrics cluster with one vmstorage down (`isPartial`): GPU-0 missing."""
     data = json.loads(body)
     rows = data["data"]["result"]
     data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
-    data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
+    if flavour == "thanos":
+        data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
+    else:
+        data["isPartial"] = True
     return json.dumps(data).encode()
 
 
 @pytest.mark.prometheus
-def test_partial_sparse_answer_is_no_increase(prom: PrometheusHandle) -> None:
-    """A sparse answer with warnings counts as failed: no zero-fill, no memory update; the
-    cycles after it see GPU-0's unchanged totals as no increase."""
+@pytest.mark.parametrize("flavour", ["thanos", "victoriametrics"])
+def test_partial_sparse_answer_is_no_increase(prom: PrometheusHandle, flavour: str) -> None:
+    """A partial sparse answer counts as failed: no zero-fill, no memory update; the cycles
+    after it see GPU-0's unchanged totals as no increase."""
     partial_at = 990
     with FaultyProxy(prom.url) as proxy:
         on = {"now": False}
         sparse = f'pod) ({{__name__=~"{SPARSE_COUNTERS[0]}|'  # the values:sparse query
-        rule = proxy.rule(re.escape(sparse), mutate=lambda b: _partial(b) if on["now"] else b)
+        rule = proxy.rule(
+            re.escape(sparse), mutate=lambda b: _partial(b, flavour) if on["now"] else b
+        )
         with PrometheusCollector(PromSettings(proxy.url)) as c:
             results = []
             for s in range(900, 1261, 30):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from observer.prom_errors import PARTIAL_WARNING
 from observer.raw_matrix import MalformedAnswer, carry, parse_matrix
 
 
@@ -32,6 +33,18 @@ def test_values_labels_and_warnings_as_json_says() -> None:
                                    1700000060000]  # fmt: skip
     np.testing.assert_array_equal(block.values, [np.nan, np.inf, -np.inf, 1e6, 299660768669895.0])
     assert warnings == ("partial response",)
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+def test_victoriametrics_is_partial_is_a_warning(separators: tuple[str, str]) -> None:
+    """vmselect with a vmstorage node down answers `"isPartial": true` before `data` and no
+    `warnings`; the fast parser (compact JSON) and the fallback (spaced JSON) both flag it."""
+    result = [{"metric": {"__name__": "m"}, "values": [[1700000000, "1"]]}]
+    for partial, expected in ((True, (PARTIAL_WARNING,)), (False, ())):
+        doc = {"status": "success", "isPartial": partial,
+               "data": {"resultType": "matrix", "result": result}}  # fmt: skip
+        block, warnings = parse_matrix(json.dumps(doc, separators=separators).encode())
+        assert block.values.tolist() == [1.0] and warnings == expected
 
 
 def test_empty_and_failed_answers() -> None:

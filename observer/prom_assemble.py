@@ -69,10 +69,11 @@ def _stamps(current: Vector) -> dict[str, float]:
     return out
 
 
-PARTIAL_IS_FAILED = ("values:sparse", "increase:", "raw:sparse")
+PARTIAL_IS_FAILED = ("values:sparse", "increase:", "raw:sparse", "xid_count", "raw:xid")
 """Answers that count as failed when they came back with warnings (a partial response): a
-sparse answer lists only non-zero totals, so a GPU missing from a partial one would be read as
-0; the cycle is marked degraded either way."""
+sparse answer lists only non-zero totals (error counters; XID counts, which dcgm-exporter omits
+at zero), so a GPU missing from a partial one would be read as 0, and its return as new errors;
+the cycle is marked degraded either way."""
 
 
 def drop_partial(

@@ -4,7 +4,8 @@ Against a real Prometheus (lookback 1m) holding a hand-written fleet, 30 s scrap
 - GPU-0: flat lifetime totals SBE 500 and PCIe 2000 (no new error); its error-counter series are
   missing from 330 s to 450 s (longer than the lookback) while the GPU keeps reporting;
 - GPU-1..4: PCIe replays at a steady 4/min (a quarter of gpu_interconnect's 16/min budget);
-- GPU-5: appears at 1500 s with a DBE total of 1 (its earlier history is unknown).
+- GPU-5: appears at 1500 s with a DBE total of 1 (its earlier history is unknown);
+- GPU-0 also shows XID 48 (its last code) with dcgm-exporter's XID count at 2 throughout.
 The partial answer and the outage go through a local HTTP proxy (tests/http_proxy.py).
 Plus unit checks of the memory's rules for absent sparse totals.
 """
@@ -40,6 +41,8 @@ STEADY = (1, 2, 3, 4)
 PER_MIN = 4.0
 NEW_GPU, NEW_AT = 5, 1500
 NOTHING = "(?!)"  # a pattern that matches no URL
+XID = "DCGM_FI_DEV_XID_ERRORS"
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 
 
 def _labels(gpu: int) -> str:
@@ -69,6 +72,11 @@ def write_fleet(path: Path) -> Path:
                 v = _value(family, gpu, s)
                 if v is not None:
                     lines.append(f"{family}{{{_labels(gpu)}}} {v} {T0 + s:.0f}")
+    lines += [f"# TYPE {XID} gauge", f"# TYPE {XID_COUNT} gauge"]
+    for s in range(0, END + 1, 30):
+        for gpu in range(5):
+            lines.append(f"{XID}{{{_labels(gpu)}}} {48 if gpu == 0 else 0} {T0 + s:.0f}")
+        lines.append(f'{XID_COUNT}{{{_labels(0)},xid="48"}} 2 {T0 + s:.0f}')
     path.write_text("\n".join([*lines, "# EOF"]) + "\n")
     return path
 
@@ -146,6 +154,39 @@ def test_partial_sparse_answer_is_no_increase(prom: PrometheusHandle, flavour: s
     for family in (SBE, PCIE):  # the partial cycle: unknown, not 0
         assert np.isnan(inc(snap, family, 0)), family
         assert np.isnan(snap.metrics[family].value[snap.gpus.position("GPU-0")])
+
+
+def _without_gpu0(body: bytes) -> bytes:
+    data = json.loads(body)
+    rows = data["data"]["result"]
+    data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
+    data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
+    return json.dumps(data).encode()
+
+
+@pytest.mark.prometheus
+def test_partial_xid_count_answer_is_no_new_xid(prom: PrometheusHandle) -> None:
+    """dcgm-exporter omits zero XID counts, so reporting GPUs without one read 0; a partial
+    answer missing GPU-0's count must read unknown, not 0, or its return to 2 would count as
+    two new XIDs (a repeat escalation, a fresh last occurrence)."""
+    partial_at = 990
+    detector, state = bind("gpu_xid"), None
+    seen: list[tuple[int, float, float]] = []
+    with FaultyProxy(prom.url) as proxy:
+        on = {"now": False}
+        query = re.escape(f"{XID_COUNT} or label_replace")
+        proxy.rule(query, mutate=lambda b: _without_gpu0(b) if on["now"] else b)
+        with PrometheusCollector(PromSettings(proxy.url)) as c:
+            for s in range(900, 1261, 30):
+                on["now"] = s == partial_at
+                snap = c.collect(T0 + s).snapshot
+                col = snap.metrics.get(XID_COUNT)  # no column: the count is unknown
+                count = np.nan if col is None else float(col.value[snap.gpus.position("GPU-0")])
+                assert np.isnan(count) if s == partial_at else count == 2.0, (s, count)
+                findings, state = detector.detect(snap, state, T0 + s)
+                (f,) = [f for f in findings if f.gpu_uuid == "GPU-0"]
+                seen.append((s, f.evidence["occurrences"], f.evidence["last_occurrence"]))
+    assert {(occ, last) for _, occ, last in seen} == {(2, T0 + 900)}, seen
 
 
 def _partial_matrix(body: bytes) -> bytes:

@@ -25,6 +25,8 @@ def _column(col: MetricColumn) -> dict[str, Any]:
     if col.increase is not None:
         out["increase"] = _floats(col.increase)
         out["window_seconds"] = col.window_seconds
+    if col.span is not None:  # seconds each GPU's increase covers (rates divide by it)
+        out["span_seconds"] = _floats(col.span)
     return out
 
 

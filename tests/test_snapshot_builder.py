@@ -14,6 +14,7 @@ from observer.simulator.layout import build_layout
 from observer.simulator.scenario import demo_scenario
 from observer.snapshot_builder import SnapshotBuilder, build_snapshot
 from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.snapshot_json import snapshot_to_dict
 from observer.telemetry_health import infer_scrape_interval, snap_interval
 from tests.snapshot_fixtures import (
     NOW,
@@ -388,3 +389,19 @@ def test_pod_cache_reuses_only_identical_assignments() -> None:
         "ml/other",
     ]
     assert cached == SnapshotBuilder()  # the cache is not part of the configuration
+
+
+def test_increase_span_reaches_rates_and_the_json_dump() -> None:
+    """A counter's per-GPU span (seconds its increase covers, e.g. after a gap) is what rates
+    divide by, and `gpufleet collect --output` writes it next to the increase."""
+    rows = [row("n", 0), row("n", 1)]
+    pcie = MetricSeries(
+        np.array([100.0, 50.0]), np.full(2, NOW), uuid=obj([r["UUID"] for r in rows]),
+        increase=np.array([60.0, 60.0]), window_seconds=120.0, span=np.array([120.0, 600.0]),
+    )  # fmt: skip
+    snap = build_snapshot(NOW, gpu_rows(rows), {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": pcie})
+    col = snap.metrics["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]
+    assert list(col.rate()) == [0.5, 0.1]
+    dumped = snapshot_to_dict(snap)["metrics"]["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]
+    assert dumped["span_seconds"] == [120.0, 600.0] and dumped["window_seconds"] == 120.0
+    assert "span_seconds" not in snapshot_to_dict(snap)["metrics"]["DCGM_FI_DEV_GPU_UTIL"]

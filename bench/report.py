@@ -28,6 +28,14 @@ Latest run's machine: {machine}.
 Timings are medians of repeated runs measured with `time.perf_counter`; input generation is never
 inside the timed region. The development machine is shared (several jobs run on its 2 cores), so
 single figures are noisy: each section states the load average when it was measured.
+
+The machine behind the figures changes between sessions, and it matters: the same code and data
+ran about 2.5x slower on the Intel Xeon of earlier sessions than on the AMD EPYC of 2026-11-30.
+The 24 h x 1k-GPU backtest took 72 s (median of 3) on the Xeon at 6287e97 and about 27 s on the
+EPYC; the 10k-GPU Prometheus cycle took 3.13 s on the Xeon and 1.59 s on the EPYC at 6287e97,
+before warm cycles stopped asking `increase()`. Each section names its CPU; compare figures only
+within one machine, and prefer the CPU seconds columns, which depend less than wall time on what
+else was running.
 """
 
 

@@ -115,8 +115,8 @@ def test_gap_in_error_series_is_no_increase(prom: PrometheusHandle) -> None:
 
 
 def _partial(body: bytes, flavour: str) -> bytes:
-    """The sparse answer as a Thanos querier with one store down gives it (`warnings`), or a
-    VictoriaMetrics cluster with one vmstorage down (`isPartial`): GPU-0 missing."""
+    """An answer as a Thanos querier with one store down gives it (`warnings`), or a
+    VictoriaMetrics cluster with one vmstorage down (`isPartial`): GPU-0's series missing."""
     data = json.loads(body)
     rows = data["data"]["result"]
     data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
@@ -156,14 +156,6 @@ def test_partial_sparse_answer_is_no_increase(prom: PrometheusHandle, flavour: s
         assert np.isnan(snap.metrics[family].value[snap.gpus.position("GPU-0")])
 
 
-def _without_gpu0(body: bytes) -> bytes:
-    data = json.loads(body)
-    rows = data["data"]["result"]
-    data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
-    data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
-    return json.dumps(data).encode()
-
-
 @pytest.mark.prometheus
 def test_partial_xid_count_answer_is_no_new_xid(prom: PrometheusHandle) -> None:
     """dcgm-exporter omits zero XID counts, so reporting GPUs without one read 0; a partial
@@ -175,7 +167,7 @@ def test_partial_xid_count_answer_is_no_new_xid(prom: PrometheusHandle) -> None:
     with FaultyProxy(prom.url) as proxy:
         on = {"now": False}
         query = re.escape(f"{XID_COUNT} or label_replace")
-        proxy.rule(query, mutate=lambda b: _without_gpu0(b) if on["now"] else b)
+        proxy.rule(query, mutate=lambda b: _partial(b, "thanos") if on["now"] else b)
         with PrometheusCollector(PromSettings(proxy.url)) as c:
             for s in range(900, 1261, 30):
                 on["now"] = s == partial_at
@@ -189,14 +181,6 @@ def test_partial_xid_count_answer_is_no_new_xid(prom: PrometheusHandle) -> None:
     assert {(occ, last) for _, occ, last in seen} == {(2, T0 + 900)}, seen
 
 
-def _partial_matrix(body: bytes) -> bytes:
-    data = json.loads(body)
-    rows = data["data"]["result"]
-    data["data"]["result"] = [r for r in rows if r["metric"].get("UUID") != "GPU-0"]
-    data["warnings"] = ["partial response: store 10.0.0.7:10901 unavailable"]
-    return json.dumps(data).encode()
-
-
 @pytest.mark.prometheus
 def test_partial_sparse_fetch_in_a_replay_is_no_increase(prom: PrometheusHandle) -> None:
     """The replay's raw sparse fetch of one chunk comes back partial: that chunk's steps have
@@ -206,7 +190,7 @@ def test_partial_sparse_fetch_in_a_replay_is_no_increase(prom: PrometheusHandle)
 
         def second_partial(body: bytes) -> bytes:
             fetches["n"] += 1
-            return _partial_matrix(body) if fetches["n"] == 2 else body
+            return _partial(body, "thanos") if fetches["n"] == 2 else body
 
         raw = f'query={{__name__=~"{SPARSE_COUNTERS[0]}|'  # the raw:sparse selector
         proxy.rule(re.escape(raw), mutate=second_partial)

@@ -188,8 +188,8 @@ class PromCycles:
         """One instant cycle at `at` (default: now). Kubernetes records, if given, replace
         kube-state-metrics' (the Kubernetes collector is fresher). Cycles in time order reuse
         what earlier ones saw (observer.prom_memory, observer.counter_memory); a cold start asks
-        10 more queries. Cyclic
-        GC is paused while the answers are decoded and assembled (observer.gc_pause says why)."""
+        10 more queries. Cyclic GC is paused while the answers are decoded and assembled
+        (observer.gc_pause says why)."""
         t = self.now() if at is None else float(at)
         began = time.perf_counter()
         cold = not (self.memory.warm(t) and self.counters.warm(t))

@@ -121,7 +121,7 @@ def identity(
             known.add(lab)
             rows.append(lab)
     n_rows, k = len(rows), int(timing.steps_ms.shape[0])
-    t = np.where(grid >= 0, block.t_ms[np.maximum(grid, 0)] / 1000.0, np.nan)
+    t = pick(block.t_ms, grid) / 1000.0
     row_stamp = np.full((n_rows, k), np.nan)
     row_stamp[: len(rows_l)] = reduce_rows(t, series_row, len(rows_l), "max")
     row_key_s = [key_of(r[_UUID], r[_MIG]) for r in rows]
@@ -308,7 +308,7 @@ def xid_counts(block: RawBlock, grid: IndexGrid, ident: Identity) -> FloatArray:
     key = _series_keys(block, ident)
     ok = key >= 0
     val = pick(block.values, grid)[ok]
-    own = np.where(grid >= 0, block.t_ms[np.maximum(grid, 0)] / 1000.0, np.nan)[ok]
+    own = (pick(block.t_ms, grid) / 1000.0)[ok]
     fresh = own >= ident.key_stamp[key[ok]]
     return reduce_rows(np.where(fresh, val, np.nan), key[ok], len(ident.keys), "sum")
 

@@ -173,7 +173,8 @@ def parse_matrix(body: bytes) -> tuple[RawBlock, tuple[str, ...]]:
     if flat is None or flat.shape[0] != 2 * total:
         return _parse_json(body)
     t_ms = np.rint(flat[0::2] * 1000).astype(np.int64)
-    partial = (PARTIAL_WARNING,) if flagged_partial(body[:head]) else ()
+    flagged = flagged_partial(body[:head]) or flagged_partial(tail)  # either side of `data`
+    partial = (PARTIAL_WARNING,) if flagged else ()
     return RawBlock(labels, starts, t_ms, flat[1::2].copy()), _warnings(tail) + partial
 
 

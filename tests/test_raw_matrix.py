@@ -38,13 +38,15 @@ def test_values_labels_and_warnings_as_json_says() -> None:
 @pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
 def test_victoriametrics_is_partial_is_a_warning(separators: tuple[str, str]) -> None:
     """vmselect with a vmstorage node down answers `"isPartial": true` before `data` and no
-    `warnings`; the fast parser (compact JSON) and the fallback (spaced JSON) both flag it."""
+    `warnings`; the fast parser (compact JSON) and the fallback (spaced JSON) both flag it,
+    also after `data` (a proxy that re-serialises the answer may move the key)."""
     result = [{"metric": {"__name__": "m"}, "values": [[1700000000, "1"]]}]
+    data = {"resultType": "matrix", "result": result}
     for partial, expected in ((True, (PARTIAL_WARNING,)), (False, ())):
-        doc = {"status": "success", "isPartial": partial,
-               "data": {"resultType": "matrix", "result": result}}  # fmt: skip
-        block, warnings = parse_matrix(json.dumps(doc, separators=separators).encode())
-        assert block.values.tolist() == [1.0] and warnings == expected
+        for doc in ({"status": "success", "isPartial": partial, "data": data},
+                    {"status": "success", "data": data, "isPartial": partial}):  # fmt: skip
+            block, warnings = parse_matrix(json.dumps(doc, separators=separators).encode())
+            assert block.values.tolist() == [1.0] and warnings == expected, doc
 
 
 def test_empty_and_failed_answers() -> None:

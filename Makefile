@@ -35,7 +35,8 @@ lint: $(STAMP)  ## ruff
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)  ## mypy (strict) over the whole tree, tests and benchmarks included
-	$(BIN)/mypy observer detectors remediations alerts dashboards gpufleet tests bench
+	$(BIN)/mypy errors observer detectors remediations evaluation simulator alerts dashboards gpufleet \
+	  tests bench
 
 importlint: $(STAMP)  ## layer and adapter contracts
 	$(BIN)/lint-imports

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from observer.catalog import METRICS, Kind
-from observer.model import Event, Node, NodeName, Pod, frozen_map
-from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.fleet.catalog import METRICS, Kind
+from observer.fleet.model import Event, Node, NodeName, Pod, frozen_map
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 
 GPUS_PER_NODE = 8
 OPERATORS = (

@@ -2,11 +2,12 @@
 
 Issue 4's target: <= 60 s. Untimed: the simulator writes the window as OpenMetrics in parts of
 `PART_HOURS` (a whole day of 1k GPUs would be ~20 GB of text at once), `promtool` backfills
-each part into one TSDB, and the Debian `prometheus` starts on it (gpufleet.local_prometheus).
-Timed: `gpufleet.backtest.backtest` — exactly what the command runs: the range replay of the
+each part into one TSDB, and the Debian `prometheus` starts on it (evaluation.local_prometheus).
+Timed: `evaluation.backtest.backtest` — exactly what the command runs: the range replay of the
 Prometheus collector (per 1 h chunk, the raw samples of ten range selectors, parsed in two
 worker processes while the previous chunk is replayed, every step evaluated locally like an
-instant cycle: observer.prom_raw), every default detector on each step's snapshot, episodes,
+instant cycle: observer.prometheus.replay.range_replay), every default detector on each step's
+snapshot, episodes,
 and the shipped policy's dry-run decisions per cycle — minus writing the JSON. One run over
 the whole window (thousands of steps), repeated `REPEATS` times on the same TSDB (a new
 collector each time): the table gives the median run, the spread of the runs and of per-chunk
@@ -25,12 +26,12 @@ from typing import Any
 from bench.prom_collect import fleet_scenario, process_cpu
 from bench.report import median, stamp, table
 from detectors.suite import DetectorSuite
-from gpufleet.backtest import backtest, step_count
-from gpufleet.local_prometheus import backfill, start_prometheus
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.openmetrics import OpenMetricsWriter
+from evaluation.backtest import backtest, step_count
+from evaluation.local_prometheus import backfill, start_prometheus
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from simulator.engine import FleetSimulator
+from simulator.openmetrics import OpenMetricsWriter
 
 TITLE = "Backtest replay (gpufleet backtest: Prometheus range replay + detectors + dry-run policy)"
 GPUS = 1_000
@@ -165,7 +166,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
         f"range-selector reads each; only the first, short one not read ahead), "
         f"{p.get('grids', 0):.1f} s "
         f"turning chunks into (GPU x step) grids, {p.get('steps', 0):.1f} s building "
-        f"{r['steps']:,} snapshots (observer.snapshot_builder; pods and jobs rebuilt only when "
+        f"{r['steps']:,} snapshots (observer.snapshot.builder; pods and jobs rebuilt only when "
         f"they change), the rest in the replay loop — then {r['detectors']:.1f} s in the "
         f"detectors and {r['decide']:.1f} s in the dry-run engine (in-memory SQLite journal; "
         f"cluster view rebuilt only when the cluster changes). CPU: Prometheus "

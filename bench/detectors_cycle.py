@@ -33,7 +33,7 @@ from detectors.signals import (
     XID,
 )
 from detectors.suite import DetectorSuite, SuiteState
-from observer.model import (
+from observer.fleet.model import (
     NO_INDEX,
     FleetSnapshot,
     GpuTable,

@@ -25,13 +25,13 @@ from typing import Any
 import requests
 
 from bench.report import median, stamp, table
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings, plan
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.openmetrics import OpenMetricsWriter
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings, plan
+from simulator.engine import FleetSimulator
+from simulator.openmetrics import OpenMetricsWriter
+from simulator.scenario import Scenario, scenario_from_dict
 
-TITLE = "Prometheus collection cycle (observer.prom_collector)"
+TITLE = "Prometheus collection cycle (observer.prometheus.collector)"
 SIZES = (100, 1_000, 10_000)
 QUICK_SIZES = (100, 1_000)
 MINUTES = 20
@@ -251,7 +251,8 @@ def where_the_time_goes(big: dict[str, Any]) -> str:
         "Prometheus reads about 220k series per warm cycle (10k GPUs x 22 reads: the inventory "
         "family's `timestamp()`, 15 dense families and the 6 error counters' values); before "
         "warm cycles derived counter increases from the totals they read anyway "
-        "(observer.counter_memory), 7 `increase()` queries read the 6 error counters and the "
+        "(observer.prometheus.counter_memory), 7 `increase()` queries read the 6 error counters "
+        "and the "
         "NVLink bandwidth counter a second time (29 reads per GPU; PromQL applies one function "
         "per selector, so a value and its increase cannot share a read); they are now asked on "
         "a cold start only. A Go CPU profile of Prometheus 2.42 "
@@ -314,7 +315,8 @@ def run(runs: int = 7, quick: bool = False) -> str:
         "decoding, column parsing and the snapshot build. Timed cycles are warm, in time "
         "order 30 s apart up to the window's end (a collector running in time order answers "
         "the vanished-GPU, last-good-scrape and interval queries from what it saw, and derives "
-        "counter increases from the totals it saw: observer.counter_memory); the cold-start "
+        "counter increases from the totals it saw: observer.prometheus.counter_memory); the "
+        "cold-start "
         "column is a new collector's first cycle, which asks those 10 queries too. *CPU s* "
         "are the Prometheus process's and the collector process's CPU time "
         "per warm cycle (from /proc and `time.process_time`): the cycle's cost independent of "

@@ -31,9 +31,9 @@ from bench.prom_collect import (
     wire_bytes,
 )
 from bench.report import median, stamp, table
-from gpufleet.local_prometheus import PrometheusHandle, free_port, require_binaries
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
+from evaluation.local_prometheus import PrometheusHandle, free_port, require_binaries
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
 
 TITLE = "Prometheus collection cycle, live scraping (head block)"
 SIZES = (10_000, 1_000)

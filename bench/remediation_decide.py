@@ -26,13 +26,13 @@ import psycopg
 
 from bench.report import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.decide import decide
-from remediations.engine import RemediationEngine
+from remediations.cluster_view import ClusterView, NodeView, PodView
+from remediations.decision_journal import RemediationEngine
+from remediations.decisions import decide
 from remediations.policy import load_policy
 from remediations.store import Store
-from remediations.view import ClusterView, NodeView, PodView
 
-TITLE = "Remediation decide (remediations.decide / engine)"
+TITLE = "Remediation decide (remediations.decisions / engine)"
 T0 = 1_700_000_000.0
 TARGET_SECONDS = 1.0
 

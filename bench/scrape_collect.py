@@ -24,9 +24,9 @@ import yaml
 
 from bench.prom_collect import fleet_scenario
 from bench.report import median, stamp, table
-from observer.scrape_collector import ScrapeCollector, ScrapeSettings
+from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 
-TITLE = "Direct-scrape collection cycle (observer.scrape_collector)"
+TITLE = "Direct-scrape collection cycle (observer.scrape.collector)"
 EXPORTERS = 100
 QUICK_EXPORTERS = 20
 TARGET_SECONDS = 2.0

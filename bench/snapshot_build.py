@@ -33,10 +33,10 @@ from typing import Any
 
 from bench._fleet_columns import every_series_identity, fleet_columns
 from bench.report import median, stamp, table
-from observer.catalog import METRICS
-from observer.snapshot_builder import SnapshotBuilder
+from observer.fleet.catalog import METRICS
+from observer.snapshot.builder import SnapshotBuilder
 
-TITLE = "Snapshot build (observer.snapshot_builder)"
+TITLE = "Snapshot build (observer.snapshot.builder)"
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
 TARGET_SECONDS = 1.0

@@ -33,7 +33,7 @@ from detectors.signals import (
     value,
 )
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 FEATURES = (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP)
 FLOOR = (2.0, 0.02, 0.02, 0.02, 30.0, 10.0, 2.0, 2.0)

@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from detectors.findings import Finding, FindingKind
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 P = TypeVar("P")
 S = TypeVar("S")

@@ -3,7 +3,7 @@
 The pydantic models are generated from each detector's frozen params dataclass, so a parameter
 is declared once (with its default and its physical reason, in the detector module) and the
 config accepts exactly those names. Durations (`*_seconds`) accept `90`, `90s`, `5m`, `2h`.
-Errors come out through observer.config_errors: file, field path, expectation, e.g.
+Errors come out through errors.config_files: file, field path, expectation, e.g.
 `gpufleet.yaml: detectors.straggler.min_gap: expected a valid number (got 'high')`.
 
     detectors:
@@ -23,8 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from detectors.base import Detector, DetectorSpec, registry
 from detectors.suite import DetectorSuite
-from observer.config_errors import ConfigError, describe_validation_error, load_yaml_file
-from observer.units import parse_duration
+from errors.config_files import ConfigError, describe_validation_error, load_yaml_file
+from observer.fleet.units import parse_duration
 
 SECTION = "detectors"
 Duration = Annotated[float, BeforeValidator(parse_duration)]

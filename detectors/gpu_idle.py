@@ -18,7 +18,7 @@ from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import GR_ACTIVE, UTIL, dt_since, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import dt_since, hysteresis, persist, rate, scrape_interval
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 NVLINK_CRC = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
 PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"

@@ -20,7 +20,7 @@ from detectors.base import DetectorSpec, gpu_context, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, telemetry_view, value
 from detectors.state import KeyedArrays, align, gpu_keys
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 XID_FALLEN_OFF_BUS = 79
 ACTION = "cordon and drain the node, then reboot it (XID 79 class: RESTART_BM); RMA if it recurs"

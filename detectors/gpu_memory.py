@@ -18,7 +18,7 @@ from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import increase, rate, scrape_interval, value
 from detectors.state import KeyedArrays, align, gpu_keys
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"

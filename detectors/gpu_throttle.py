@@ -31,8 +31,8 @@ from detectors.signals import (
     value,
 )
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.catalog import HARMFUL_CLOCK_EVENTS, ClockEventReason
-from observer.model import FleetSnapshot
+from observer.fleet.catalog import HARMFUL_CLOCK_EVENTS, ClockEventReason
+from observer.fleet.model import FleetSnapshot
 
 _ACTIONS = {
     ClockEventReason.HW_POWER_BRAKE: "check the node's power delivery (PSU, power brake signal)",

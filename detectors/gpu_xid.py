@@ -19,8 +19,8 @@ from detectors.base import DetectorSpec, gpu_context, node_name, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.catalog import XID_COUNT_METRIC, XidAction, xid_info
-from observer.model import FleetSnapshot
+from observer.fleet.catalog import XID_COUNT_METRIC, XidAction, xid_info
+from observer.fleet.model import FleetSnapshot
 
 CRITICAL_ACTIONS = frozenset(
     {

@@ -18,7 +18,7 @@ from detectors.base import DetectorSpec, register
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import telemetry_view
 from detectors.state import KeyedArrays, align
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 
 @dataclass(frozen=True, slots=True)

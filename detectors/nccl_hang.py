@@ -35,7 +35,7 @@ from detectors.signals import (
     value,
 )
 from detectors.state import KeyedArrays, align, job_keys
-from observer.model import NO_INDEX, FleetSnapshot
+from observer.fleet.model import NO_INDEX, FleetSnapshot
 
 ACTION = (
     "dump the ranks' stacks (py-spy dump, NCCL_DEBUG=INFO), then restart the job from its last "

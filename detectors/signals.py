@@ -14,8 +14,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from observer.catalog import canonical_name
-from observer.model import NO_INDEX, BoolArray, FleetSnapshot, FloatArray, IntArray, MetricColumn
+from observer.fleet.catalog import canonical_name
+from observer.fleet.model import (
+    NO_INDEX,
+    BoolArray,
+    FleetSnapshot,
+    FloatArray,
+    IntArray,
+    MetricColumn,
+)
 
 F32Array = npt.NDArray[np.float32]
 AnyFloat = npt.NDArray[np.floating[Any]]

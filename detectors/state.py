@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from observer.model import FleetSnapshot, IntArray, StrArray
+from observer.fleet.model import FleetSnapshot, IntArray, StrArray
 
 AnyArray = npt.NDArray[Any]
 ColumnSpec = Mapping[str, tuple[Any, Any]]

@@ -42,7 +42,7 @@ from detectors.signals import (
 )
 from detectors.state import GpuCycleState, align, gpu_keys
 from detectors.straggler_evidence import group_ids, job_signal, noise_threshold
-from observer.model import NO_INDEX, FleetSnapshot
+from observer.fleet.model import NO_INDEX, FleetSnapshot
 
 ACTION = (
     "run DCGM diag (level 2) on the GPU at the next checkpoint; if it fails or the straggler "

@@ -10,7 +10,7 @@ import numpy as np
 
 from detectors.signals import GR_ACTIVE, TENSOR_ACTIVE, group_median, value
 from detectors.state import KeyedArrays
-from observer.model import NO_INDEX, FleetSnapshot, IntArray
+from observer.fleet.model import NO_INDEX, FleetSnapshot, IntArray
 
 JUMP_SD = 2.0 / np.sqrt(np.pi)
 """E|a - b| for two independent readings of sd 1 (sqrt(2) * sqrt(2/pi))."""

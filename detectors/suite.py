@@ -18,7 +18,7 @@ from typing import Any
 
 from detectors.base import Detector, bind, jsonable, registry
 from detectors.findings import Finding
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 log = logging.getLogger(__name__)
 

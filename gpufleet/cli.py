@@ -12,8 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from errors.config_files import ConfigError
 from gpufleet import __version__
-from observer.config_errors import ConfigError
 
 EXIT_USAGE = 2
 COMMAND_MODULES = (

@@ -1,6 +1,6 @@
 """The gpufleet configuration file: where the journal lives, which cluster this is, dry-run.
 
-Loaded once at start through `observer.config_errors`, so a mistake exits with code 2 and names
+Loaded once at start through `errors.config_files`, so a mistake exits with code 2 and names
 the file, the field path and what was expected; then passed down (no module-level environment
 reads). A missing `--config` means the defaults: a SQLite journal `gpufleet.db` in the working
 directory, cluster `default`, the shipped conservative policy.
@@ -14,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from observer.config_errors import load_model
+from detectors.config import suite_from_section
+from detectors.suite import DetectorSuite
+from errors.config_files import load_model
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 
@@ -66,3 +68,9 @@ def load_all(args: argparse.Namespace) -> tuple[GpufleetConfig, Policy]:
 
 def open_store(cfg: GpufleetConfig) -> Store:
     return Store.open(cfg.store_url, cluster=cfg.cluster)
+
+
+def detector_suite(cfg: GpufleetConfig, source: str) -> tuple[DetectorSuite, int]:
+    """The configured suite and episode grace cycles (no `detectors:` section: the defaults)."""
+    section = cfg.detectors or {}
+    return suite_from_section(section, source), int(section.get("episode_grace_cycles", 0))

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from gpufleet.demo_log import clock_label
-from observer.simulator.scenario import Fault, FaultKind
-from observer.simulator.serve import SimulationHandle
+from simulator.scenario import Fault, FaultKind
+from simulator.serve import SimulationHandle
 
 _HARDWARE = "critical -> quarantine the node (automatic), drain waits for your approval"
 OUTCOME: dict[FaultKind, str] = {

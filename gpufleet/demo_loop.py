@@ -1,6 +1,6 @@
 """The demo's live loop: the simulated fleet watched, judged and repaired by the real product.
 
-Around a running simulation (observer.simulator.serve) it sets up what a live gpufleet needs —
+Around a running simulation (simulator.serve) it sets up what a live gpufleet needs —
 a fresh SQLite journal and a config file under `.gpufleet/` that `gpufleet actions|audit` can
 use, the direct-scrape collector over the simulator's /targets, the Kubernetes collector and
 the real KubeActuator over its API, the default detectors and the default policy — and runs one
@@ -24,14 +24,14 @@ from detectors.suite import DetectorSuite
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
-from observer.kube_collector import KubeCollector, KubeSettings
-from observer.scrape_collector import ScrapeCollector, ScrapeSettings
-from observer.simulator.serve import SimulationHandle
-from remediations.actuation import TemporaryError
-from remediations.actuator import KubeActuator
-from remediations.loop import RemediationLoop
+from observer.kube.collector import KubeCollector, KubeSettings
+from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from remediations.actuator_api import TemporaryError
+from remediations.cycle import RemediationLoop
+from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, load_policy
 from remediations.store import Store
+from simulator.serve import SimulationHandle
 
 log = logging.getLogger(__name__)
 OWNER = "gpufleet-demo"

@@ -21,16 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from detectors.episodes import EntityKey, EpisodeTracker
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite, SuiteState
-from observer.collect_errors import CollectionError
-from observer.kube_collector import KubeCollector
-from observer.model import FleetSnapshot
-from observer.scrape_collector import ScrapeCollector
-from remediations.decide import ActionDecision
+from evaluation.episodes import EntityKey, EpisodeTracker
+from observer.fleet.model import FleetSnapshot
+from observer.kube.collector import KubeCollector
+from observer.scrape.collector import ScrapeCollector
+from observer.snapshot.cycle_stats import CollectionError
+from remediations.cycle import RemediationLoop
+from remediations.decisions import ActionDecision
 from remediations.incidents import IncidentChange
-from remediations.loop import RemediationLoop
 from remediations.store import ActionRecord, AuditRecord
 from remediations.types import ActionState
 

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
+from remediations.cluster_view import ClusterView
 from remediations.playbooks import Plan
 from remediations.policy import Attempts, BlastRadius, Gates, MaintenanceWindows, Protected
 from remediations.store.records import EngineState
-from remediations.view import ClusterView
 
 
 class Outcome(StrEnum):

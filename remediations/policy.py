@@ -1,6 +1,6 @@
 """The remediation policy a person writes: rules (what to do) and gates (when not to).
 
-Loaded through `observer.config_errors`, so a mistake reads `policy.yaml: rules[2].mode: expected
+Loaded through `errors.config_files`, so a mistake reads `policy.yaml: rules[2].mode: expected
 one of 'auto', 'approval', 'notify'`. Playbook parameters are checked against each playbook's own
 model at load time. A rule may never act automatically on `monitoring_gap`: missing telemetry is
 not evidence of a fault.
@@ -19,8 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from detectors.findings import FindingKind, Severity
-from observer.config_errors import ConfigError, describe_validation_error, load_model, validate
-from observer.units import Duration
+from errors.config_files import ConfigError, describe_validation_error, load_model, validate
+from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
 from remediations.types import Mode
 

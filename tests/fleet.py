@@ -25,7 +25,7 @@ from detectors.signals import (
     UTIL,
     XID,
 )
-from observer.model import (
+from observer.fleet.model import (
     NO_INDEX,
     FleetSnapshot,
     GpuTable,

@@ -17,10 +17,10 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes.client import V1ObjectMeta
 
-from observer.simulator.clock import ManualWall, SimClock
-from observer.simulator.cluster import ClusterOptions, SimCluster
-from observer.simulator.k8s_api import KubeApiServer
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from simulator.clock import ManualWall, SimClock
+from simulator.cluster import ClusterOptions, SimCluster
+from simulator.kube_api.server import KubeApiServer
+from simulator.scenario import Scenario, scenario_from_dict
 
 SMALL: dict[str, Any] = {
     "name": "k8s-small",

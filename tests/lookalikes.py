@@ -9,7 +9,7 @@ it cannot show the two patterns the straggler detector must not page on:
 - pipeline-stage imbalance: the GPUs of one node (a heavier stage) are uniformly busier than the
   rest of the job, for good.
 Both scale the activity gauges (util, graphics, tensor, DRAM) of the job's GPUs, like the
-simulator's own straggler (observer/simulator/levels.py); the phases stay the simulator's.
+simulator's own straggler (simulator/levels.py); the phases stay the simulator's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import MappingProxyType
 import numpy as np
 
 from detectors.signals import DRAM_ACTIVE, GR_ACTIVE, TENSOR_ACTIVE, UTIL
-from observer.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot
 
 Frames = Iterable[tuple[float, FleetSnapshot]]
 Factor = Callable[[np.random.Generator, np.ndarray, FleetSnapshot], np.ndarray]

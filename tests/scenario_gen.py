@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from observer.simulator.layout import build_layout
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from simulator.layout import build_layout
+from simulator.scenario import Scenario, scenario_from_dict
 
 MODELS = ("A100", "H100", "H200")
 GPU_FAULTS = (

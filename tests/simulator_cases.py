@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from simulator.scenario import Scenario, scenario_from_dict
 
 MIN = 60.0
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from observer.model import FleetSnapshot, Node, NodeName, Pod, frozen_map
-from observer.snapshot_builder import build_snapshot
-from observer.snapshot_inputs import GpuColumns, MetricSeries
+from observer.fleet.model import FleetSnapshot, Node, NodeName, Pod, frozen_map
+from observer.snapshot.builder import build_snapshot
+from observer.snapshot.inputs import GpuColumns, MetricSeries
 
 NOW = 1_767_225_600.0
 UTIL = "DCGM_FI_DEV_GPU_UTIL"

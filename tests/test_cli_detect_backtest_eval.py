@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from gpufleet.cli import main
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.scenario import Scenario, scenario_from_dict
-from observer.simulator.truth import ground_truth
+from simulator.engine import FleetSimulator
+from simulator.scenario import Scenario, scenario_from_dict
+from simulator.truth import ground_truth
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
 
 pytestmark = [pytest.mark.prometheus]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
-from observer.simulator.serve import SimulationHandle, start_simulation
+from simulator.serve import SimulationHandle, start_simulation
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
 from tests.simulator_cases import MIN, small
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.scrape_collector import ScrapeCollector, ScrapeSettings
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from tests.prometheus_fixture import start_prometheus
 
 T0 = 1_767_225_600.0

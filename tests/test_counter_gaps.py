@@ -22,11 +22,11 @@ import pytest
 
 import detectors.all  # noqa: F401  (registers the detectors)
 from detectors.base import bind
-from observer.collect_errors import CollectionError
-from observer.counter_memory import CounterMemory
-from observer.model import FleetSnapshot
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import SPARSE_COUNTERS, PromSettings
+from observer.fleet.model import FleetSnapshot
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings
+from observer.snapshot.cycle_stats import CollectionError
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus
 

@@ -1,5 +1,6 @@
 """Counter increases on warm cycles come from the collector's memory of totals
-(observer.counter_memory), against a real Prometheus holding a hand-written fleet of 4 GPUs:
+(observer.prometheus.counter_memory), against a real Prometheus holding a hand-written fleet of 4
+GPUs:
 
 - GPU-0: 2 DBEs between the samples at 270 s and 300 s;
 - GPU-1: its PCIe replay counter restarts (5 -> 0) at 360 s, without any new error;
@@ -17,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from observer.counter_memory import CounterMemory
-from observer.model import FleetSnapshot
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
+from observer.fleet.model import FleetSnapshot
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.plan import PromSettings
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus
 
 T0 = 1_700_000_010.0  # on the 30 s grid

@@ -23,12 +23,12 @@ from detectors.suite import DetectorSuite
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
-from observer.collect_errors import CollectionError
-from observer.simulator.clock import ManualWall
-from observer.simulator.cluster import ClusterOptions
-from observer.simulator.serve import SimulationHandle, start_simulation
+from observer.snapshot.cycle_stats import CollectionError
 from remediations.store import Store
 from remediations.types import QUARANTINE_TAINT, ActionState
+from simulator.clock import ManualWall
+from simulator.cluster import ClusterOptions
+from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import small_scenario
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"

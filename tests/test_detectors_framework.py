@@ -9,11 +9,11 @@ import pytest
 
 from detectors.base import DetectorSpec, bind, registry
 from detectors.config import suite_from_section
-from detectors.episodes import EpisodeTracker
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.state import align, empty
 from detectors.suite import DetectorSuite
-from observer.config_errors import ConfigError
+from errors.config_files import ConfigError
+from evaluation.episodes import EpisodeTracker
 from tests.fleet import Fleet
 
 SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}

@@ -6,7 +6,7 @@ from detectors.findings import FindingKind, Severity
 from detectors.gpu_interconnect import NVLINK_CRC, PCIE_REPLAY
 from detectors.gpu_memory import DBE, REMAP_FAIL, SBE, UNCORR_ROWS
 from detectors.signals import SM_CLOCK, THROTTLE, UTIL, XID
-from observer.catalog import XID_COUNT_METRIC
+from observer.fleet.catalog import XID_COUNT_METRIC
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 

@@ -1,7 +1,7 @@
 """End to end through a real Prometheus: simulate, backfill, collect range, replay, score.
 
-The same path `gpufleet backtest`/`eval` will take (observer.prom_collector.collect_range ->
-detectors.replay -> detectors.scoring), on the demo scenario, with Prometheus' default lookback
+The same path `gpufleet backtest`/`eval` will take (observer.prometheus.collector.collect_range ->
+evaluation.replay -> evaluation.scoring), on the demo scenario, with Prometheus' default lookback
 and with `--query.lookback-delta=1m` (vanished series must be judged by sample age either way).
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.replay import replay
-from detectors.scoring import score
 from detectors.suite import DetectorSuite
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.scenario import demo_scenario
-from observer.simulator.truth import ground_truth
+from evaluation.replay import replay
+from evaluation.scoring import score
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from simulator.engine import FleetSimulator
+from simulator.scenario import demo_scenario
+from simulator.truth import ground_truth
 from tests.prometheus_fixture import PrometheusFactory
 
 

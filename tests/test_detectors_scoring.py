@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
-from detectors.scoring import blind_seconds, merge, score
+from evaluation.scoring import blind_seconds, merge, score
 
 T = 1_767_225_600.0
 TRUTH: dict[str, list[dict[str, Any]]] = {
@@ -124,8 +124,8 @@ def test_blind_time_counts_gaps_outages_on_its_nodes_and_straggler_pauses_once()
 
 
 def test_static_rules_baseline_pages_on_idle_gpus_and_misses_hangs() -> None:
-    from detectors.baseline import static_rules_suite
     from detectors.signals import TENSOR_ACTIVE, UTIL, XID
+    from evaluation.baseline import static_rules_suite
     from tests.fleet import Fleet
 
     fleet = Fleet(nodes=2).job("ml/t", [0])

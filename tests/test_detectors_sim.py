@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from detectors.scoring import KindScore, Score
-from detectors.sim_eval import evaluate
-from observer.simulator.scenario import Scenario, demo_scenario, load_scenario
+from evaluation.scoring import KindScore, Score
+from evaluation.simulated import evaluate
+from simulator.scenario import Scenario, demo_scenario, load_scenario
 from tests.scenario_gen import random_scenario
 
 SUITE = Path(__file__).resolve().parents[1] / "eval" / "suite"

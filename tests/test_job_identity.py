@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from observer.job_identity import JobIdentity
-from observer.model import NO_INDEX, NodeName, Pod, frozen_map
-from observer.snapshot_builder import build_snapshot
+from observer.fleet.model import NO_INDEX, NodeName, Pod, frozen_map
+from observer.snapshot.builder import build_snapshot
+from observer.snapshot.job_identity import JobIdentity
 from tests.snapshot_fixtures import (
     NOW,
     gpu_rows,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from observer.job_identity import label_value
-from observer.k8s_records import (
+from observer.snapshot.builder import build_snapshot
+from observer.snapshot.inputs import GpuColumns
+from observer.snapshot.job_identity import label_value
+from observer.snapshot.kube_records import (
     node_from_api,
     nodes_from_kube_state_metrics,
     pod_from_api,
     pods_from_kube_state_metrics,
 )
-from observer.snapshot_builder import build_snapshot
-from observer.snapshot_inputs import GpuColumns
 
 KF = "training.kubeflow.org"
 

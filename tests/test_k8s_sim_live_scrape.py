@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from observer.simulator.serve import SimulationHandle, start_simulation
+from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import small_scenario
 
 pytestmark = [

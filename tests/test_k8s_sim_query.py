@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from observer.simulator.clock import ManualWall, SimClock
-from observer.simulator.k8s_query import (
+from simulator.clock import ManualWall, SimClock
+from simulator.kube_api.query import (
     BadRequest,
     apply_patch,
     field_matcher,
     label_matcher,
 )
-from observer.simulator.k8s_store import Conflict, Expired, ObjectStore
+from simulator.kube_api.store import Conflict, Expired, ObjectStore
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a", "tier": "x"}},

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from observer.simulator.clock import ManualWall
-from observer.simulator.scenario import scenario_from_dict
-from observer.simulator.serve import SimulationHandle, start_simulation
+from simulator.clock import ManualWall
+from simulator.scenario import scenario_from_dict
+from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import SMALL
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from observer.kube_collector import KubeCollector, KubeSettings
-from observer.snapshot_builder import SnapshotBuilder
-from observer.snapshot_inputs import GpuColumns
+from observer.kube.collector import KubeCollector, KubeSettings
+from observer.snapshot.builder import SnapshotBuilder
+from observer.snapshot.inputs import GpuColumns
 from tests.k8s_sim_support import Sim, running_sim
 
 FAST = dict(watch_timeout=2, request_timeout=5.0, backoff_initial=0.05, backoff_max=0.5)

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from observer.collect_errors import CollectionError
-from observer.gc_pause import paused_gc
-from observer.model import FleetSnapshot, JobKey
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from observer.fleet.model import FleetSnapshot, JobKey
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.snapshot.cycle_stats import CollectionError
+from observer.snapshot.gc_pause import paused_gc
+from simulator.scenario import Scenario, scenario_from_dict
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import (
     PrometheusFactory,

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from observer.catalog import METRICS
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.openmetrics import OpenMetricsWriter
-from observer.simulator.scenario import Scenario
+from observer.fleet.catalog import METRICS
+from simulator.engine import FleetSimulator
+from simulator.openmetrics import OpenMetricsWriter
+from simulator.scenario import Scenario
 from tests.prometheus_fixture import PrometheusFactory, PrometheusHandle, start_prometheus
 from tests.simulator_cases import MIN, small
 

@@ -1,6 +1,7 @@
 """A range replay (raw samples, every step evaluated locally) equals instant cycles, step by step.
 
-The guarantee behind `gpufleet backtest`/`eval`: observer.prom_raw derives each step's answers
+The guarantee behind `gpufleet backtest`/`eval`: observer.prometheus.replay.range_replay derives
+each step's answers
 from raw samples instead of asking Prometheus at each step, so this test replays a backfilled
 real Prometheus both ways — `collect_range` in short chunks (chunk edges inside the window) and
 `collect(at=t)` in time order, as the live loop does — and compares every snapshot: GPU rows,
@@ -20,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from observer.model import FleetSnapshot
-from observer.prom_collector import CollectResult, PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.simulator.scenario import Scenario
+from observer.fleet.model import FleetSnapshot
+from observer.prometheus.collector import CollectResult, PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from simulator.scenario import Scenario
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
 from tests.simulator_cases import MIN, small
 

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from observer.catalog import XID_COUNT_METRIC
-from observer.collect_errors import CollectionError
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.simulator.scenario import Scenario
+from observer.fleet.catalog import XID_COUNT_METRIC
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.snapshot.cycle_stats import CollectionError
+from simulator.scenario import Scenario
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
 from tests.simulator_cases import MIN, small

@@ -1,14 +1,15 @@
-"""observer.raw_grid against plain loops: PromQL instant selectors and `increase()` per step."""
+"""observer.prometheus.replay.step_grid against plain loops: PromQL instant selectors and
+`increase()` per step."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from observer.prom_cycle import chunk_span
-from observer.prom_raw import parse_duration
-from observer.raw_grid import increase, newest
-from observer.raw_matrix import RawBlock
+from observer.prometheus.cycle import chunk_span
+from observer.prometheus.replay.matrix import RawBlock
+from observer.prometheus.replay.range_replay import parse_duration
+from observer.prometheus.replay.step_grid import increase, newest
 
 
 def block(rng: np.random.Generator, n: int = 40) -> RawBlock:

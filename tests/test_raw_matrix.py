@@ -1,4 +1,5 @@
-"""observer.raw_matrix: the fast matrix parser gives what `json` gives, whatever the labels hold."""
+"""observer.prometheus.replay.matrix: the fast matrix parser gives what `json` gives, whatever the
+labels hold."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from observer.prom_errors import PARTIAL_WARNING
-from observer.raw_matrix import MalformedAnswer, carry, parse_matrix
+from observer.prometheus.answers import PARTIAL_WARNING
+from observer.prometheus.replay.matrix import MalformedAnswer, carry, parse_matrix
 
 
 def body(result: list[dict[str, Any]], **extra: Any) -> bytes:

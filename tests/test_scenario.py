@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from errors.config_files import ConfigError
 from gpufleet.cli import main
-from observer.config_errors import ConfigError
-from observer.simulator.layout import build_layout
-from observer.simulator.scenario import demo_scenario, load_scenario, parse_duration
+from simulator.layout import build_layout
+from simulator.scenario import demo_scenario, load_scenario, parse_duration
 
 
 def test_demo_scenario_places_every_workload() -> None:

@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from observer.collect_errors import CollectionError
-from observer.model import FleetSnapshot
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
-from observer.ring_window import RingWindow
-from observer.scrape_collector import ScrapeCollector, ScrapeSettings
-from observer.simulator.clock import ManualWall
-from observer.simulator.cluster import ClusterOptions
-from observer.simulator.serve import SimulationHandle, start_simulation
+from observer.fleet.model import FleetSnapshot
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from observer.scrape.ring_window import RingWindow
+from observer.snapshot.cycle_stats import CollectionError
+from simulator.clock import ManualWall
+from simulator.cluster import ClusterOptions
+from simulator.serve import SimulationHandle, start_simulation
 from tests.prometheus_fixture import start_prometheus, write_scenario
 from tests.simulator_cases import MIN, small
 
@@ -162,7 +162,7 @@ def test_malformed_lines_skipped_counted_logged_once(caplog: pytest.LogCaptureFi
     clock = iter(range(1000, 2000, 30))
     try:
         with (
-            caplog.at_level(logging.WARNING, "observer.scrape_collector"),
+            caplog.at_level(logging.WARNING, "observer.scrape.collector"),
             ScrapeCollector(ScrapeSettings(targets=(url,)), now=lambda: float(next(clock))) as c,
         ):
             results = [c.collect() for _ in range(3)]

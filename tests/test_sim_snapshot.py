@@ -1,13 +1,13 @@
-"""observer/simulator/snapshot.py: PromQL increase() semantics and lookback staleness."""
+"""simulator/snapshot.py: PromQL increase() semantics and lookback staleness."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.scenario import scenario_from_dict
-from observer.simulator.snapshot import SimSnapshots, increase
+from simulator.engine import FleetSimulator
+from simulator.scenario import scenario_from_dict
+from simulator.snapshot import SimSnapshots, increase
 
 
 def test_increase_is_reset_aware_and_extrapolated_like_promql() -> None:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer.catalog import METRICS, Kind
-from observer.model import FloatArray
-from observer.simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
-from observer.simulator.scenario import Scenario, scenario_from_dict
+from observer.fleet.catalog import METRICS, Kind
+from observer.fleet.model import FloatArray
+from simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
+from simulator.scenario import Scenario, scenario_from_dict
 from tests.simulator_cases import MIN, small
 
 THERMAL_BITS = 0x20 | 0x40

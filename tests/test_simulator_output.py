@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from gpufleet.cli import main
-from observer.catalog import METRICS
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.exposition import dcgm_text, kube_state_text, steps_text
-from observer.simulator.openmetrics import OpenMetricsWriter
-from observer.simulator.truth import ground_truth
+from observer.fleet.catalog import METRICS
+from simulator.engine import FleetSimulator
+from simulator.exposition import dcgm_text, kube_state_text, steps_text
+from simulator.openmetrics import OpenMetricsWriter
+from simulator.truth import ground_truth
 from tests.simulator_cases import MIN, small
 
 

@@ -8,14 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from observer.gpu_rows import NO_HOSTNAME
-from observer.model import NO_INDEX, NodeName, Pod, frozen_map
-from observer.simulator.layout import build_layout
-from observer.simulator.scenario import demo_scenario
-from observer.snapshot_builder import SnapshotBuilder, build_snapshot
-from observer.snapshot_inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
-from observer.snapshot_json import snapshot_to_dict
-from observer.telemetry_health import infer_scrape_interval, snap_interval
+from observer.fleet.model import NO_INDEX, NodeName, Pod, frozen_map
+from observer.snapshot.builder import SnapshotBuilder, build_snapshot
+from observer.snapshot.gpu_rows import NO_HOSTNAME
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.snapshot.json_dump import snapshot_to_dict
+from observer.snapshot.telemetry_health import infer_scrape_interval, snap_interval
+from simulator.layout import build_layout
+from simulator.scenario import demo_scenario
 from tests.snapshot_fixtures import (
     NOW,
     TEMP,
@@ -354,7 +354,7 @@ def test_simulated_layout_round_trips_through_the_builder() -> None:
 def test_module_docstring_example() -> None:
     import doctest
 
-    import observer.snapshot_builder as module
+    import observer.snapshot.builder as module
 
     assert doctest.testmod(module).failed == 0
 

@@ -6,11 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer.columns import first_occurrence
-from observer.gpu_rows import resolve_gpu_rows
-from observer.model import NO_INDEX
-from observer.snapshot_builder import SnapshotBuilder, build_snapshot
-from observer.snapshot_inputs import MetricSeries
+from observer.fleet.columns import first_occurrence
+from observer.fleet.model import NO_INDEX
+from observer.snapshot.builder import SnapshotBuilder, build_snapshot
+from observer.snapshot.gpu_rows import resolve_gpu_rows
+from observer.snapshot.inputs import MetricSeries
 from tests.snapshot_fixtures import (
     NOW,
     TEMP,

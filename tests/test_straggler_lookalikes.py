@@ -11,13 +11,13 @@ import pytest
 
 from detectors.base import bind
 from detectors.findings import Severity
-from detectors.replay import replay
-from detectors.scoring import score
-from detectors.sim_eval import frames
 from detectors.suite import DetectorSuite
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.scenario import FaultKind, WorkloadKind
-from observer.simulator.truth import ground_truth
+from evaluation.replay import replay
+from evaluation.scoring import score
+from evaluation.simulated import frames
+from simulator.engine import FleetSimulator
+from simulator.scenario import FaultKind, WorkloadKind
+from simulator.truth import ground_truth
 from tests import lookalikes
 from tests.scenario_gen import random_scenario
 

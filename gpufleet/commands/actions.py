@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.config import add_arguments, load_all, open_store
-from remediations.engine import RemediationEngine
+from remediations.decision_journal import RemediationEngine
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState
 

@@ -12,9 +12,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from errors.config_files import ConfigError
 from gpufleet.config import add_arguments, load_all, open_store
-from observer.config_errors import ConfigError
-from observer.units import parse_duration, parse_time
+from observer.fleet.units import parse_duration, parse_time
 
 
 def register(sub: Any) -> None:

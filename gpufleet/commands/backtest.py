@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpufleet.backtest import Progress, backtest, detector_suite, iso, step_count
+from evaluation.backtest import Progress, backtest, iso, step_count
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
-from gpufleet.config import load_all
-from observer.collect_errors import CollectionError
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
+from gpufleet.config import detector_suite, load_all
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_USAGE = 2

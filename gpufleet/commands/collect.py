@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from observer.collect_errors import CollectionError
-from observer.model import Event, FleetSnapshot, Node, Pod
-from observer.snapshot_json import snapshot_to_dict
-from observer.snapshot_summary import summarize
+from observer.fleet.model import Event, FleetSnapshot, Node, Pod
+from observer.snapshot.cycle_stats import CollectionError
+from observer.snapshot.json_dump import snapshot_to_dict
+from observer.snapshot.summary import summarize
 
 EXIT_OK = 0
 EXIT_TEMPORARY = 1
@@ -78,7 +78,7 @@ def parse_at(value: str) -> float:
 
 
 def _kube(args: argparse.Namespace) -> Any:
-    from observer.kube_collector import KubeCollector, KubeSettings
+    from observer.kube.collector import KubeCollector, KubeSettings
 
     kube = KubeCollector(KubeSettings(kubeconfig=args.kubeconfig, watch_timeout=30)).start()
     if not kube.wait_synced(args.timeout):
@@ -95,8 +95,8 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
              ) -> tuple[FleetSnapshot, tuple[str, ...], str]:  # fmt: skip
     nodes, pods, events = k8s if k8s is not None else (None, None, [])
     if args.prometheus_url:
-        from observer.prom_collector import PrometheusCollector
-        from observer.prom_queries import PromSettings
+        from observer.prometheus.collector import PrometheusCollector
+        from observer.prometheus.plan import PromSettings
 
         at = parse_at(args.at) if args.at else None
         settings = PromSettings(args.prometheus_url, timeout=args.timeout, window=args.window)
@@ -106,7 +106,7 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
         kb = stats.bytes_body / 1e3
         cost = f"{stats.query_count} queries, {kb:.0f} kB JSON, {stats.seconds:.2f} s"
         return r.snapshot, stats.problems, cost
-    from observer.scrape_collector import ScrapeCollector, ScrapeSettings
+    from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 
     settings_s = ScrapeSettings(
         targets=tuple(args.scrape or ()),

@@ -19,8 +19,8 @@ from typing import Any
 from gpufleet.demo_banner import banner
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
-from observer.simulator.scenario import DEMO_SCENARIO, Scenario, load_scenario
-from observer.simulator.serve import SimulationHandle, start_simulation, stop_on_signal
+from simulator.scenario import DEMO_SCENARIO, Scenario, load_scenario
+from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 
 DEFAULT_DIR = Path(".gpufleet")
 DEFAULT_KUBECONFIG = DEFAULT_DIR / "demo-kubeconfig"
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "log_level", "INFO") != "DEBUG":
         # A silent exporter is the story here (the log prints its monitoring_gap finding); the
         # collector's per-cycle warning about it would only bury the commentary.
-        logging.getLogger("observer.scrape_collector").setLevel(logging.ERROR)
+        logging.getLogger("observer.scrape.collector").setLevel(logging.ERROR)
     handle = _start(args)
     loop: DemoLoop | None = None
     try:

@@ -16,12 +16,12 @@ import sys
 from typing import Any
 
 from detectors.findings import Finding, Severity
-from gpufleet.backtest import current_findings, detector_suite, iso, replay_window
+from evaluation.backtest import current_findings, iso, replay_window
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
-from gpufleet.config import load_config
-from observer.collect_errors import CollectionError
-from observer.prom_collector import PrometheusCollector
-from observer.prom_queries import PromSettings
+from gpufleet.config import detector_suite, load_config
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1

@@ -18,12 +18,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gpufleet.backtest import detector_suite
-from gpufleet.config import load_config
-from gpufleet.eval_report import report
-from gpufleet.evaluation import evaluate_suite, scenario_files, stderr_log
-from gpufleet.local_prometheus import LocalPrometheusError, require_binaries
-from observer.collect_errors import CollectionError
+from evaluation.local_prometheus import LocalPrometheusError, require_binaries
+from evaluation.report import report
+from evaluation.suite_eval import evaluate_suite, scenario_files, stderr_log
+from gpufleet.config import detector_suite, load_config
+from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_TARGETS = 1

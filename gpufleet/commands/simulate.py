@@ -1,7 +1,7 @@
 """`gpufleet simulate`: a scenario as OpenMetrics for backfill (+ ground truth), or served live.
 
 The OpenMetrics mode feeds `promtool tsdb create-blocks-from openmetrics`; `--serve` starts the
-simulated exporters and Kubernetes API (observer/simulator/serve.py) on 127.0.0.1.
+simulated exporters and Kubernetes API (simulator/serve.py) on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from observer.config_errors import ConfigError
-from observer.simulator.engine import FleetSimulator
-from observer.simulator.layout import build_layout
-from observer.simulator.openmetrics import OpenMetricsWriter
-from observer.simulator.scenario import (
+from errors.config_files import ConfigError
+from simulator.engine import FleetSimulator
+from simulator.layout import build_layout
+from simulator.openmetrics import OpenMetricsWriter
+from simulator.scenario import (
     DEMO_SCENARIO,
     Scenario,
     load_scenario,
     parse_duration,
     parse_time,
 )
-from observer.simulator.truth import ground_truth, write_truth
+from simulator.truth import ground_truth, write_truth
 
 UNIX_SECONDS_FLOOR = 1e9
 """Plain numbers at least this large are unix seconds; smaller ones are offsets."""
@@ -139,13 +139,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(sc: Scenario, args: argparse.Namespace) -> int:
     try:
-        serve = importlib.import_module("observer.simulator.serve")
+        serve = importlib.import_module("simulator.serve")
     except ModuleNotFoundError as exc:
-        if exc.name != "observer.simulator.serve":
+        if exc.name != "simulator.serve":
             raise
         print(
             "gpufleet simulate: error: live mode is not available in this build "
-            "(observer/simulator/serve.py is missing)",
+            "(simulator/serve.py is missing)",
             file=sys.stderr,
         )
         return 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from observer.units import parse_duration, parse_time
+from observer.fleet.units import parse_duration, parse_time
 
 
 def parse_time_arg(parser: argparse.ArgumentParser, flag: str, value: str) -> float:

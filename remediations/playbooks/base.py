@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from observer.units import Duration
+from observer.fleet.units import Duration
+from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.types import IncidentId, Intent
-from remediations.view import ClusterReader, ClusterView
 
 
 class BaseParams(BaseModel):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from observer.units import Duration
+from observer.fleet.units import Duration
+from remediations.cluster_view import ClusterReader, ClusterView, PodView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -23,7 +24,6 @@ from remediations.playbooks.base import (
     node_target,
 )
 from remediations.types import Intent
-from remediations.view import ClusterReader, ClusterView, PodView
 
 
 class DrainParams(BaseParams):

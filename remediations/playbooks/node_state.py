@@ -6,6 +6,7 @@ incident annotations, so the node's state says why and who from `kubectl describ
 
 from __future__ import annotations
 
+from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -18,7 +19,6 @@ from remediations.playbooks.base import (
     node_target,
 )
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, Intent
-from remediations.view import ClusterReader, ClusterView
 
 
 def _node_verify(intents: tuple[Intent, ...], reader: ClusterReader) -> Verification:

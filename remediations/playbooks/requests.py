@@ -8,6 +8,7 @@ and cooldown gates stop a reset/reboot loop (#1543).
 
 from __future__ import annotations
 
+from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -20,7 +21,6 @@ from remediations.playbooks.base import (
     node_target,
 )
 from remediations.types import REQUEST_ANNOTATION, Intent
-from remediations.view import ClusterReader, ClusterView
 
 
 class _Request(Playbook):

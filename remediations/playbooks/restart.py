@@ -7,6 +7,7 @@ deletes the replacement of a pod it already restarted: exactly once, even for St
 
 from __future__ import annotations
 
+from remediations.cluster_view import ClusterReader, ClusterView, PodView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -17,7 +18,6 @@ from remediations.playbooks.base import (
     VerifyStatus,
 )
 from remediations.types import Intent
-from remediations.view import ClusterReader, ClusterView, PodView
 
 
 def _pod_of(subject: Subject, view: ClusterView) -> PodView | NoPlan:

@@ -14,11 +14,11 @@ import time
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.actuation import WriteContext
-from remediations.actuator import KubeActuator
-from remediations.engine import RemediationEngine
+from remediations.actuator_api import WriteContext
+from remediations.decision_journal import RemediationEngine
+from remediations.executor import Runner
+from remediations.kube_actuator import KubeActuator
 from remediations.policy import policy_from_dict
-from remediations.runner import Runner
 from remediations.store import Store
 from remediations.types import Intent
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediations.actuation import PermanentError, WriteContext
+from remediations.actuator_api import PermanentError, WriteContext
+from remediations.cluster_view import ClusterView, JobView, NodeView, PodView
 from remediations.types import OWNER_ANNOTATION, Intent
-from remediations.view import ClusterView, JobView, NodeView, PodView
 
 _uids = itertools.count(1)
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.actuator import KubeActuator
-from remediations.engine import RemediationEngine
+from remediations.decision_journal import RemediationEngine
+from remediations.executor import Runner
+from remediations.kube_actuator import KubeActuator
 from remediations.policy import Policy, policy_from_dict
-from remediations.runner import Runner
 from remediations.store import ActionRecord, Store
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -199,7 +199,7 @@ def test_uncordon_leaves_a_persons_cordon_alone(
     res = eng.cycle([finding(node="h100-0001")], actuator.cluster_view(T0), T0)
     assert "not changed by gpufleet" in res.decisions[0].reasons[0]
     # ... and the actuator refuses too, should an uncordon intent ever reach it
-    from remediations.actuation import WriteContext
+    from remediations.actuator_api import WriteContext
     from remediations.types import Intent
 
     msg = actuator.apply(
@@ -326,7 +326,7 @@ def test_failed_quarantine_rolls_back_on_the_api(
 def test_live_loop_quarantines_then_drains_after_approval(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:
-    from remediations.loop import RemediationLoop
+    from remediations.cycle import RemediationLoop
     from remediations.policy import load_policy
 
     loop = RemediationLoop(load_policy(), store, actuator, "loop", started_at=T0 - 60)

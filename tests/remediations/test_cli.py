@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
-from remediations.engine import RemediationEngine
+from remediations.decision_journal import RemediationEngine
 from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import ActionState

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from observer.simulator.cluster import ClusterOptions
-from observer.simulator.serve import SimulationHandle, start_simulation
 from remediations.store import Store
 from remediations.types import ActionState
+from simulator.cluster import ClusterOptions
+from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import small_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
-from remediations.engine import DryRunEngine, RemediationEngine
+from remediations.decision_journal import DryRunEngine, RemediationEngine
+from remediations.executor import Runner
 from remediations.policy import Policy, load_policy, policy_from_dict
-from remediations.runner import Runner
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster
@@ -70,7 +70,7 @@ def test_stale_findings_after_restart_never_act(store: Store) -> None:
 def test_monitoring_gap_never_acts_and_policy_refuses_auto(store: Store) -> None:
     import pytest
 
-    from observer.config_errors import ConfigError
+    from errors.config_files import ConfigError
 
     with pytest.raises(ConfigError, match=r"rules\[0\].mode"):
         policy_from_dict({"rules": [{"name": "x", "playbook": "cordon", "mode": "auto"}]})
@@ -176,7 +176,7 @@ def test_blast_radius_in_one_cycle(store: Store) -> None:
 
 
 def test_replay_episodes_gives_backtest_its_actions() -> None:
-    from remediations.engine import replay_episodes
+    from remediations.decision_journal import replay_episodes
 
     eps = [
         finding(node="a-0001", gpu="G1", first_seen=T0, last_seen=T0 + 300),
@@ -236,7 +236,7 @@ def test_freshness_recheck_expires_approved_actions(store: Store) -> None:
 
 
 def test_metrics_only_backtest_does_not_trip_the_breaker() -> None:
-    from remediations.engine import replay_episodes
+    from remediations.decision_journal import replay_episodes
 
     eps = [finding(node=f"n{i}", gpu=f"G{i}", first_seen=T0, last_seen=T0 + 60) for i in range(5)]
     out = replay_episodes(eps, step=30.0)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from observer.config_errors import ConfigError
+from errors.config_files import ConfigError
 from remediations import gates
+from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.gates import Fleet, Ledger, LedgerEntry, Outcome
 from remediations.playbooks import Plan
 from remediations.policy import (
@@ -21,7 +22,6 @@ from remediations.policy import (
 )
 from remediations.store.records import EngineState
 from remediations.types import Intent
-from remediations.view import ClusterView, NodeView, PodView
 
 
 def ts(s: str) -> float:

@@ -9,9 +9,9 @@ first incident must not expire an action the second still needs.
 from __future__ import annotations
 
 from detectors.findings import Finding, FindingKind
-from remediations.engine import DryRunEngine, RemediationEngine
+from remediations.decision_journal import DryRunEngine, RemediationEngine
+from remediations.executor import Runner
 from remediations.policy import load_policy
-from remediations.runner import Runner
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster

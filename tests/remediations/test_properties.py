@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.engine import RemediationEngine
+from remediations.decision_journal import RemediationEngine
+from remediations.executor import Runner
 from remediations.policy import policy_from_dict
-from remediations.runner import Runner
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.fake_cluster import FakeCluster

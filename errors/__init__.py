@@ -1,0 +1,1 @@
+"""The one error vocabulary of every layer: temporary, permanent and config errors."""

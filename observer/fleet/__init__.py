@@ -1,0 +1,1 @@
+"""The fleet model and the metric catalog: what a FleetSnapshot holds."""

@@ -1,0 +1,1 @@
+"""The Kubernetes collector: nodes, pods and events by list + watch."""

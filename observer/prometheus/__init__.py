@@ -1,0 +1,1 @@
+"""The Prometheus collector: query plan, instant cycles, range replay."""

@@ -1,0 +1,1 @@
+"""Range replay from raw samples, with the instant cycle's rules."""

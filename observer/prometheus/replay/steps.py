@@ -1,0 +1,218 @@
+"""One step of a raw-sample replay chunk -> the snapshot builder, with the instant cycle's rules.
+
+observer.prometheus.replay.chunk_grids holds the chunk as (GPU key x step) grids; this module
+slices one step and
+hands the builder the inputs an instant cycle (observer.prometheus.assemble) would have handed it:
+the identity rows (current label sets first, then vanished GPUs with NaN time), per family a
+series keyed by identity row with the GPU's newest sample time, zeros for reporting GPUs where
+a sparse error counter or the XID count is absent, counter increases joined on the GPU, and the
+exporter facts. Kubernetes records (kube-state-metrics) are rebuilt only when their series or
+values change from one step to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from observer.fleet.catalog import XID_COUNT_METRIC
+from observer.fleet.model import FleetSnapshot, FloatArray, Node, Pod
+from observer.prometheus.assemble import interval_from
+from observer.prometheus.parse import exporter_up, kube_records, pod_nodes
+from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings, counter_families
+from observer.prometheus.replay.chunk_grids import (
+    Identity,
+    PodSteps,
+    Timing,
+    present_vector,
+    signature,
+)
+from observer.prometheus.replay.matrix import RawBlock
+from observer.prometheus.replay.step_grid import IndexGrid
+from observer.snapshot.builder import BuildReport, SnapshotBuilder
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+
+COUNTERS = frozenset(counter_families())
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """A small raw selector's samples and its per-step newest-sample grid."""
+
+    block: RawBlock
+    grid: IndexGrid
+
+
+@dataclass(slots=True)
+class Chunk:
+    timing: Timing
+    ident: Identity
+    gpu_rows: GpuColumns
+    """The identity label-set universe (ident.rows) as columns, to be sliced per step."""
+    values: Mapping[str, FloatArray]
+    increases: Mapping[str, FloatArray]
+    spans: Mapping[str, FloatArray]
+    """Per counter family, the seconds each increase covers (observer.prometheus.counter_memory)."""
+    missing: frozenset[str]
+    """Families whose fetch failed this chunk (no values, no increase)."""
+    xid: FloatArray | None
+    steps: PodSteps | None
+    up: Selected | None
+    kube: Selected | None
+    kube_status: Selected | None
+    present: frozenset[str]
+    sparse_ok: bool
+    problems: Sequence[str]
+    interval: float | None
+
+
+@dataclass(slots=True)
+class KubeCache:
+    """Nodes, pods and exporter states of the previous step, and what they were built from."""
+
+    key: tuple[bytes, ...] = ()
+    records: tuple[list[Node], list[Pod]] = field(default_factory=lambda: ([], []))
+    up_key: tuple[object, ...] = ()
+    up: dict[str, bool] = field(default_factory=dict)
+
+
+def take_rows(cols: GpuColumns, rows: np.ndarray, stamp: FloatArray) -> GpuColumns:
+    def opt(c: np.ndarray | None) -> np.ndarray | None:
+        return None if c is None else c[rows]
+
+    return GpuColumns(
+        uuid=cols.uuid[rows], hostname=cols.hostname[rows], device_index=cols.device_index[rows],
+        model_name=cols.model_name[rows], pci_bus_id=opt(cols.pci_bus_id),
+        mig_instance=opt(cols.mig_instance), mig_profile=opt(cols.mig_profile),
+        pod=opt(cols.pod), namespace=opt(cols.namespace), timestamp=stamp,
+    )  # fmt: skip
+
+
+def _kube(c: Chunk, k: int, s: PromSettings, cache: KubeCache) -> tuple[list[Node], list[Pod]]:
+    parts = [x for x in (c.kube, c.kube_status) if x is not None]
+    key = tuple(b for x in parts for b in signature(x.block, x.grid, k))
+    if key != cache.key or not cache.key:
+        kube = present_vector(c.kube.block, c.kube.grid, k) if c.kube else []
+        status = (
+            present_vector(c.kube_status.block, c.kube_status.grid, k, only=1.0)
+            if c.kube_status
+            else []
+        )
+        cache.records = kube_records(kube, status, s.target_labels)
+        cache.key = key
+    return cache.records
+
+
+def build_step(
+    c: Chunk, k: int, s: PromSettings, builder: SnapshotBuilder, cache: KubeCache
+) -> tuple[FleetSnapshot, BuildReport]:
+    """The snapshot at step k of the chunk."""
+    ident = c.ident
+    t = float(c.timing.times[k])
+    cur_rows = np.flatnonzero(~np.isnan(ident.row_stamp[:, k]))
+    van_keys = np.flatnonzero(ident.vanished_row[:, k] >= 0)
+    rows = np.concatenate([cur_rows, ident.vanished_row[van_keys, k]])
+    n_cur = cur_rows.shape[0]
+    stamp_rows = np.concatenate([ident.row_stamp[cur_rows, k], np.full(van_keys.shape[0], np.nan)])
+    gpus = take_rows(c.gpu_rows, rows, stamp_rows)
+    key_row = np.full(len(ident.keys), -1, dtype=np.int64)
+    key_row[van_keys] = n_cur + np.arange(van_keys.shape[0])
+    key_row[ident.row_key[cur_rows]] = np.arange(n_cur)
+    stamp = ident.key_stamp[:, k]
+    current = ~np.isnan(stamp)
+    metrics = _metrics(c, k, s, key_row, stamp, current)
+    nodes, pods = _kube(c, k, s, cache)
+    known = {h for h in gpus.hostname.tolist() if h} | {str(n.name) for n in nodes}
+    up: dict[str, bool] = {}
+    if c.up is not None:
+        up_key = (*signature(c.up.block, c.up.grid, k), frozenset(known), cache.key)
+        if up_key != cache.up_key:  # cache.key: the pods (an exporter pod may name the node)
+            up_now = present_vector(c.up.block, c.up.grid, k)
+            cache.up, _ = exporter_up(up_now, known, pod_nodes(pods))
+            cache.up_key = up_key
+        up = cache.up
+    last = ident.node_last[:, k]
+    last_scrape = {h: float(v) for h, v in zip(ident.hosts, last.tolist(), strict=True)
+                   if h in known and v == v}  # fmt: skip
+    exporters = ExporterHealth(
+        up=up,
+        last_scrape=last_scrape,
+        scrape_interval=c.interval,
+        source_ok=not c.problems,
+        degraded_reason="; ".join(c.problems),
+    )
+    return builder.build_with_report(
+        t, gpus, metrics, nodes=nodes, pods=pods, steps=_pod_series(c.steps, k, t),
+        exporters=exporters,
+    )  # fmt: skip
+
+
+def _series(
+    value: FloatArray, pick: np.ndarray, key_row: np.ndarray, stamp: FloatArray,
+    increase: FloatArray | None = None, window: float = 0.0, span: FloatArray | None = None,
+) -> MetricSeries:  # fmt: skip
+    sel = pick & (key_row >= 0)
+    return MetricSeries(
+        value[sel], stamp[sel], row=key_row[sel],
+        increase=None if increase is None else increase[sel], window_seconds=window,
+        span=None if span is None else span[sel],
+    )  # fmt: skip
+
+
+def _metrics(
+    c: Chunk, k: int, s: PromSettings, key_row: np.ndarray, stamp: FloatArray, current: np.ndarray
+) -> dict[str, MetricSeries]:
+    out: dict[str, MetricSeries] = {}
+    for fam, grid in c.values.items():
+        col = grid[:, k]
+        has = ~np.isnan(col)
+        if fam in COUNTERS:
+            continue
+        if has.any():
+            out[fam] = _series(col, has, key_row, stamp)
+    for fam in COUNTERS:
+        if fam in c.missing:
+            continue
+        grid_v = c.values.get(fam)
+        col = grid_v[:, k] if grid_v is not None else np.full(len(stamp), np.nan)
+        has = ~np.isnan(col)
+        value_given = bool(has.any())
+        if fam in SPARSE_COUNTERS and fam in c.present and c.sparse_ok:
+            col = np.where(current & ~has, 0.0, col)
+            has = has | current
+            value_given = True
+        grid_i = c.increases.get(fam)
+        inc = grid_i[:, k] if grid_i is not None else np.full(len(stamp), np.nan)
+        grid_s = c.spans.get(fam)
+        span = grid_s[:, k] if grid_s is not None else None
+        has_inc = ~np.isnan(inc)
+        inc_given = bool(has_inc.any())
+        if value_given and inc_given:
+            out[fam] = _series(col, has, key_row, stamp, inc, s.window, span)
+        elif value_given:
+            out[fam] = _series(col, has, key_row, stamp)
+        elif inc_given:
+            out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window,
+                               span)  # fmt: skip
+    if c.xid is not None:
+        col = c.xid[:, k]
+        col = np.where(current & np.isnan(col), 0.0, col)
+        out[XID_COUNT_METRIC] = _series(col, ~np.isnan(col), key_row, stamp)
+    return out
+
+
+def _pod_series(steps: PodSteps | None, k: int, t: float) -> PodSeries | None:
+    if steps is None:
+        return None
+    has = np.flatnonzero(~np.isnan(steps.value[:, k]))
+    if has.size == 0:
+        return None
+    return PodSeries(
+        namespace=steps.namespace[has], pod=steps.pod[has], value=steps.value[has, k],
+        timestamp=np.full(has.size, t), increase=steps.increase[has, k],
+    )  # fmt: skip
+
+
+__all__ = ["Chunk", "KubeCache", "Selected", "build_step", "interval_from"]

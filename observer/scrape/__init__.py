@@ -1,0 +1,1 @@
+"""The direct-scrape collector: dcgm-exporter pages read without Prometheus."""

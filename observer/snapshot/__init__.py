@@ -1,0 +1,1 @@
+"""Snapshot building: collected columns -> one frozen FleetSnapshot."""

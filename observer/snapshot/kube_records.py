@@ -1,0 +1,162 @@
+"""Node and Pod records from either Kubernetes source: kube-state-metrics series or API objects.
+
+The snapshot builder takes `Node` and `Pod` records; this module makes them, the same way for the
+Prometheus path (kube-state-metrics: `kube_pod_info`, `kube_pod_labels`,
+`kube_pod_status_phase`, `kube_node_info`, `kube_node_labels`, `kube_node_spec_unschedulable`,
+`kube_node_status_condition`, `kube_node_spec_taint`) and for the Kubernetes API path (pod and node
+objects as JSON dicts: a watch event's `object`, or `ApiClient().sanitize_for_serialization(obj)`
+in the one adapter that imports the client). Plain dicts in, frozen records out; no client here.
+
+kube-state-metrics exports labels sanitised (`label_nvidia_com_gpu_product`), which cannot be
+turned back into `nvidia.com/gpu.product`; records keep them as exported. Read labels with
+`observer.snapshot.job_identity.label_value(labels, "nvidia.com/gpu.product")`, which accepts both
+forms,
+so code works on snapshots from either path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from observer.fleet.model import Node, NodeName, Pod, Taint, frozen_map
+
+LabelRows = Iterable[Mapping[str, str]]
+"""Label sets of one metric family, one per series."""
+ValueRows = Iterable[tuple[Mapping[str, str], float]]
+"""(label set, sample value) per series."""
+
+_SKIP_POD = frozenset({"namespace", "pod", "uid"})
+_STATUS = {"true": "True", "false": "False", "unknown": "Unknown"}
+
+
+def _ksm_labels(row: Mapping[str, str], skip: frozenset[str]) -> dict[str, str]:
+    return {k: v for k, v in row.items() if k not in skip and k != "__name__" and v != ""}
+
+
+def pods_from_kube_state_metrics(
+    pod_info: LabelRows, pod_labels: LabelRows = (), pod_phase: ValueRows = ()
+) -> list[Pod]:
+    """Pods of `kube_pod_info`, with `kube_pod_labels` and the phase whose series is 1.
+
+    Without `kube_pod_status_phase`, a pod with a node counts as Running, else Pending.
+    """
+    labels: dict[tuple[str, str], dict[str, str]] = {}
+    for row in pod_labels:
+        labels[(row.get("namespace", ""), row.get("pod", ""))] = _ksm_labels(row, _SKIP_POD)
+    phase: dict[tuple[str, str], str] = {}
+    for row, value in pod_phase:
+        if value == 1:
+            phase[(row.get("namespace", ""), row.get("pod", ""))] = row.get("phase", "Unknown")
+    pods: list[Pod] = []
+    for row in pod_info:
+        key = (row.get("namespace", ""), row.get("pod", ""))
+        node = row.get("node") or None
+        pods.append(
+            Pod(
+                namespace=key[0],
+                name=key[1],
+                node=NodeName(node) if node else None,
+                phase=phase.get(key, "Running" if node else "Pending"),
+                labels=frozen_map(labels.get(key)),
+                owner_kind=row.get("created_by_kind") or None,
+                owner_name=row.get("created_by_name") or None,
+                priority_class=row.get("priority_class") or None,
+            )
+        )
+    return pods
+
+
+def nodes_from_kube_state_metrics(
+    node_info: LabelRows,
+    node_labels: LabelRows = (),
+    unschedulable: ValueRows = (),
+    conditions: ValueRows = (),
+    taints: LabelRows = (),
+) -> list[Node]:
+    """Nodes of `kube_node_info` (or of any other family given, so none is lost)."""
+    names: dict[str, None] = {}  # ordered set; kube_node_info's own labels (kernel, runtime
+    for row in node_info:  # versions) are not part of the model
+        names[row.get("node", "")] = None
+    lab: dict[str, dict[str, str]] = {}
+    for row in node_labels:
+        names[row.get("node", "")] = None
+        lab[row.get("node", "")] = _ksm_labels(row, frozenset({"node"}))
+    cordoned: set[str] = set()
+    for row, value in unschedulable:
+        names[row.get("node", "")] = None
+        if value == 1:
+            cordoned.add(row.get("node", ""))
+    cond: dict[str, dict[str, str]] = {}
+    for row, value in conditions:
+        if value == 1:
+            status = _STATUS.get(row.get("status", "").lower(), "Unknown")
+            cond.setdefault(row.get("node", ""), {})[row.get("condition", "")] = status
+    tnt: dict[str, list[Taint]] = {}
+    for row in taints:
+        taint = Taint(row.get("key", ""), row.get("value", ""), row.get("effect", ""))
+        tnt.setdefault(row.get("node", ""), []).append(taint)
+    return [
+        Node(
+            name=NodeName(n),
+            labels=frozen_map(lab.get(n)),
+            taints=tuple(tnt.get(n, ())),
+            schedulable=n not in cordoned,
+            conditions=frozen_map(cond.get(n)),
+        )
+        for n in names
+        if n
+    ]
+
+
+def _get(obj: Mapping[str, Any] | None, camel: str, snake: str | None = None) -> Any:
+    if not obj:
+        return None
+    value = obj.get(camel)
+    return obj.get(snake) if value is None and snake else value
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def pod_from_api(obj: Mapping[str, Any]) -> Pod:
+    """A v1 Pod (JSON dict, camelCase or the client's snake_case `to_dict()`)."""
+    meta = _get(obj, "metadata") or {}
+    spec = _get(obj, "spec") or {}
+    status = _get(obj, "status") or {}
+    owners: Sequence[Mapping[str, Any]] = _get(meta, "ownerReferences", "owner_references") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    node = _get(spec, "nodeName", "node_name")
+    return Pod(
+        namespace=str(_get(meta, "namespace") or "default"),
+        name=str(_get(meta, "name") or ""),
+        node=NodeName(node) if node else None,
+        phase=str(_get(status, "phase") or "Unknown"),
+        labels=frozen_map(_str_map(_get(meta, "labels"))),
+        owner_kind=_get(owner, "kind"),
+        owner_name=_get(owner, "name"),
+        priority_class=_get(spec, "priorityClassName", "priority_class_name"),
+    )
+
+
+def node_from_api(obj: Mapping[str, Any]) -> Node:
+    """A v1 Node (JSON dict, camelCase or snake_case)."""
+    meta = _get(obj, "metadata") or {}
+    spec = _get(obj, "spec") or {}
+    status = _get(obj, "status") or {}
+    taints = tuple(
+        Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+        for t in (_get(spec, "taints") or [])
+    )
+    conditions = {
+        str(c.get("type")): str(c.get("status")) for c in (_get(status, "conditions") or [])
+    }
+    return Node(
+        name=NodeName(str(_get(meta, "name") or "")),
+        labels=frozen_map(_str_map(_get(meta, "labels"))),
+        annotations=frozen_map(_str_map(_get(meta, "annotations"))),
+        taints=taints,
+        schedulable=not bool(_get(spec, "unschedulable")),
+        conditions=frozen_map(conditions),
+    )

@@ -1,0 +1,46 @@
+"""The actuator contract, without Kubernetes: what the runner may ask of the one writer.
+
+`remediations.kube_actuator.KubeActuator` implements it with the `kubernetes` client; tests may use
+an
+in-memory cluster that speaks the same contract. Every intent is idempotent: `pin` resolves what
+it will touch (pod UIDs) so the runner can journal that *before* the write, and `apply` makes the
+write with those preconditions, so re-applying after a crash never acts twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from remediations.cluster_view import ClusterReader
+from remediations.types import ACTOR, Intent
+
+
+@dataclass(frozen=True, slots=True)
+class WriteContext:
+    """Who and why, carried as annotations on every object gpufleet writes."""
+
+    action_id: str
+    incident_id: str
+    playbook: str
+    reason: str
+    actor: str = ACTOR
+
+
+class TemporaryError(Exception):
+    """Try again later (API unavailable, conflict, PDB still blocking within the timeout)."""
+
+
+class PermanentError(Exception):
+    """This action cannot succeed (timeout exhausted, object forbidden, bad intent)."""
+
+
+class Actuator(ClusterReader, Protocol):
+    def pin(self, intent: Intent) -> Intent:
+        """The intent with everything it will touch resolved (e.g. pod UIDs); no writes."""
+        ...
+
+    def apply(self, intent: Intent, ctx: WriteContext) -> str:
+        """Carry out one pinned intent; idempotent. Returns a short description of what it did.
+        Raises TemporaryError or PermanentError."""
+        ...

@@ -1,0 +1,162 @@
+"""What the remediation engine knows about the cluster when it decides: nodes, pods, jobs.
+
+A compact, frozen view, built from the observer's FleetSnapshot (`from_snapshot`) or by the
+actuator from the live API (`ClusterReader`), so that gates and playbooks plan against data handed
+to them and never fetch it themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from observer.fleet.model import NO_INDEX, FleetSnapshot
+from remediations.types import OWNER_ANNOTATION
+
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect)."""
+    unschedulable: bool = False
+    gpu_count: int = 0
+    ready: bool = True
+
+    @property
+    def is_gpu_node(self) -> bool:
+        return self.gpu_count > 0
+
+    @property
+    def cordoned_by_us(self) -> bool:
+        return self.annotations.get(OWNER_ANNOTATION) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    node: str | None
+    uid: str | None = None
+    phase: str = "Running"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    priority_class: str | None = None
+    mirror: bool = False
+    job: str | None = None
+    """`namespace/name` of the job the pod is a rank of, if any."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    key: str
+    label: str
+    """The label key that names the job's pods (`<label>=<name>` selects them)."""
+    pods: tuple[str, ...]
+    """Pod keys in rank order."""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    nodes: Mapping[str, NodeView]
+    pods: Mapping[str, PodView] = field(default_factory=dict)
+    jobs: Mapping[str, JobView] = field(default_factory=dict)
+    pod_of_gpu: Mapping[str, str] = field(default_factory=dict)
+    """GPU UUID -> pod key it is allocated to."""
+    taken_at: float = 0.0
+    pods_by_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Derived at construction when not given: node -> pod keys."""
+    complete: bool = True
+    """False when the view was guessed from findings alone (no cluster data): the fleet's size is
+    unknown, so the circuit breaker cannot compute its share and stays out of it."""
+
+    def __post_init__(self) -> None:
+        if not self.pods_by_node and self.pods:
+            index: dict[str, list[str]] = {}
+            for key, p in self.pods.items():
+                if p.node is not None:
+                    index.setdefault(p.node, []).append(key)
+            object.__setattr__(self, "pods_by_node", {n: tuple(keys) for n, keys in index.items()})
+
+    def pods_on(self, node: str) -> list[PodView]:
+        return [self.pods[k] for k in self.pods_by_node.get(node, ())]
+
+    def gpu_nodes(self) -> list[NodeView]:
+        return [n for n in self.nodes.values() if n.is_gpu_node]
+
+    @staticmethod
+    def from_snapshot(snap: FleetSnapshot) -> ClusterView:
+        counts = (
+            np.bincount(snap.gpus.node_index, minlength=len(snap.nodes))
+            if len(snap.gpus)
+            else np.zeros(len(snap.nodes), dtype=np.int64)
+        )
+        nodes: dict[str, NodeView] = {}
+        for i, n in enumerate(snap.nodes):
+            label_count = n.labels.get(GPU_COUNT_LABEL, "")
+            gpus = int(counts[i]) or (int(label_count) if label_count.isdigit() else 0)
+            nodes[n.name] = NodeView(
+                name=n.name,
+                labels=n.labels,
+                annotations=n.annotations,
+                taints=tuple((t.key, t.value, t.effect) for t in n.taints),
+                unschedulable=not n.schedulable,
+                gpu_count=gpus,
+                ready=n.ready,
+            )
+        pods: dict[str, PodView] = {}
+        for p in snap.pods:
+            job = snap.jobs[p.job_index].key if p.job_index != NO_INDEX else None
+            pods[p.key] = PodView(
+                namespace=p.namespace,
+                name=p.name,
+                node=p.node,
+                phase=p.phase,
+                labels=p.labels,
+                owner_kind=p.owner_kind,
+                owner_name=p.owner_name,
+                priority_class=p.priority_class,
+                job=job,
+            )
+        jobs: dict[str, JobView] = {
+            str(j.key): JobView(j.key, j.kind, tuple(snap.pods[i].key for i in j.pod_indices))
+            for j in snap.jobs
+        }
+        pod_of_gpu: dict[str, str] = {
+            str(snap.gpus.uuid[g]): str(snap.pods[int(pi)].key)
+            for g, pi in enumerate(snap.gpus.pod_index)
+            if pi != NO_INDEX
+        }
+        return ClusterView(nodes, pods, jobs, pod_of_gpu, snap.taken_at)
+
+
+class ClusterReader(Protocol):
+    """Live reads a playbook's verification needs (the actuator implements it)."""
+
+    def node(self, name: str) -> NodeView | None: ...
+
+    def pods_on_node(self, name: str) -> Sequence[PodView]: ...
+
+    def pods_selected(self, namespace: str, selector: str) -> Sequence[PodView]: ...
+
+    def pod(self, namespace: str, name: str) -> PodView | None: ...

@@ -1,0 +1,438 @@
+"""The remediation engine: decide on each cycle's findings and journal the outcome.
+
+`RemediationEngine.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
+and journals incidents, decisions and the breaker, each before anything can act on it. Execution
+is the runner's job (`remediations.executor`); approvals come from people through `approve` and
+`reject`. `DryRunEngine` is the same engine on an in-memory journal, for backtests.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from detectors.findings import Finding
+from remediations.cluster_view import ClusterView, NodeView
+from remediations.decisions import (
+    REPEATABLE,
+    ActionDecision,
+    CycleResult,
+    JournalSummary,
+    Memory,
+    decide,
+)
+from remediations.gates import Ledger, LedgerEntry
+from remediations.incidents import Change, TrackerState
+from remediations.policy import Policy, load_policy
+from remediations.store import ActionRecord, NewAction, Store
+from remediations.store.records import ActionBrief, EngineState
+from remediations.types import ActionState, Verdict
+
+COUNTED = frozenset(
+    {
+        ActionState.APPROVED,
+        ActionState.EXECUTING,
+        ActionState.VERIFYING,
+        ActionState.DONE,
+        ActionState.FAILED,
+        ActionState.ROLLED_BACK,
+    }
+)
+"""States that count as an attempt (rate, cooldown, max attempts)."""
+HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
+"""States whose disruptive actions hold their nodes (besides what the cluster view shows)."""
+
+
+def summarize(
+    actions: Iterable[ActionBrief],
+    open_incidents: set[str],
+    exclude: str | None = None,
+    cluster: str = "",
+) -> JournalSummary:
+    """The journal as `decide` and the runner's gates need it."""
+    entries: list[LedgerEntry] = []
+    blocked: set[tuple[str, str]] = set()
+    attempts: dict[tuple[str, str], int] = {}
+    pending: dict[tuple[str, str], tuple[str, str]] = {}
+    settled: dict[tuple[str, str], float] = {}
+    for a in actions:
+        key = (str(a.incident_id), a.playbook)
+        attempts[key] = max(attempts.get(key, 0), a.attempt)
+        if a.id == exclude:
+            continue
+        done_once = a.state is ActionState.DONE and a.playbook not in REPEATABLE
+        if not a.state.terminal or a.state is ActionState.REJECTED or done_once:
+            blocked.add(key)
+        if not a.state.terminal:
+            pending[(a.playbook, a.target)] = (str(a.id), str(a.incident_id))
+        elif done_once or a.state is ActionState.REJECTED:
+            pt = (a.playbook, a.target)
+            settled[pt] = max(settled.get(pt, a.created_at), a.created_at)
+        if a.state in COUNTED:
+            holds = a.state in HOLDING or (
+                a.dry_run and a.state is ActionState.DONE and a.incident_id in open_incidents
+            )
+            entries.append(
+                LedgerEntry(a.playbook, a.target, a.at, a.target_nodes, a.disruptive, holds)
+            )
+    return JournalSummary(
+        Ledger.of(entries), frozenset(blocked), attempts, pending, settled, cluster
+    )
+
+
+def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
+    """A minimal view when no cluster data exists (backtest on metrics alone): every node a
+    finding names is a GPU node. Blast-radius shares are then relative to those nodes only."""
+    names = {f.node for f in findings if f.node}
+    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
+
+
+class RemediationEngine:
+    def __init__(
+        self,
+        policy: Policy,
+        store: Store,
+        *,
+        started_at: float,
+        dry_run: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.dry_run = dry_run or policy.dry_run
+        self.started_at = started_at
+        """Findings last seen before this never act (a restart must not replay, #1280)."""
+        self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
+        self.attached: frozenset[tuple[str, str]] = frozenset()
+        """(playbook, target) of pending actions that another open incident joined last cycle."""
+        self._kept: set[str] = set()
+        """Pending actions whose own incident resolved while another open incident needs them."""
+        self._rule_params = {r.name: r.params for r in policy.rules}
+
+    def journal_summary(self, now: float) -> JournalSummary:
+        g = self.policy.gates
+        horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
+        open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
+        return summarize(self.store.briefs(horizon), open_ids, cluster=self.store.cluster)
+
+    def cycle(
+        self, findings: Sequence[Finding], view: ClusterView | None, now: float
+    ) -> CycleResult:
+        """Decide on one cycle's findings and journal the outcome (before anything acts)."""
+        view = view if view is not None else view_from_findings(findings)
+        self.expire(now)
+        state = self.store.engine_state()
+        result = decide(
+            self.policy,
+            findings,
+            view,
+            now,
+            self.memory,
+            state,
+            self.journal_summary(now),
+            dry_run=self.dry_run,
+            not_before=self.started_at,
+        )
+        self.store.save_incidents(c.incident for c in result.changes)
+        resolved = {str(c.incident.id) for c in result.changes if c.change is Change.RESOLVED}
+        if resolved:
+            self._expire_resolved(resolved, result, now)
+        if result.trip is not None:
+            self.store.trip_breaker(result.trip, now)
+        self._journal(result.decisions, now)
+        self.memory = result.memory
+        self.attached = result.attached
+        return result
+
+    def _expire_resolved(self, resolved: set[str], result: CycleResult, now: float) -> None:
+        """Resolved incidents expire their unstarted actions, unless another still-open
+        incident joined the same action (same playbook and target): then it stays."""
+        open_ids = {str(t.incident_id) for t in result.memory.tracker.open()}
+        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+            if a.incident_id not in resolved and a.id not in self._kept:
+                continue
+            if a.incident_id in open_ids:
+                continue
+            if (a.playbook, a.target) in result.attached:
+                self._kept.add(a.id)
+                continue
+            self._kept.discard(a.id)
+            self.store.update_action(
+                a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
+            )
+
+    def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
+        """Journal a cycle's decisions in one transaction (before the runner can act)."""
+        news: list[NewAction] = []
+        denials: list[dict[str, object]] = []
+        for d in decisions:
+            if d.merged_into is not None:
+                denials.append(
+                    {
+                        "kind": "merge",
+                        "message": f"merged: incident {d.incident_id} joins this action",
+                        "action_id": d.merged_into,
+                        "incident_id": d.incident_id,
+                        "target": d.target,
+                        "detail": {"reasons": list(d.reasons), "rule": d.rule},
+                    }
+                )
+                continue
+            if d.decision is Verdict.DENY or d.plan is None:
+                denials.append(
+                    {
+                        "message": f"{d.playbook} on {d.target}: deny",
+                        "incident_id": d.incident_id,
+                        "target": d.target,
+                        "detail": {
+                            "reasons": list(d.reasons),
+                            "rule": d.rule,
+                            "escalate": d.escalate,
+                        },
+                    }
+                )
+                continue
+            timeout = self.policy.gates.approval_timeout
+            if d.decision is Verdict.AWAIT_APPROVAL:
+                state, deadline = ActionState.AWAITING_APPROVAL, now + timeout
+            elif d.dry_run:
+                state, deadline = ActionState.DONE, None
+            else:
+                state, deadline = ActionState.APPROVED, now + timeout
+            news.append(
+                NewAction(
+                    idempotency_key=d.idempotency_key,
+                    incident_id=d.incident_id,
+                    playbook=d.playbook,
+                    target=d.target,
+                    target_nodes=d.plan.target_nodes,
+                    disruptive=d.plan.disruptive,
+                    mode=d.mode,
+                    rule=d.rule,
+                    state=state,
+                    decision=d.decision,
+                    reasons=d.reasons,
+                    params=self._params(d.rule),
+                    plan=d.plan.intents,
+                    dry_run=d.dry_run,
+                    attempt=d.attempt,
+                    result="dry-run: not executed" if state is ActionState.DONE else "",
+                    deadline=deadline,
+                )
+            )
+        self.store.propose_many(news, now, denials)
+
+    def _params(self, rule_name: str) -> dict[str, object]:
+        return dict(self._rule_params.get(rule_name, {}))
+
+    def expire(self, now: float) -> int:
+        """Awaiting approval (or approved and never started) past the deadline: expired."""
+        n = 0
+        for a in self.store.due(now):
+            if self.store.update_action(
+                a, now, state=ActionState.EXPIRED, result="expired: deadline passed"
+            ):
+                n += 1
+        return n
+
+    def approve(self, action_id: str, actor: str, now: float) -> ActionRecord:
+        return self._person(action_id, actor, now, ActionState.APPROVED, "approval")
+
+    def reject(self, action_id: str, actor: str, now: float, reason: str = "") -> ActionRecord:
+        return self._person(action_id, actor, now, ActionState.REJECTED, "approval", reason)
+
+    def _person(
+        self,
+        action_id: str,
+        actor: str,
+        now: float,
+        to: ActionState,
+        kind: str,
+        reason: str = "",
+    ) -> ActionRecord:
+        a = self.store.get_action(action_id)
+        if a is None:
+            raise LookupError(f"no action {action_id}")
+        if a.state is not ActionState.AWAITING_APPROVAL:
+            raise ValueError(f"action {action_id} is {a.state.value}, not awaiting approval")
+        verb = "approved" if to is ActionState.APPROVED else "rejected"
+        done = self.store.update_action(
+            a,
+            now,
+            state=to,
+            actor=actor,
+            audit_kind=kind,
+            message=f"{verb} by {actor}" + (f": {reason}" if reason else ""),
+            approved_by=actor,
+            result=reason,
+        )
+        if done is None:
+            raise ValueError(f"action {action_id} changed meanwhile; look again")
+        return done
+
+    def open_incident_ids(self) -> set[str]:
+        return {str(t.incident_id) for t in self.memory.tracker.open()}
+
+    def still_needed(self, action: ActionRecord) -> str | None:
+        """The runner's default freshness check: the action's incident must still be open in
+        the latest cycle's data (call `cycle` with current findings right before `run`)."""
+        if action.incident_id in self.open_incident_ids():
+            return None
+        if (action.playbook, action.target) in self.attached:
+            return None  # another open incident joined this action
+        return f"incident {action.incident_id} is no longer open in current data"
+
+
+class _ReplayStore(Store):
+    """The dry-run journal, remembering its two per-cycle reads (the engine state and the
+    action briefs) between writes. Every write passes through this object and carries its
+    time, so a remembered read is exact: it is asked again after any write that could change
+    it, or once an action written earlier leaves the briefs' time horizon."""
+
+    def __init__(self, engine: Any, cluster: str = "default") -> None:
+        super().__init__(engine, cluster)
+        self._state: EngineState | None = None
+        self._briefs: tuple[float, list[ActionBrief]] | None = None
+        self._writes: list[float] = []
+        """Times of action writes, in order (a replay's clock only moves forward)."""
+
+    def _wrote(self, now: float) -> None:
+        self._state, self._briefs = None, None
+        if not self._writes or now >= self._writes[-1]:
+            self._writes.append(now)
+        else:  # a clock going back: remember nothing from here on
+            self._writes.append(math.inf)
+
+    def engine_state(self) -> EngineState:
+        if self._state is None:
+            self._state = super().engine_state()
+        return self._state
+
+    def briefs(self, since: float) -> list[ActionBrief]:
+        if self._briefs is not None:
+            before, briefs = self._briefs
+            left = bisect.bisect_left(self._writes, before)
+            if since >= before and (left == len(self._writes) or self._writes[left] >= since):
+                return briefs  # no action was last written in [before, since)
+        briefs = super().briefs(since)
+        self._briefs = (since, briefs)
+        return briefs
+
+    def propose(self, new: NewAction, now: float) -> tuple[ActionRecord, bool]:
+        self._wrote(now)
+        return super().propose(new, now)
+
+    def propose_many(
+        self, news: Sequence[NewAction], now: float, denials: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        if news:  # denials are audit rows only
+            self._wrote(now)
+        return super().propose_many(news, now, denials)
+
+    def update_action(self, action: ActionRecord, now: float, **fields: Any) -> ActionRecord | None:
+        self._wrote(now)
+        return super().update_action(action, now, **fields)
+
+    def claim(
+        self, action: ActionRecord, state_version: int, now: float, owner: str, lease_until: float
+    ) -> ActionRecord | None:
+        self._wrote(now)
+        return super().claim(action, state_version, now, owner, lease_until)
+
+    def trip_breaker(self, reason: str, now: float) -> bool:
+        self._wrote(now)
+        return super().trip_breaker(reason, now)
+
+    def reset_breaker(self, actor: str, now: float) -> bool:
+        self._wrote(now)
+        return super().reset_breaker(actor, now)
+
+    def set_paused(self, paused: bool, actor: str, reason: str, now: float) -> None:
+        self._wrote(now)
+        super().set_paused(paused, actor, reason, now)
+
+
+class _ReplayEngine(RemediationEngine):
+    """The engine as a replay runs it: no person approves or rejects during a replay, so new
+    deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
+    only once the earliest of them has passed (the same answers, one query less per cycle)."""
+
+    next_deadline = -math.inf
+    """A lower bound of the deadlines of the actions awaiting approval or start."""
+
+    def expire(self, now: float) -> int:
+        if now < self.next_deadline:
+            return 0
+        n = super().expire(now)
+        self.refresh_deadline()
+        return n
+
+    def refresh_deadline(self) -> None:
+        waiting = [a.deadline for a in self.store.due(math.inf) if a.deadline is not None]
+        self.next_deadline = min(waiting, default=math.inf)
+
+
+class DryRunEngine:
+    """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
+
+    >>> eng = DryRunEngine()                  # the shipped default policy
+    >>> for t, findings, view in steps:       # view may be None (metrics-only backtest)
+    ...     decisions = eng.step(findings, view, t)
+    >>> [d.to_json() for d in eng.decisions]
+    """
+
+    def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
+        self.store = _ReplayStore.open("sqlite://", cluster="backtest")
+        self.engine = _ReplayEngine(
+            policy or load_policy(), self.store, started_at=started_at, dry_run=True
+        )
+        self.decisions: list[ActionDecision] = []
+
+    def step(
+        self, findings: Sequence[Finding], view: ClusterView | None, now: float
+    ) -> list[ActionDecision]:
+        result = self.engine.cycle(findings, view, now)
+        if result.decisions:
+            self.engine.refresh_deadline()
+        self.decisions.extend(result.decisions)
+        return result.decisions
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def replay_episodes(
+    findings: Sequence[Finding],
+    step: float,
+    policy: Policy | None = None,
+    view: ClusterView | None = None,
+) -> list[ActionDecision]:
+    """Dry-run decisions for episode findings (one per continuous episode, as `gpufleet
+    backtest` reports them): at each step from the first `first_seen` to a few steps past the
+    last `last_seen`, every episode active then is presented as seen at that step."""
+    if not findings:
+        return []
+    engine = DryRunEngine(policy, started_at=min(f.first_seen for f in findings) - step)
+    t = min(f.first_seen for f in findings)
+    end = max(f.last_seen for f in findings)
+    tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
+    try:
+        while t <= end + tail:
+            active = [replace(f, last_seen=t) for f in findings if f.first_seen <= t <= f.last_seen]
+            engine.step(active, view, t)
+            t += step
+        return engine.decisions
+    finally:
+        engine.close()
+
+
+__all__ = [
+    "Change",
+    "DryRunEngine",
+    "RemediationEngine",
+    "replay_episodes",
+    "summarize",
+    "view_from_findings",
+]

@@ -1,0 +1,283 @@
+"""Carrying out approved actions through the actuator, crash-safely and exactly once.
+
+For each approved action the runner re-checks the gates against the current view (pause, breaker,
+window, blast radius, rate, protection, ownership) and the caller's freshness check, claims it
+(`approved -> executing`, version-checked, with a lease), then for each plan step:
+
+1. asks the actuator to *pin* the intent (resolve pod UIDs) and journals the pinned intent and
+   `step_started` — before any write;
+2. applies it (idempotent, with UID preconditions);
+3. journals `progress = step + 1`.
+
+Killed anywhere (kill -9), a restarted runner with the same owner (or any runner after the lease)
+resumes at `progress` with the pinned intent, so each write takes effect exactly once. Then it
+verifies, and on failure runs the playbook's rollback steps the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from remediations import gates
+from remediations.actuator_api import Actuator, PermanentError, TemporaryError, WriteContext
+from remediations.cluster_view import ClusterView
+from remediations.decision_journal import summarize
+from remediations.gates import Fleet
+from remediations.playbooks import PLAYBOOKS, Plan, VerifyStatus
+from remediations.policy import Policy
+from remediations.store import ActionRecord, Store
+from remediations.types import ActionState, Intent
+
+FreshnessCheck = Callable[[ActionRecord], str | None]
+"""Right before acting: why the action is no longer needed (e.g. the finding is gone from current
+data), or None if it still is."""
+
+
+def plan_of(a: ActionRecord) -> Plan:
+    return Plan(a.playbook, a.target, a.plan, a.disruptive, a.target_nodes)
+
+
+class Runner:
+    def __init__(
+        self,
+        policy: Policy,
+        store: Store,
+        actuator: Actuator,
+        owner: str,
+        *,
+        lease_seconds: float = 300.0,
+        open_incidents: Callable[[], set[str]] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.actuator = actuator
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.open_incidents = open_incidents or (lambda: set())
+        store.ensure_state()
+
+    # ---- selection -----------------------------------------------------------------------------
+
+    def run(
+        self, view: ClusterView, now: float, fresh: FreshnessCheck | None = None
+    ) -> list[ActionRecord]:
+        """One pass: resume what was interrupted, then start what is approved and allowed.
+
+        While automation is paused or the breaker is tripped, nothing moves at all (not even an
+        interrupted drain): a person has said stop, or the fleet looks wrong."""
+        touched: list[ActionRecord] = []
+        state = self.store.engine_state()
+        if state.paused or state.breaker_tripped:
+            return touched
+        for a in self.store.actions([ActionState.EXECUTING, ActionState.VERIFYING]):
+            if a.lease_owner == self.owner or (a.lease_until or 0.0) <= now:
+                mine = self.store.update_action(
+                    a,
+                    now,
+                    lease_owner=self.owner,
+                    lease_until=now + self.lease_seconds,
+                    audit_kind="resume",
+                    message=f"resumed by {self.owner} at step {a.progress}",
+                )
+                if mine is not None:
+                    touched.append(self._advance(mine, now))
+        disrupted: set[str] = set()
+        for a in self.store.actions([ActionState.APPROVED]):
+            if a.dry_run:
+                continue
+            started = self._try_start(a, view, now, fresh, disrupted)
+            if started is not None:
+                touched.append(started)
+                if started.disruptive:
+                    disrupted.update(started.target_nodes)
+        return touched
+
+    def _try_start(
+        self,
+        a: ActionRecord,
+        view: ClusterView,
+        now: float,
+        fresh: FreshnessCheck | None,
+        disrupted: set[str],
+    ) -> ActionRecord | None:
+        state = self.store.engine_state()  # read first: any start after this fails the claim
+        g = self.policy.gates
+        horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
+        summary = summarize(self.store.briefs(horizon), self.open_incidents(), exclude=a.id)
+        fleet = Fleet.of(view, g.pool_label)
+        fleet = Fleet(
+            fleet.gpu_nodes, fleet.unschedulable | disrupted, fleet.pool_of, fleet.pool_size
+        )
+        plan = plan_of(a)
+        if a.playbook == "uncordon":
+            nodes = [view.nodes.get(n) for n in a.target_nodes]
+            plan = Plan(
+                plan.playbook,
+                plan.target,
+                plan.intents,
+                False,
+                plan.target_nodes,
+                undo=True,
+                owned=all(n is not None and n.cordoned_by_us for n in nodes),
+            )
+        checks = [
+            gates.protected(g.protected, plan, view),
+            gates.ownership(plan),
+            gates.attempts(g.attempts, a.playbook, a.target, summary.ledger, now),
+            *gates.execution_gates(g, plan, fleet, state, summary.ledger, now),
+        ]
+        failed = gates.first_failure(checks)
+        if failed is not None:
+            if failed.outcome is gates.Outcome.DENY or failed.outcome is gates.Outcome.ESCALATE:
+                self.store.update_action(
+                    a,
+                    now,
+                    state=ActionState.EXPIRED,
+                    result=f"{failed.gate}: {failed.reason}",
+                    message=f"approved -> expired ({failed.gate}: {failed.reason})",
+                )
+            return None  # WAIT: leave it approved, look again next pass
+        why_not = fresh(a) if fresh is not None else None
+        if why_not is not None:
+            self.store.update_action(
+                a,
+                now,
+                state=ActionState.EXPIRED,
+                result=f"no longer needed: {why_not}",
+                message=f"approved -> expired (freshness: {why_not})",
+            )
+            return None
+        claimed = self.store.claim(a, state.version, now, self.owner, now + self.lease_seconds)
+        return self._advance(claimed, now) if claimed is not None else None
+
+    # ---- execution -----------------------------------------------------------------------------
+
+    def _advance(self, a: ActionRecord, now: float) -> ActionRecord:
+        pb = PLAYBOOKS[a.playbook]
+        params = pb.params(a.params)
+        if a.phase.startswith("rollback"):
+            ran = self._steps(a, now)
+            if ran is None or ran.state.terminal or ran.progress < len(ran.plan):
+                return ran or a
+            return (
+                self.store.update_action(
+                    ran,
+                    now,
+                    state=ActionState.ROLLED_BACK,
+                    message=f"{ran.state.value} -> rolled_back",
+                )
+                or ran
+            )
+        if a.state is ActionState.EXECUTING:
+            started = a.started_at if a.started_at is not None else a.created_at
+            if now - started > params.execute_timeout:
+                return self._fail(a, now, f"still executing after {params.execute_timeout:.0f}s")
+            ran = self._steps(a, now)
+            if ran is None or ran.state is not ActionState.EXECUTING:
+                return ran or a
+            if ran.phase.startswith("rollback") or ran.progress < len(ran.plan):
+                return ran  # rolled back already, or a temporary error: next pass
+            nxt = self.store.update_action(
+                ran, now, state=ActionState.VERIFYING, deadline=now + params.verify_timeout
+            )
+            if nxt is None:
+                return ran
+            a = nxt
+        if a.state is ActionState.VERIFYING:
+            v = pb.verify(a.plan, self.actuator, params)
+            if v.status is VerifyStatus.OK:
+                return (
+                    self.store.update_action(
+                        a,
+                        now,
+                        state=ActionState.DONE,
+                        result=v.detail,
+                        message=f"verifying -> done: {v.detail}",
+                    )
+                    or a
+                )
+            if v.status is VerifyStatus.FAILED or now >= (a.deadline or now):
+                return self._fail(a, now, f"verification failed: {v.detail}")
+        return a
+
+    def _steps(self, a: ActionRecord, now: float) -> ActionRecord | None:
+        ctx = WriteContext(a.id, a.incident_id, a.playbook, a.reasons[0] if a.reasons else "")
+        while a.progress < len(a.plan):
+            i = a.progress
+            intent = a.plan[i] if a.step_started == i else self.actuator.pin(a.plan[i])
+            plan = [*a.plan[:i], intent, *a.plan[i + 1 :]]
+            journaled = self.store.update_action(
+                a,
+                now,
+                plan=[p.to_json() for p in plan],
+                step_started=i,
+                lease_until=now + self.lease_seconds,
+                audit_kind="k8s_write",
+                message=f"about to {intent.op} {intent.target}",
+                detail=intent.to_json(),
+            )
+            if journaled is None:
+                return None  # someone else moved it: stop
+            a = journaled
+            try:
+                did = self.actuator.apply(intent, ctx)
+            except TemporaryError as exc:
+                self.store.audit(
+                    now,
+                    "k8s_write",
+                    f"{intent.op} {intent.target} will be retried: {exc}",
+                    action_id=a.id,
+                    target=intent.target,
+                )
+                return a
+            except PermanentError as exc:
+                return self._fail(a, now, f"{intent.op} {intent.target}: {exc}")
+            done = self.store.update_action(
+                a,
+                now,
+                progress=i + 1,
+                step_started=None,
+                audit_kind="k8s_write",
+                message=f"did {intent.op} {intent.target}: {did}",
+                detail=intent.to_json(),
+            )
+            if done is None:
+                return None
+            a = done
+        return a
+
+    def _fail(self, a: ActionRecord, now: float, reason: str) -> ActionRecord:
+        if a.phase.startswith("rollback"):
+            return (
+                self.store.update_action(
+                    a, now, state=ActionState.FAILED, result=f"rollback failed: {reason}"
+                )
+                or a
+            )
+        pb = PLAYBOOKS[a.playbook]
+        undo = pb.rollback(a.plan[: min(len(a.plan), a.progress + 1)])
+        if not undo:
+            return (
+                self.store.update_action(
+                    a,
+                    now,
+                    state=ActionState.FAILED,
+                    result=reason,
+                    message=f"{a.state.value} -> failed: {reason}",
+                )
+                or a
+            )
+        rolling = self.store.update_action(
+            a,
+            now,
+            phase=f"rollback:{len(a.plan)}",
+            plan=[p.to_json() for p in (*a.plan, *undo)],
+            progress=len(a.plan),
+            step_started=None,
+            result=reason,
+            message=f"rolling back: {reason}",
+        )
+        return self._advance(rolling, now) if rolling is not None else a
+
+
+__all__ = ["FreshnessCheck", "Intent", "Runner", "plan_of"]

@@ -1,0 +1,390 @@
+"""The one module that writes to Kubernetes (through the `kubernetes` client).
+
+It carries out pinned intents for the runner, which has journaled each one before calling
+`apply`. Every node write carries `gpufleet.io/action`, `gpufleet.io/incident`, `gpufleet.io/reason`
+and `gpufleet.io/by` annotations; evictions carry them on the Eviction object; pod deletions are
+recorded as Events with the same facts. Every intent is idempotent: deletes and evictions carry
+the pinned pod UID as a precondition, node patches check the current state first, so re-applying
+after a crash never acts twice. Drains evict through policy/v1 (PDB 429 -> back off and retry,
+always inside the overall timeout, kubectl #172) and never touch DaemonSet or mirror pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
+from remediations.actuator_api import PermanentError, TemporaryError, WriteContext
+from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
+from remediations.playbooks.drain import evictable
+from remediations.types import (
+    ACTION_ANNOTATION,
+    INCIDENT_ANNOTATION,
+    OWNER_ANNOTATION,
+    REASON_ANNOTATION,
+    Intent,
+)
+
+log = logging.getLogger(__name__)
+BY_ANNOTATION = "gpufleet.io/by"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _ctx_annotations(ctx: WriteContext) -> dict[str, str]:
+    return {
+        ACTION_ANNOTATION: ctx.action_id,
+        INCIDENT_ANNOTATION: ctx.incident_id,
+        REASON_ANNOTATION: f"{ctx.playbook}: {ctx.reason}"[:250],
+        BY_ANNOTATION: ctx.actor,
+    }
+
+
+def _error(exc: Exception, what: str) -> Exception:
+    """Map a client error to the runner's vocabulary: temporary (retry) or permanent."""
+    if isinstance(exc, ApiException):
+        if exc.status in (None, 0, 409, 429) or (exc.status or 0) >= 500:
+            return TemporaryError(f"{what}: HTTP {exc.status} {exc.reason}")
+        return PermanentError(f"{what}: HTTP {exc.status} {exc.reason}")
+    return TemporaryError(f"{what}: {exc}")
+
+
+def _job_of(namespace: str, labels: Mapping[str, str]) -> str | None:
+    for key in DEFAULT_JOB_LABEL_KEYS:
+        if key in labels:
+            return f"{namespace}/{labels[key]}"
+    return None
+
+
+def pod_view(p: Any) -> PodView:
+    meta, spec = p.metadata, p.spec
+    owner = next((o for o in meta.owner_references or () if o.controller), None)
+    if owner is None and meta.owner_references:
+        owner = meta.owner_references[0]
+    labels = dict(meta.labels or {})
+    phase = p.status.phase if p.status is not None else "Unknown"
+    return PodView(
+        namespace=meta.namespace,
+        name=meta.name,
+        node=spec.node_name,
+        uid=meta.uid,
+        phase="Terminating" if meta.deletion_timestamp is not None else (phase or "Unknown"),
+        labels=labels,
+        owner_kind=owner.kind if owner else None,
+        owner_name=owner.name if owner else None,
+        priority_class=spec.priority_class_name,
+        mirror=MIRROR_ANNOTATION in (meta.annotations or {}),
+        job=_job_of(meta.namespace, labels),
+    )
+
+
+def node_view(n: Any) -> NodeView:
+    meta = n.metadata
+    labels = dict(meta.labels or {})
+    alloc = (n.status.allocatable or {}) if n.status is not None else {}
+    gpus = str(alloc.get("nvidia.com/gpu") or labels.get(GPU_COUNT_LABEL) or "0")
+    conds = {c.type: c.status for c in (n.status.conditions or ())} if n.status else {}
+    return NodeView(
+        name=meta.name,
+        labels=labels,
+        annotations=dict(meta.annotations or {}),
+        taints=tuple((t.key, t.value or "", t.effect) for t in n.spec.taints or ()),
+        unschedulable=bool(n.spec.unschedulable),
+        gpu_count=int(gpus) if gpus.isdigit() else 0,
+        ready=conds.get("Ready", "Unknown") == "True",
+    )
+
+
+class KubeActuator:
+    """Actuator and ClusterReader over a `kubernetes.client.ApiClient`."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.clock = clock
+        self.sleep = sleep
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path | None = None, **kw: Any) -> KubeActuator:
+        cfg = client.Configuration()
+        if path is None:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(path), client_configuration=cfg
+            )
+        return cls(client.ApiClient(cfg), **kw)
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    # ---- reads (ClusterReader) ----------------------------------------------------------------
+
+    def node(self, name: str) -> NodeView | None:
+        try:
+            return node_view(self.core.read_node(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _error(exc, f"read node {name}") from exc
+
+    def pods_on_node(self, name: str) -> Sequence[PodView]:
+        try:
+            pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"list pods on {name}") from exc
+        return [pod_view(p) for p in pods.items]
+
+    def pods_selected(self, namespace: str, selector: str) -> Sequence[PodView]:
+        try:
+            pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"list pods {namespace} {selector}") from exc
+        return [pod_view(p) for p in pods.items]
+
+    def pod(self, namespace: str, name: str) -> PodView | None:
+        try:
+            return pod_view(self.core.read_namespaced_pod(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _error(exc, f"read pod {namespace}/{name}") from exc
+
+    def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
+        """Nodes, pods and jobs from the live API (jobs by the operators' job-name labels)."""
+        try:
+            nodes = [node_view(n) for n in self.core.list_node().items]
+            pods = [pod_view(p) for p in self.core.list_pod_for_all_namespaces().items]
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, "list nodes and pods") from exc
+        jobs: dict[str, tuple[str, list[str]]] = {}
+        for p in pods:
+            if p.job is not None:
+                key = next(k for k in DEFAULT_JOB_LABEL_KEYS if k in p.labels)
+                jobs.setdefault(p.job, (key, []))[1].append(p.key)
+        return ClusterView(
+            {n.name: n for n in nodes},
+            {p.key: p for p in pods},
+            {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
+            taken_at=taken_at,
+        )
+
+    # ---- pinning -------------------------------------------------------------------------------
+
+    def pin(self, intent: Intent) -> Intent:
+        a = dict(intent.args)
+        if intent.op == "delete_pod" and not a.get("uid"):
+            ns, name = intent.target.split("/", 1)
+            p = self.pod(ns, name)
+            a["uid"] = p.uid if p is not None else None
+        elif intent.op == "delete_pods":
+            uids = list(a.get("uids") or [None] * len(a["names"]))
+            for i, name in enumerate(a["names"]):
+                if not uids[i]:
+                    p = self.pod(intent.target, name)
+                    uids[i] = p.uid if p is not None else None
+            a["uids"] = uids
+        elif intent.op == "evict_pods" and "pods" not in a:
+            skip = frozenset(a.get("skip_namespaces") or ())
+            job = a.get("job")
+            a["pods"] = [
+                [p.namespace, p.name, p.uid]
+                for p in self.pods_on_node(intent.target)
+                if evictable(p, bool(a.get("include_unmanaged")), skip)
+                and (not job or p.job == job)
+            ]
+        return Intent(intent.op, intent.target, a)
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def apply(self, intent: Intent, ctx: WriteContext) -> str:
+        handler = getattr(self, f"_op_{intent.op}", None)
+        if handler is None:
+            raise PermanentError(f"unknown intent {intent.op}")
+        try:
+            return str(handler(intent.target, intent.args, ctx))
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"{intent.op} {intent.target}") from exc
+
+    def _read_node(self, name: str) -> NodeView:
+        node = self.node(name)
+        if node is None:
+            raise PermanentError(f"node {name} does not exist")
+        return node
+
+    def _patch_node(self, name: str, body: dict[str, Any], ctx: WriteContext) -> None:
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("annotations", {}).update(_ctx_annotations(ctx))
+        self.core.patch_node(name, body)
+
+    def _op_cordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        node = self._read_node(name)
+        if node.unschedulable:
+            return "already ours" if node.cordoned_by_us else "cordoned by someone else; not ours"
+        self._patch_node(
+            name,
+            {
+                "spec": {"unschedulable": True},
+                "metadata": {"annotations": {OWNER_ANNOTATION: ctx.actor}},
+            },
+            ctx,
+        )
+        return "cordoned"
+
+    def _op_uncordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        node = self._read_node(name)
+        if a.get("only_if_ours", True) and not node.cordoned_by_us:
+            return "not cordoned by gpufleet: left alone"
+        if not node.unschedulable and OWNER_ANNOTATION not in node.annotations:
+            return "already schedulable"
+        self._patch_node(
+            name,
+            {
+                "spec": {"unschedulable": False},
+                "metadata": {"annotations": {OWNER_ANNOTATION: None}},
+            },
+            ctx,
+        )
+        return "uncordoned"
+
+    def _op_taint(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        want = (str(a["key"]), str(a["value"]), str(a["effect"]))
+        node = self._read_node(name)
+        if want in node.taints:
+            return "taint already present"
+        keep = [t for t in node.taints if (t[0], t[2]) != (want[0], want[2])]
+        taints = [{"key": k, "value": v, "effect": e} for k, v, e in (*keep, want)]
+        self._patch_node(name, {"spec": {"taints": taints}}, ctx)
+        return f"tainted {want[0]}={want[1]}:{want[2]}"
+
+    def _op_untaint(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        node = self._read_node(name)
+        keep = [t for t in node.taints if t[0] != a["key"]]
+        if len(keep) == len(node.taints):
+            return "taint already absent"
+        taints = [{"key": k, "value": v, "effect": e} for k, v, e in keep]
+        self._patch_node(name, {"spec": {"taints": taints or None}}, ctx)
+        return f"removed taint {a['key']}"
+
+    def _op_label(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        self._patch_node(name, {"metadata": {"labels": dict(a["labels"])}}, ctx)
+        return f"labelled {sorted(a['labels'])}"
+
+    def _op_unlabel(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        self._patch_node(name, {"metadata": {"labels": {k: None for k in a["keys"]}}}, ctx)
+        return f"unlabelled {list(a['keys'])}"
+
+    def _op_annotate(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        self._patch_node(name, {"metadata": {"annotations": dict(a["annotations"])}}, ctx)
+        return f"annotated {sorted(a['annotations'])}"
+
+    def _event(self, ns: str, name: str, uid: str | None, reason: str, ctx: WriteContext) -> None:
+        """Best effort: the journal is the record; the Event is for `kubectl describe`."""
+        ev = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{name}.gpufleet-", namespace=ns, annotations=_ctx_annotations(ctx)
+            ),
+            involved_object=client.V1ObjectReference(kind="Pod", name=name, namespace=ns, uid=uid),
+            reason=reason,
+            type="Normal",
+            message=f"{ctx.playbook} by {ctx.actor}: {ctx.reason} "
+            f"(action {ctx.action_id}, incident {ctx.incident_id})",
+            source=client.V1EventSource(component="gpufleet"),
+        )
+        try:
+            self.core.create_namespaced_event(ns, ev)
+        except (ApiException, HTTPError, ValueError) as exc:
+            log.warning("could not record event for %s/%s: %s", ns, name, exc)
+
+    def _delete(self, ns: str, name: str, uid: str | None, ctx: WriteContext) -> str:
+        if uid is None:
+            return f"{ns}/{name} already gone"
+        opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            self.core.delete_namespaced_pod(name, ns, body=opts)
+        except ApiException as exc:
+            if exc.status == 404:
+                return f"{ns}/{name} already gone"
+            if exc.status == 409:
+                return f"{ns}/{name} already replaced"
+            raise
+        self._event(ns, name, uid, "GpufleetRestart", ctx)
+        return f"deleted {ns}/{name}"
+
+    def _op_delete_pod(self, target: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        ns, name = target.split("/", 1)
+        return self._delete(ns, name, a.get("uid"), ctx)
+
+    def _op_delete_pods(self, ns: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        done = [self._delete(ns, n, u, ctx) for n, u in zip(a["names"], a["uids"], strict=True)]
+        return "; ".join(done)
+
+    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> bool:
+        """True when the pod is gone or going; False when a PDB refuses (429).
+
+        The UID precondition is the guarantee; reading the pod first also skips a replacement
+        on API servers that ignore an Eviction's preconditions."""
+        try:
+            now = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        meta: Any = now.metadata
+        if meta.uid != uid or meta.deletion_timestamp is not None:
+            return True  # already replaced, or already terminating
+        opts = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=grace
+        )
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=ns, annotations=_ctx_annotations(ctx)
+            ),
+            delete_options=opts,
+        )
+        try:
+            self.core.create_namespaced_pod_eviction(name, ns, body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return True  # gone, or already replaced (UID precondition)
+            if exc.status == 429:
+                return False
+            raise
+        return True
+
+    def _op_evict_pods(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        pending = [tuple(p) for p in a.get("pods") or ()]
+        deadline = self.clock() + float(a.get("timeout") or 600.0)
+        backoff = float(a.get("backoff_initial") or 5.0)
+        grace = a.get("grace_period")
+        evicted = 0
+        while pending:
+            blocked = []
+            for ns, name, uid in pending:
+                if self._evict(ns, name, uid, grace, ctx):
+                    evicted += 1
+                else:
+                    blocked.append((ns, name, uid))
+            pending = blocked
+            if not pending:
+                break
+            left = deadline - self.clock()
+            if left <= 0:
+                names = ", ".join(f"{p[0]}/{p[1]}" for p in pending)
+                raise PermanentError(f"disruption budget still blocks {names} after the timeout")
+            self.sleep(min(backoff, left))
+            backoff = min(backoff * 2, float(a.get("backoff_max") or 60.0))
+        return f"evicted {evicted} pod(s) from {node}"

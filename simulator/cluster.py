@@ -1,0 +1,397 @@
+"""The live state of a simulated cluster: what the simulated Kubernetes API serves and changes.
+
+Built from a scenario's Layout (nodes, the initial pod placement), it then lives on its own:
+cordons, taints, evictions and deletions arrive through the API, the job controller reacts, and
+the metric engine asks `pods_for_metrics()` which pods sit on which GPUs *now*, so that a pod
+that moved also moves its `pod`/`namespace` labels in the DCGM series. Thread-safe; time comes
+from a `SimClock` (injectable).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.clock import SimClock
+from simulator.controller import JobController, tolerates
+from simulator.device_health import DevicePlugin, device_faults
+from simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
+from simulator.kube_api import objects as ko
+from simulator.kube_api import pods as kp
+from simulator.kube_api.store import Conflict, ObjectStore
+from simulator.layout import Layout, SimPod, build_layout
+from simulator.scenario import Scenario, WorkloadKind
+
+Obj = dict[str, Any]
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", "gpufleet", ko.GPU_NAMESPACE)
+"""Namespaces that exist from the start (`gpufleet`: where gpufleet itself would run)."""
+MAX_EVENTS = 2000
+"""Events the simulated cluster itself emits are kept up to this many (oldest go first)."""
+
+
+class NotFound(Exception):
+    """The object does not exist (HTTP 404)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    startup_seconds: float = 30.0
+    """Scenario seconds from scheduling to Ready for a (re)created workload pod."""
+    pdb_max_unavailable: int = 1
+    """Every training job gets a policy/v1 PDB with this maxUnavailable."""
+    history: int = 2000
+    """Watch events kept; a watch from an older resourceVersion gets 410 Gone."""
+    daemonsets: bool = True
+    """GPU operator DaemonSet pods (dcgm-exporter, device plugin) on every node."""
+    termination_seconds: float = 0.0
+    """Scenario seconds a deleted or evicted pod stays Terminating (deletionTimestamp set)
+    before it is gone; 0 removes it at once, as does a delete with gracePeriodSeconds 0."""
+
+
+class SimCluster:
+    """The cluster: objects in an ObjectStore plus the controllers that react to changes.
+
+    Public surface: `get`, `write`, `delete`, `evict`, `tick`, `pods_for_metrics()`,
+    `running_pods()`, `unschedulable_nodes()`, `pods_on(node)`, `set_node_ready()`, and
+    `store` (e.g. `store.compact()` to make every older resourceVersion answer 410).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        layout: Layout | None = None,
+        *,
+        clock: SimClock | None = None,
+        options: ClusterOptions | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.layout = layout if layout is not None else build_layout(scenario)
+        self.clock = clock or SimClock(scenario.start)
+        self.options = options or ClusterOptions()
+        self.store = ObjectStore(self.options.history)
+        self._pdb_seen_rv = -1
+        self._terminating: dict[tuple[str, str], tuple[str, float]] = {}
+        """(namespace, name) -> (uid, scenario time it is gone) of Terminating pods."""
+        self._emitted: deque[tuple[str, str]] = deque()
+        pools = {f"{w.namespace}/{w.name}": w.pool for w in scenario.workloads}
+        owner_uids = {k: ko.new_uid(f"{scenario.cluster}/owner/{k}") for k in pools}
+        self.controller = JobController(
+            self.store,
+            self.layout.nodes,
+            pools=pools,
+            owner_uids=owner_uids,
+            startup_seconds=self.options.startup_seconds,
+            wall_of=self.clock.wall_of,
+            emit=self._emit,
+        )
+        self.devices = DevicePlugin(
+            self.store, device_faults(scenario, self.layout), emit=self._emit
+        )
+        self.controller.blocked = lambda: self.devices.unhealthy.keys()
+        with self.store.lock:
+            self._build()
+
+    # --- construction -------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        sc, now, wall = self.scenario, self.clock.scenario_time(), self.clock.now()
+        for i, n in enumerate(self.layout.nodes):
+            self.store.put("nodes", ko.node_object(n, i, wall, sc.cluster))
+        for ns in sorted({*SYSTEM_NAMESPACES, *(w.namespace for w in sc.workloads)}):
+            meta = {
+                "name": ns,
+                "uid": ko.new_uid(f"{sc.cluster}/ns/{ns}"),
+                "creationTimestamp": ko.rfc3339(wall),
+                "labels": {"kubernetes.io/metadata.name": ns},
+            }
+            body = {
+                "kind": "Namespace",
+                "apiVersion": "v1",
+                "metadata": meta,
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
+            self.store.put("namespaces", body)
+        if self.options.daemonsets:
+            for name in ko.DAEMONSETS:
+                ds = ko.daemonset_object(name, wall, sc.cluster, len(self.layout.nodes))
+                self.store.put("daemonsets", ds)
+                for i, n in enumerate(self.layout.nodes):
+                    pod = kp.daemon_pod(ds, n.name, wall)
+                    pod["status"]["hostIP"] = pod["status"]["podIP"] = ko.node_ip(i)
+                    self.store.put("pods", pod)
+        for w in sc.workloads:
+            key = f"{w.namespace}/{w.name}"
+            self.controller.replicas[key] = w.replicas
+            if w.kind == WorkloadKind.TRAINING and key not in self.layout.unplaced:
+                label: dict[str, str] = {w.job_label: w.name}
+                pdb = ko.pdb_object(
+                    w.namespace, w.name, label, wall, self.options.pdb_max_unavailable
+                )
+                self.store.put("poddisruptionbudgets", pdb)
+        self.devices.update(now)
+        for p in self.layout.pods:
+            if p.start <= now:
+                self.controller.create(p, now, place_as_layout=True)
+            else:
+                self.controller.waiting.append(p)
+        self._refresh_pdbs()
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Apply everything due by the clock's current scenario time."""
+        with self.store.lock:
+            t = self.clock.scenario_time()
+            self._reap(t)
+            self.devices.update(t)
+            self.controller.tick(t)
+            self._refresh_pdbs()
+
+    def _refresh_pdbs(self) -> None:
+        seen = max(self.store.changed_at("pods"), self.store.changed_at("poddisruptionbudgets"))
+        if seen != self._pdb_seen_rv:
+            refresh_pdbs(self.store, self.controller.replicas)
+            pdb_rv = self.store.changed_at("poddisruptionbudgets")
+            self._pdb_seen_rv = max(pdb_rv, self.store.changed_at("pods"))
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj:
+        obj = self.store.get(resource, namespace, name)
+        if obj is None:
+            raise NotFound(name)
+        return obj
+
+    def pods_for_metrics(self) -> list[SimPod]:
+        """Every workload pod placement that ever ran, in the layout's SimPod form.
+
+        Ended placements (evicted, deleted, finished) carry `end`; running ones are where they
+        run now. This is what `FleetSimulator.sample(t, pods=...)` wants: counters integrate
+        over each placement's life on its GPUs.
+        """
+        self.tick()
+        with self.store.lock:
+            return self.controller.placements()
+
+    def running_pods(self) -> list[SimPod]:
+        """Only the placements running now."""
+        self.tick()
+        with self.store.lock:
+            return self.controller.running()
+
+    def unschedulable_nodes(self) -> frozenset[str]:
+        _, nodes = self.store.objects("nodes")
+        return frozenset(n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable"))
+
+    def pods_on(self, node: str) -> list[Obj]:
+        _, pods = self.store.objects("pods")
+        return [p for p in pods if p["spec"].get("nodeName") == node]
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def write(
+        self, resource: str, obj: Obj, *, expect_rv: str | None = None, create: bool = False
+    ) -> Obj:
+        """Store a changed or new object; node changes let pending pods schedule again."""
+        obj = copy.deepcopy(obj)  # the store owns what it holds
+        old: Obj | None = None
+        with self.store.lock:
+            if create:
+                meta = obj.setdefault("metadata", {})
+                meta.setdefault("uid", ko.new_uid())
+                meta.setdefault("creationTimestamp", ko.rfc3339(self.clock.now()))
+            else:
+                old = self.store.get(*_key(resource, obj))
+                if old is None:
+                    raise NotFound(obj["metadata"]["name"])
+                for f in ("uid", "creationTimestamp"):
+                    obj["metadata"][f] = old["metadata"][f]
+            out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
+            if resource == "nodes" and old is not None:
+                self._note_node_change(old, out)
+                self._evict_for_no_execute(out)
+                self.tick()
+            return out
+
+    def _evict_for_no_execute(self, node: Obj) -> None:
+        """The taint manager: pods that do not tolerate a NoExecute taint leave the node."""
+        taints = [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
+        if not taints:
+            return
+        for pod in self.pods_on(node["metadata"]["name"]):
+            if all(tolerates(pod, t) for t in taints):
+                continue
+            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            self._emit(
+                pod,
+                "TaintManagerEviction",
+                f"Marking for deletion Pod {ns}/{name}",
+                component="taint-eviction-controller",
+            )
+            self.delete("pods", ns, name)
+
+    def _note_node_change(self, old: Obj, new: Obj) -> None:
+        was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))
+        if was != now:
+            reason = "NodeNotSchedulable" if now else "NodeSchedulable"
+            name = new["metadata"]["name"]
+            self._emit(
+                new, reason, f"Node {name} status is now: {reason}", component="kubelet", host=name
+            )
+
+    def delete(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        dry_run: bool = False,
+        grace: int | None = None,
+    ) -> Obj:
+        """Delete an object; a pod may first stay Terminating (`termination_seconds`)."""
+        with self.store.lock:
+            obj = self.get(resource, namespace, name)
+            if uid is not None and obj["metadata"]["uid"] != uid:
+                raise Conflict(
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{obj['metadata']['uid']}"
+                )
+            if dry_run:
+                return obj
+            if resource == "pods" and grace != 0 and self.options.termination_seconds > 0:
+                if obj["metadata"].get("deletionTimestamp"):
+                    return obj
+                return self._start_terminating(obj)
+            self._terminating.pop((namespace, name), None)
+            gone = self.store.delete(resource, namespace, name)
+            assert gone is not None
+            if resource == "pods":
+                self._pod_gone(gone)
+            return gone
+
+    def _start_terminating(self, pod: Obj) -> Obj:
+        pod = copy.deepcopy(pod)
+        meta = pod["metadata"]
+        meta["deletionTimestamp"] = ko.rfc3339(self.clock.now())
+        meta["deletionGracePeriodSeconds"] = int(
+            pod["spec"].get("terminationGracePeriodSeconds", 30)
+        )
+        due = self.clock.scenario_time() + self.options.termination_seconds
+        self._terminating[(meta["namespace"], meta["name"])] = (meta["uid"], due)
+        return self.store.put("pods", pod)
+
+    def _reap(self, now: float) -> None:
+        """Terminating pods whose time is up are gone (their controllers then replace them)."""
+        for key, (uid, due) in list(self._terminating.items()):
+            if due > now:
+                continue
+            del self._terminating[key]
+            pod = self.store.get("pods", *key)
+            if pod is not None and pod["metadata"]["uid"] == uid:
+                gone = self.store.delete("pods", *key)
+                if gone is not None:
+                    self._pod_gone(gone)
+
+    def _pod_gone(self, pod: Obj) -> None:
+        now = self.clock.scenario_time()
+        owners = pod["metadata"].get("ownerReferences") or [{}]
+        if owners[0].get("kind") == "DaemonSet":
+            ds = self.store.get("daemonsets", ko.GPU_NAMESPACE, owners[0]["name"])
+            if ds is not None and self.store.get("nodes", "", pod["spec"]["nodeName"]) is not None:
+                fresh = kp.daemon_pod(ds, pod["spec"]["nodeName"], self.clock.now())
+                fresh["status"]["hostIP"] = fresh["status"]["podIP"] = pod["status"].get(
+                    "hostIP", ""
+                )
+                self.store.put("pods", fresh)
+        else:
+            self._emit(
+                pod,
+                "Killing",
+                f"Stopping container {pod['spec']['containers'][0]['name']}",
+                component="kubelet",
+                host=pod["spec"].get("nodeName"),
+            )
+            self.controller.replace_pod(pod, now)
+        self.tick()
+
+    def evict(
+        self, namespace: str, name: str, *, dry_run: bool = False, uid: str | None = None
+    ) -> None:
+        """policy/v1 Eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
+
+        A `deleteOptions.preconditions.uid` naming another incarnation of the pod (the job
+        controller recreated it under the same name) is a 409 Conflict, as in the real API.
+        """
+        with self.store.lock:
+            self.tick()
+            pod = self.get("pods", namespace, name)
+            if uid is not None and pod["metadata"].get("uid") != uid:
+                raise Conflict(
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {pod['metadata'].get('uid')}"
+                )
+            if pod["metadata"].get("deletionTimestamp"):
+                return
+            check_eviction(self.store, pod, self.controller.replicas)
+            if not dry_run:
+                self._emit(pod, "Evicted", "Evicted by the eviction API", component="gpufleet-sim")
+                self.delete("pods", namespace, name)
+
+    def _emit(
+        self,
+        obj: Obj,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        component: str = "gpufleet-sim",
+        host: str | None = None,
+    ) -> None:
+        ns = obj["metadata"].get("namespace") or "default"
+        ev = ko.event_object(
+            namespace=ns,
+            involved=obj,
+            reason=reason,
+            message=message,
+            ts=self.clock.now(),
+            type_=type_,
+            component=component,
+            host=host,
+        )
+        self.store.put("events", ev)
+        self._emitted.append((ns, ev["metadata"]["name"]))
+        while len(self._emitted) > MAX_EVENTS:  # like the API server's event TTL, by count
+            self.store.delete("events", *self._emitted.popleft())
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        """Flip a node's Ready condition (a test or a scenario fault marking it NotReady)."""
+        with self.store.lock:
+            obj = copy.deepcopy(self.get("nodes", "", node))
+            for c in obj["status"]["conditions"]:
+                if c["type"] == "Ready":
+                    c["status"] = "True" if ready else "False"
+                    c["reason"] = "KubeletReady" if ready else "KubeletNotReady"
+                    c["lastTransitionTime"] = ko.rfc3339(self.clock.now())
+            self.write("nodes", obj)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _key(resource: str, obj: Obj) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (resource, str(meta.get("namespace", "")), str(meta["name"]))
+
+
+__all__ = [
+    "ClusterOptions",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "SimCluster",
+    "TooManyRequests",
+]

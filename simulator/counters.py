@@ -1,0 +1,140 @@
+"""Cumulative DCGM counters and training steps as closed-form functions of time.
+
+A counter here is never stepped: it is a per-GPU constant (what the GPU had accumulated before
+the scenario) plus integrals of piecewise-constant rates over each pod's life and each fault's
+window. That keeps every counter monotone in t and lets any time be sampled in any order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from observer.fleet.model import FloatArray
+from simulator.gpu_models import BaselineColumns
+from simulator.layout import SimPod
+from simulator.scenario import FaultKind, Workload, WorkloadKind
+from simulator.targets import ResolvedFault
+from simulator.timeline import JobTimeline, inference_load_integral
+
+FAULT_XID: dict[FaultKind, int] = {
+    FaultKind.XID48_DBE: 48,
+    FaultKind.ROW_REMAP_FAILURE: 64,
+}
+"""XIDs the exporter reports for a fault (XID 79 is never reported: the GPU is gone)."""
+NVLINK_CRC_STORM_PER_S = 500.0
+"""Per unit of severity; DCGM's health limit is 100/s."""
+PCIE_REPLAY_STORM_PER_S = 25.0
+"""Per unit of severity; the healthy ceiling is ~0.96/min per lane (~0.26/s at x16)."""
+I64 = npt.NDArray[np.int64]
+INFERENCE_NVLINK_SHARE = 0.05
+"""Tensor-parallel serving moves a small share of the training all-reduce traffic."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaticCounters:
+    """What each GPU had counted before the scenario started (drawn once from the seed)."""
+
+    sbe: FloatArray
+    correctable_rows: FloatArray
+    pcie_replay: FloatArray
+    pcie_rate: FloatArray
+    nvlink_bytes: FloatArray
+    nvlink_rate: FloatArray
+    """All-reduce bytes/s for this GPU (model baseline with a per-GPU spread)."""
+
+    @staticmethod
+    def draw(rng: np.random.Generator, base: BaselineColumns) -> StaticCounters:
+        n = base.max_power_w.shape[0]
+        sbe = np.where(rng.random(n) < 0.05, rng.integers(1, 20, n), 0).astype(np.float64)
+        rows = np.where(rng.random(n) < 0.08, rng.integers(1, 5, n), 0).astype(np.float64)
+        replay = np.asarray(rng.integers(0, 4, n), dtype=np.float64)
+        rate = base.pcie_replays_per_s * rng.lognormal(0.0, 0.5, n)
+        nvl = np.floor(rng.uniform(0.0, 5e14, n))
+        nvl_rate = base.nvlink_allreduce_bytes_per_s * rng.uniform(0.95, 1.05, n)
+        return StaticCounters(sbe, rows, replay, rate, nvl, nvl_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterContext:
+    start: float
+    workloads: tuple[Workload, ...]
+    timelines: tuple[JobTimeline | None, ...]
+    diurnal_phase: FloatArray
+    static: StaticCounters
+    faults: tuple[ResolvedFault, ...]
+    n_gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    metrics: dict[str, FloatArray]
+    pod_steps: FloatArray
+    """Per pod (all pods passed in, active or not): steps so far, NaN where not exported."""
+
+
+def fleet_counters(
+    ctx: CounterContext,
+    t: float,
+    pods: Sequence[SimPod],
+    flat_gpu: I64,
+    flat_pod: I64,
+    p_start: FloatArray,
+    p_end: FloatArray,
+    p_job: I64,
+) -> Counters:
+    n, st = ctx.n_gpu, ctx.static
+    a = p_start
+    b = np.minimum(p_end, t)
+    nvl_pod = np.zeros(len(pods))
+    steps = np.full(len(pods), np.nan)
+    for j, w in enumerate(ctx.workloads):
+        m = p_job == j
+        if not m.any():
+            continue
+        tl = ctx.timelines[j]
+        if tl is not None:
+            nvl_pod[m] = tl.nvlink_integral(a[m], b[m])
+            if w.steps_metric:
+                steps[m] = np.floor(tl.step_integral(a[m], b[m]) / w.step_time)
+        elif w.kind == WorkloadKind.INFERENCE and w.gpus_per_pod > 1:
+            ph = float(ctx.diurnal_phase[j])
+            nvl_pod[m] = INFERENCE_NVLINK_SHARE * inference_load_integral(w.load, a[m], b[m], ph)
+    nvl = np.bincount(flat_gpu, weights=nvl_pod[flat_pod], minlength=n)[:n]
+    elapsed = max(0.0, t - ctx.start)
+    dbe = np.zeros(n)
+    unc_rows = np.zeros(n)
+    crc = np.zeros(n)
+    sbe = st.sbe.copy()
+    replay = st.pcie_replay + np.floor(st.pcie_rate * elapsed)
+    for f in ctx.faults:
+        if t < f.start or f.gpu < 0:
+            continue
+        el = min(t, f.end) - f.start
+        sev = f.severity
+        g = f.gpu
+        if f.kind == FaultKind.XID48_DBE:
+            dbe[g] += max(1, round(sev)) + math.floor(el * sev / 600.0)
+            sbe[g] += round(20 * sev)
+            unc_rows[g] += 1 + math.floor(el * sev / 1200.0)
+        elif f.kind == FaultKind.ROW_REMAP_FAILURE:
+            dbe[g] += 1
+            unc_rows[g] += 4 * math.ceil(sev) + math.floor(el * sev / 300.0)
+        elif f.kind == FaultKind.NVLINK_CRC_STORM:
+            crc[g] += math.floor(el * NVLINK_CRC_STORM_PER_S * sev)
+        elif f.kind == FaultKind.PCIE_REPLAY_STORM:
+            replay[g] += math.floor(el * PCIE_REPLAY_STORM_PER_S * sev)
+    metrics = {
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": dbe,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": sbe,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": unc_rows,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": st.correctable_rows.copy(),
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": replay,
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": crc,
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": st.nvlink_bytes + np.floor(nvl * st.nvlink_rate),
+    }
+    return Counters(metrics, steps)

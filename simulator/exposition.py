@@ -1,0 +1,97 @@
+"""The simulated fleet as scrape endpoints: dcgm-exporter per node, kube-state-metrics, steps.
+
+Text is Prometheus exposition format 0.0.4, what the real exporters serve, with their label
+names. The kube-state-metrics view takes the live placement and cordon set, so serve mode shows
+what the simulated Kubernetes API shows. `OpenMetricsWriter` (re-exported here) writes the same
+series with timestamps for backfill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+
+from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC
+from simulator.engine import Sample
+from simulator.kube_series import (
+    KUBE_HELP,
+    STEPS_HELP,
+    active_pods,
+    kube_state_series,
+    steps_series,
+)
+from simulator.layout import Layout, SimNode, SimPod
+from simulator.openmetrics import OpenMetricsWriter, WriteStats
+from simulator.series import (
+    FLOAT_FAMILIES,
+    gpu_static_labels,
+    pod_label_part,
+    sample_lines,
+)
+
+XID_COUNT_HELP = "Count of XID Errors within user-specified time window."
+
+
+def _family(name: str, help_: str, kind: str, lines: str) -> str:
+    return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n{lines}" if lines else ""
+
+
+def dcgm_text(sample: Sample, layout: Layout, node: str) -> str:
+    """One node's dcgm-exporter /metrics (only the GPUs whose series are present)."""
+    pos = layout.node_position()[node]
+    gpus = np.flatnonzero(layout.gpu_node == pos)
+    static = gpu_static_labels(layout, gpus.tolist())
+    labels = [
+        s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k])
+        for s, g in zip(static, gpus.tolist(), strict=True)
+    ]
+    parts: list[str] = []
+    for m in METRICS:
+        lines = sample_lines(
+            m.name, labels, sample.metrics[m.name][gpus], m.name not in FLOAT_FAMILIES
+        )
+        parts.append(_family(m.name, m.help, m.kind.value, lines))
+    xid_lines = ""
+    for code, counts in sorted(sample.xid_counts.items()):
+        vals = counts[gpus].copy()
+        vals[vals == 0] = np.nan
+        xid_labels = [f'{s},xid="{code}"' for s in labels]
+        xid_lines += sample_lines(XID_COUNT_METRIC, xid_labels, vals, True)
+    parts.append(_family(XID_COUNT_METRIC, XID_COUNT_HELP, "gauge", xid_lines))
+    return "".join(parts)
+
+
+def kube_state_text(
+    sample: Sample,
+    nodes: Sequence[SimNode],
+    pods: Sequence[SimPod] | None = None,
+    unschedulable: Collection[str] = (),
+    cluster: str = "sim",
+    pod_uids: Mapping[str, str] | None = None,
+) -> str:
+    """kube-state-metrics /metrics for the live placement and cordon set."""
+    series = kube_state_series(sample, nodes, pods, unschedulable, cluster, pod_uids)
+    parts = []
+    for name, rows in series.items():
+        lines = "".join(f"{name}{{{lab}}} {int(v)}\n" for lab, v in rows)
+        parts.append(_family(name, KUBE_HELP[name], "gauge", lines))
+    return "".join(parts)
+
+
+def steps_text(sample: Sample, pods: Sequence[SimPod] | None = None) -> str:
+    """`training_steps_total{namespace,pod}` of every active pod that exports it."""
+    lines = "".join(f"{STEPS_METRIC}{{{lab}}} {int(v)}\n" for lab, v in steps_series(sample, pods))
+    return _family(STEPS_METRIC, STEPS_HELP, "counter", lines)
+
+
+__all__ = [
+    "OpenMetricsWriter",
+    "WriteStats",
+    "active_pods",
+    "dcgm_text",
+    "kube_state_series",
+    "kube_state_text",
+    "steps_series",
+    "steps_text",
+]

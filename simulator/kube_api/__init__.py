@@ -1,0 +1,1 @@
+"""The simulator's Kubernetes API server (the subset gpufleet and kubectl use)."""

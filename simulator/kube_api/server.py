@@ -1,0 +1,331 @@
+"""A Kubernetes API server (the REST subset gpufleet and kubectl use) over a simulated cluster.
+
+No API server binary can run here, yet the collectors and the actuator must be tested with the
+real `kubernetes` client and kubectl must be able to get, cordon and drain. So this stdlib HTTP
+server speaks the wire protocol: discovery documents, JSON lists and objects, chunked watch
+streams, `v1 Status` errors, and injectable faults (410, 429 with Retry-After, 500, slowness).
+It binds 127.0.0.1 on a free port by default and writes a kubeconfig without credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from simulator.cluster import SimCluster
+from simulator.kube_api import discovery as disc
+from simulator.kube_api.faults import FaultInjector, status_body
+from simulator.kube_api.kubeconfig import write_kubeconfig
+from simulator.kube_api.query import BadRequest
+from simulator.kube_api.verbs import Reply, Request, Verbs, error
+
+log = logging.getLogger(__name__)
+
+
+def _parse_path(parts: list[str]) -> tuple[str, str, list[str]] | None:
+    if len(parts) >= 2 and parts[0] == "api":
+        return "", parts[1], parts[2:]
+    if len(parts) >= 3 and parts[0] == "apis":
+        return parts[1], parts[2], parts[3:]
+    return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("k8s-sim %s", format % args)
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    # --- wire ---------------------------------------------------------------------------------
+
+    def _read_body(self) -> Any:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raw = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                raw += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise BadRequest("the request body is not valid JSON") from None
+
+    def _send(self, reply: Reply) -> None:
+        data = json.dumps(reply.body, separators=(",", ":")).encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for k, v in reply.headers:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _stream(self, events: Any) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        try:
+            for ev in events:
+                line = json.dumps(ev, separators=(",", ":")).encode() + b"\n"
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception:  # headers are sent: end the stream rather than answer twice
+            log.exception("k8s-sim: watch %s failed", self.path)
+        self.close_connection = True
+
+    # --- routing ------------------------------------------------------------------------------
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        query = url.query
+        try:
+            body = self._read_body()
+            if path.startswith("/_sim/"):
+                self._send(self.server.control(method, path, body))
+                return
+            rule = self.server.faults.take(method, path, query)
+            if rule is not None:
+                if rule.delay:
+                    time.sleep(rule.delay)
+                if rule.status < 0:  # the connection drops without an answer
+                    self.close_connection = True
+                    return
+                if rule.status:
+                    headers = (
+                        (("Retry-After", str(rule.retry_after)),) if rule.status == 429 else ()
+                    )
+                    details = (
+                        {"retryAfterSeconds": rule.retry_after} if rule.status == 429 else None
+                    )
+                    self._send(
+                        Reply(rule.status, status_body(rule.status, details=details), headers)
+                    )
+                    return
+            self.server.cluster.tick()
+            self._route(method, path, dict(parse_qsl(query)), body)
+        except BadRequest as exc:
+            self._send(error(400, str(exc), "BadRequest"))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # the server must answer, never hang a client
+            log.exception("k8s-sim: %s %s failed", method, self.path)
+            self._send(error(500, f"Internal error occurred: {exc!r}", "InternalError"))
+
+    def _route(self, method: str, path: str, params: dict[str, str], body: Any) -> None:
+        if path == "/version":
+            self._send(Reply(200, dict(disc.SERVER_VERSION)))
+            return
+        if path == "/healthz" or path == "/readyz" or path == "/livez":
+            self._send_text("ok")
+            return
+        if path == "/api":
+            self._send(Reply(200, disc.api_versions(f"127.0.0.1:{self.server.server_address[1]}")))
+            return
+        if path == "/apis":
+            self._send(Reply(200, disc.group_list()))
+            return
+        parts = [p for p in path.split("/") if p]
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in disc.GROUPS:
+            self._send(Reply(200, disc.group(parts[1])))
+            return
+        parsed = _parse_path(parts)
+        if parsed is None:
+            self._send(error(404, "the server could not find the requested resource", "NotFound"))
+            return
+        group, version, rest = parsed
+        if not rest:
+            doc = disc.resource_list(group, version)
+            self._send(
+                Reply(200, doc)
+                if doc
+                else error(404, "the server could not find the requested resource", "NotFound")
+            )
+            return
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        res = disc.find(group, version, rest[0])
+        if res is None or (ns is not None and not res.namespaced):
+            self._send(error(404, "the server could not find the requested resource", "NotFound"))
+            return
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        req = Request(
+            method,
+            res,
+            ns,
+            name,
+            sub,
+            params,
+            body,
+            self.headers.get("Content-Type", "application/json"),
+            self.headers.get("Accept", "application/json"),
+        )
+        self._dispatch(req)
+
+    def _send_text(self, text: str) -> None:
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self, req: Request) -> None:
+        verbs = self.server.verbs
+        m, name, sub = req.method, req.name, req.subresource
+        if sub not in (None, "status", "eviction"):
+            self._send(error(404, "the server could not find the requested resource", "NotFound"))
+            return
+        if m == "GET" and name is None and req.params.get("watch") in ("true", "1"):
+            self._stream(verbs.watch(req, self.server.stopping))
+        elif m == "GET" and name is None:
+            self._send(verbs.list(req))
+        elif m == "GET":
+            self._send(verbs.get(req))
+        elif m == "POST" and sub == "eviction" and req.resource.plural == "pods":
+            self._send(verbs.evict(req))
+        elif m == "POST" and name is None and "create" in req.resource.verbs:
+            self._send(verbs.create(req))
+        elif m == "PUT" and name and "update" in req.resource.verbs:
+            self._send(verbs.update(req))
+        elif m == "PATCH" and name and "patch" in req.resource.verbs:
+            self._send(verbs.patch(req))
+        elif m == "DELETE" and name and "delete" in req.resource.verbs:
+            self._send(verbs.delete(req))
+        else:
+            self._send(
+                error(
+                    405,
+                    "the server does not allow this method on the requested resource",
+                    "MethodNotAllowed",
+                )
+            )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, addr: tuple[str, int], cluster: SimCluster, faults: FaultInjector, verbs: Verbs
+    ) -> None:
+        super().__init__(addr, _Handler)
+        self.cluster = cluster
+        self.faults = faults
+        self.verbs = verbs
+        self._stop = threading.Event()
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def control(self, method: str, path: str, body: Any) -> Reply:
+        """`/_sim/faults`: GET lists, POST adds a rule (FaultInjector.add fields), DELETE clears."""
+        if path != "/_sim/faults":
+            return error(404, "unknown simulator control endpoint", "NotFound")
+        if method == "POST":
+            if not isinstance(body, dict) or "path" not in body:
+                return error(400, "a fault rule needs at least `path`", "BadRequest")
+            allowed = {"path", "status", "count", "retry_after", "delay", "method", "query"}
+            rule = self.faults.add(**{k: v for k, v in body.items() if k in allowed})
+            return Reply(201, rule.as_dict())
+        if method == "DELETE":
+            self.faults.clear()
+        return Reply(200, {"rules": [r.as_dict() for r in self.faults.rules()]})
+
+
+class KubeApiServer:
+    """The simulated API server: `start()`, `url`, `write_kubeconfig(path)`, `stop()`."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookmark_interval: float = 10.0,
+    ) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.faults = FaultInjector()
+        self._server = _Server(
+            (host, port), cluster, self.faults, Verbs(cluster, bookmark_interval=bookmark_interval)
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> KubeApiServer:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="k8s-sim-api",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server._stop.set()
+        self.cluster.store.close()
+        if self._thread is not None:  # shutdown() would wait forever for a loop never started
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> KubeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def write_kubeconfig(self, path: str | Path, *, context: str = "gpufleet-sim") -> Path:
+        return write_kubeconfig(path, self.url, context=context)
+
+
+__all__ = ["KubeApiServer", "write_kubeconfig"]

@@ -1,0 +1,192 @@
+"""Where everything sits in a simulated fleet: nodes, GPUs and the initial pod placement.
+
+Deterministic for a scenario: the same file always yields the same names, UUIDs and placement,
+so that the metric generator, the Kubernetes API and the ground truth agree without talking.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from observer.fleet.model import IntArray, StrArray
+from simulator.scenario import Scenario, Workload, WorkloadKind
+
+GPU_PRODUCT = {
+    "A100": "NVIDIA-A100-SXM4-80GB",
+    "H100": "NVIDIA-H100-80GB-HBM3",
+    "H200": "NVIDIA-H200",
+}
+MODEL_NAME = {
+    "A100": "NVIDIA A100-SXM4-80GB",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+}
+POOL_LABEL = "gpufleet.io/pool"
+RANK_LABELS = {
+    "training.kubeflow.org/job-name": "training.kubeflow.org/replica-index",
+    "jobset.sigs.k8s.io/jobset-name": "jobset.sigs.k8s.io/job-index",
+    "batch.kubernetes.io/job-name": "batch.kubernetes.io/job-completion-index",
+    "job-name": "batch.kubernetes.io/job-completion-index",
+    "volcano.sh/job-name": "volcano.sh/task-index",
+}
+OWNER_KIND = {
+    "training.kubeflow.org/job-name": "PyTorchJob",
+    "jobset.sigs.k8s.io/jobset-name": "Job",
+    "batch.kubernetes.io/job-name": "Job",
+    "job-name": "Job",
+    "volcano.sh/job-name": "Job",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SimNode:
+    name: str
+    pool: str
+    model: str
+    gpus: int
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SimPod:
+    """A pod of a workload, with the labels a real operator would put on it."""
+
+    namespace: str
+    name: str
+    workload: str
+    """`namespace/name` of the workload (job)."""
+    kind: WorkloadKind
+    rank: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    """Device indices on the node."""
+    labels: dict[str, str]
+    owner_kind: str
+    owner_name: str
+    start: float
+    end: float | None
+    priority_class: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class Layout:
+    nodes: list[SimNode]
+    pods: list[SimPod]
+    gpu_uuid: StrArray
+    gpu_node: IntArray
+    gpu_device: IntArray
+    gpu_model: StrArray
+    gpu_pci: StrArray
+    unplaced: list[str] = field(default_factory=list)
+    """Workloads (namespace/name) that did not fit: the scenario asked for more GPUs than exist."""
+
+    def node_position(self) -> dict[str, int]:
+        return {n.name: i for i, n in enumerate(self.nodes)}
+
+    def gpu_position(self, node: str, device: int) -> int:
+        idx = self.node_position()[node]
+        hits = np.flatnonzero((self.gpu_node == idx) & (self.gpu_device == device))
+        if hits.size == 0:
+            raise KeyError(f"{node}/gpu{device}")
+        return int(hits[0])
+
+
+def gpu_uuid(cluster: str, node: str, device: int) -> str:
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpufleet:{cluster}/{node}/{device}"))
+
+
+def node_name(pool: str, i: int) -> str:
+    return f"{pool}-{i:04d}"
+
+
+def _pod_labels(w: Workload, rank: int) -> dict[str, str]:
+    if w.kind == WorkloadKind.TRAINING:
+        labels = {w.job_label: w.name, RANK_LABELS[w.job_label]: str(rank)}
+        if w.job_label == "training.kubeflow.org/job-name":
+            labels["training.kubeflow.org/replica-type"] = "worker"
+        return labels
+    return {"app": w.name}
+
+
+def _pod_name(w: Workload, rank: int) -> str:
+    if w.kind == WorkloadKind.TRAINING:
+        return f"{w.name}-worker-{rank}"
+    return f"{w.name}-{rank}"
+
+
+def build_layout(sc: Scenario) -> Layout:
+    """Nodes in pool order, GPUs in node order, workloads placed first-fit in file order."""
+    nodes: list[SimNode] = []
+    for p in sc.pools:
+        for i in range(p.nodes):
+            name = node_name(p.name, i)
+            labels = {
+                "kubernetes.io/hostname": name,
+                POOL_LABEL: p.name,
+                "nvidia.com/gpu.product": GPU_PRODUCT[p.model.value],
+                "nvidia.com/gpu.count": str(p.gpus_per_node),
+                **p.labels,
+            }
+            nodes.append(SimNode(name, p.name, p.model.value, p.gpus_per_node, labels))
+    n_gpus = sum(n.gpus for n in nodes)
+    uuids = np.empty(n_gpus, dtype=object)
+    pcis = np.empty(n_gpus, dtype=object)
+    models = np.empty(n_gpus, dtype=object)
+    node_idx = np.empty(n_gpus, dtype=np.int32)
+    device = np.empty(n_gpus, dtype=np.int32)
+    row = 0
+    for ni, n in enumerate(nodes):
+        for d in range(n.gpus):
+            uuids[row] = gpu_uuid(sc.cluster, n.name, d)
+            pcis[row] = f"00000000:{0x18 + 0x10 * d:02X}:00.0"
+            models[row] = MODEL_NAME[n.model]
+            node_idx[row] = ni
+            device[row] = d
+            row += 1
+
+    free = {n.name: list(range(n.gpus)) for n in nodes}
+    pods: list[SimPod] = []
+    unplaced: list[str] = []
+    for w in sc.workloads:
+        candidates = [n for n in nodes if w.pool is None or n.pool == w.pool]
+        placed: list[SimPod] = []
+        for rank in range(w.replicas):
+            host = next((n for n in candidates if len(free[n.name]) >= w.gpus_per_pod), None)
+            if host is None:
+                break
+            gpus = tuple(free[host.name][: w.gpus_per_pod])
+            del free[host.name][: w.gpus_per_pod]
+            job_label = w.job_label if w.kind == WorkloadKind.TRAINING else ""
+            owner_kind = OWNER_KIND[job_label] if job_label else "ReplicaSet"
+            placed.append(
+                SimPod(
+                    namespace=w.namespace,
+                    name=_pod_name(w, rank),
+                    workload=f"{w.namespace}/{w.name}",
+                    kind=w.kind,
+                    rank=rank,
+                    node=host.name,
+                    gpu_indices=gpus,
+                    labels=_pod_labels(w, rank),
+                    owner_kind=owner_kind,
+                    owner_name=w.name,
+                    start=sc.start + w.start,
+                    end=None if w.end is None else sc.start + w.end,
+                    priority_class=w.priority_class,
+                )
+            )
+        if len(placed) < w.replicas:
+            unplaced.append(f"{w.namespace}/{w.name}")
+            for pod in placed:  # all or nothing, like a gang scheduler
+                free[pod.node].extend(pod.gpu_indices)
+                free[pod.node].sort()
+            continue
+        pods.extend(placed)
+    return Layout(nodes, pods, uuids, node_idx, device, models, pcis, unplaced)

@@ -1,0 +1,95 @@
+"""Activity levels: what each phase or workload does to a GPU, and what gauge faults change.
+
+Levels are unit-free (0..1) per GPU; the engine turns them into watts, MHz and degrees with the
+model baselines. Keeping the numbers in one table makes "what does a checkpoint look like" a
+one-line answer and keeps the engine free of magic constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from observer.fleet.model import FloatArray, IntArray
+from simulator.timeline import Phase
+
+# Columns of a level row.
+UTIL, GR, TENSOR, DRAM, POWER, CLOCK, FB = range(7)
+N_LEVELS = 7
+
+PHASE_LEVELS: dict[Phase, tuple[float, ...]] = {
+    #                 util   gr    tensor dram  power clock fb
+    Phase.TRAIN: (0.98, 0.92, 0.62, 0.55, 0.88, 1.00, 1.0),
+    Phase.EVAL: (0.62, 0.55, 0.30, 0.35, 0.45, 1.00, 1.0),
+    Phase.CHECKPOINT: (0.06, 0.03, 0.005, 0.04, 0.06, 0.55, 1.0),
+    Phase.HANG: (0.995, 0.012, 0.002, 0.01, 0.05, 1.00, 1.0),
+}
+"""Training phases; `fb` multiplies the job's framebuffer share."""
+IDLE_POD_LEVELS = (0.0, 0.0, 0.0, 0.0, 0.02, 0.0, 0.0)
+"""Allocated but unused: a CUDA context, nothing running (fb set separately)."""
+IDLE_POD_FB_MIB = 520.0
+UNALLOCATED_LEVELS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def inference_levels(load: float, fb_share: float) -> tuple[float, ...]:
+    """Serving at `load` (0..1): util tracks load, the KV cache keeps memory preallocated."""
+    busy = 1.0 if load > 0.02 else 0.0
+    return (
+        min(1.0, load * 1.1),
+        0.85 * load,
+        0.45 * load,
+        0.5 * load,
+        0.08 + 0.75 * load,
+        busy,
+        fb_share,
+    )
+
+
+@dataclass(slots=True)
+class GaugeState:
+    """Per-GPU working arrays the engine fills, faults edit, and units are derived from."""
+
+    levels: FloatArray
+    """(n_gpu, N_LEVELS)."""
+    gpu_temp_add: FloatArray
+    mem_temp_add: FloatArray
+    temp_floor: FloatArray
+    """Thermal fault: the GPU temperature does not drop below this (NaN: no floor)."""
+    clock_bits: IntArray
+    xid: FloatArray
+    row_remap_failure: FloatArray
+
+
+def apply_straggler(
+    state: GaugeState, gpu: int, gpu_job: IntArray, slowdown: float, training: bool
+) -> None:
+    """Peers of a slow GPU wait at each all-reduce: their activity and power drop, its stay."""
+    job = int(gpu_job[gpu])
+    if job < 0 or not training:
+        return
+    peers = np.flatnonzero(gpu_job == job)
+    peers = peers[peers != gpu]
+    wait = 1.0 / (1.0 + slowdown)
+    for col in (UTIL, GR, TENSOR, DRAM):
+        state.levels[peers, col] *= wait
+    state.levels[peers, POWER] *= 0.5 + 0.5 * wait
+
+
+def apply_thermal(state: GaugeState, gpu: int, severity: float) -> None:
+    """SW/HW thermal slowdown: hot GPU, clocks cut, power follows the clock."""
+    sev = min(severity, 2.0)
+    state.temp_floor[gpu] = 84.0 + 5.0 * sev
+    state.mem_temp_add[gpu] += 12.0 * sev
+    state.levels[gpu, CLOCK] *= 1.0 - 0.3 * sev
+    state.levels[gpu, POWER] *= 1.0 - 0.2 * sev
+    bits = 0x20 | (0x40 if severity >= 1.0 else 0)
+    state.clock_bits[gpu] |= bits
+
+
+def apply_power_brake(state: GaugeState, gpu: int, severity: float) -> None:
+    """HW power brake (external signal): clocks slammed down, power far below load."""
+    sev = min(severity, 2.0)
+    state.levels[gpu, CLOCK] = min(float(state.levels[gpu, CLOCK]), 0.3 / sev)
+    state.levels[gpu, POWER] *= 0.35 / sev
+    state.clock_bits[gpu] |= 0x80

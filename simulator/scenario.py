@@ -1,0 +1,225 @@
+"""The scenario file: a fleet, its workloads, faults and confounders, as a person writes them.
+
+Times in a scenario are offsets from the scenario start (`30s`, `5m`, `2h`, or seconds).
+Validation errors name the file, the field path and what was expected.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from errors.config_files import ConfigError, load_model, validate
+from observer.fleet.units import Duration, Timestamp, parse_duration, parse_time
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
+
+
+class GpuModel(StrEnum):
+    A100 = "A100"
+    H100 = "H100"
+    H200 = "H200"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pool(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    model: GpuModel
+    nodes: int = Field(ge=1, le=20000)
+    gpus_per_node: int = Field(default=8, ge=1, le=16)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+JOB_LABEL_KEYS = DEFAULT_JOB_LABEL_KEYS
+
+
+class WorkloadKind(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    IDLE = "idle"
+    """Pods that hold GPUs and do nothing with them (the waste gpu_idle finds)."""
+
+
+class Workload(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    kind: WorkloadKind
+    namespace: str = "default"
+    pool: str | None = None
+    """Pool to place on; any pool with room when absent."""
+    replicas: int = Field(default=1, ge=1, le=20000)
+    """Pods (ranks for training); each pod takes `gpus_per_pod` GPUs of one node."""
+    gpus_per_pod: int = Field(default=8, ge=1, le=16)
+    job_label: Literal[
+        "training.kubeflow.org/job-name",
+        "jobset.sigs.k8s.io/jobset-name",
+        "volcano.sh/job-name",
+        "batch.kubernetes.io/job-name",
+        "job-name",
+    ] = "training.kubeflow.org/job-name"
+    steps_metric: bool = False
+    """Whether the pods export `training_steps_total{namespace,pod}`."""
+    step_time: Duration = 1.0
+    start: Duration = 0.0
+    end: Duration | None = None
+    checkpoint_every: Duration | None = None
+    """Periodic checkpoint pause (every rank idles together; a confounder, not a fault)."""
+    checkpoint_duration: Duration = 90.0
+    eval_every: Duration | None = None
+    """Periodic evaluation phase (lower, steadier load on every rank; a confounder)."""
+    eval_duration: Duration = 120.0
+    load: float = Field(default=0.9, ge=0.0, le=1.0)
+    """Mean activity; inference varies around it over the day."""
+    priority_class: str | None = None
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> Workload:
+        if self.end is not None and self.end <= self.start:
+            raise ValueError("end after start")
+        return self
+
+
+class FaultKind(StrEnum):
+    XID79_FALLEN_OFF_BUS = "xid79_fallen_off_bus"
+    XID48_DBE = "xid48_dbe"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    THERMAL_THROTTLE = "thermal_throttle"
+    POWER_BRAKE = "power_brake"
+    NVLINK_CRC_STORM = "nvlink_crc_storm"
+    PCIE_REPLAY_STORM = "pcie_replay_storm"
+    STRAGGLER = "straggler"
+    NCCL_HANG = "nccl_hang"
+
+
+GPU_FAULTS = frozenset(FaultKind) - {FaultKind.NCCL_HANG}
+
+
+class Fault(_Strict):
+    kind: FaultKind
+    node: str | None = None
+    """Node name (`<pool>-<n>`, e.g. `h100-0003`); GPU faults need node + gpu or a job."""
+    gpu: int | None = Field(default=None, ge=0, le=15)
+    job: str | None = None
+    """`namespace/name` of a workload; a GPU fault with a job picks one of its GPUs."""
+    rank: int | None = Field(default=None, ge=0)
+    start: Duration
+    end: Duration | None = None
+    severity: float = Field(default=1.0, gt=0.0, le=10.0)
+    """Scales the fault's effect (a straggler at 1.0 runs ~25 % slower)."""
+
+    @model_validator(mode="after")
+    def _target(self) -> Fault:
+        if self.kind == FaultKind.NCCL_HANG and not self.job:
+            raise ValueError("nccl_hang needs `job: namespace/name`")
+        if self.kind in GPU_FAULTS and not self.job and (self.node is None or self.gpu is None):
+            raise ValueError(f"{self.kind.value} needs `node` and `gpu`, or `job`")
+        if self.end is not None and self.end <= self.start:
+            raise ValueError("end after start")
+        return self
+
+
+class ConfounderKind(StrEnum):
+    CHECKPOINT = "checkpoint"
+    EVAL_PHASE = "eval_phase"
+    EXPORTER_DOWN = "exporter_down"
+    SCRAPE_GAP = "scrape_gap"
+    JOB_START = "job_start"
+    JOB_FINISH = "job_finish"
+
+
+class Confounder(_Strict):
+    """A one-off event that is not a fault; periodic checkpoints/evals live on the workload."""
+
+    kind: Literal["checkpoint", "eval_phase", "exporter_down", "scrape_gap"]
+    node: str | None = None
+    job: str | None = None
+    start: Duration
+    end: Duration
+
+    @model_validator(mode="after")
+    def _target(self) -> Confounder:
+        if self.end <= self.start:
+            raise ValueError("end after start")
+        if self.kind == "exporter_down" and not self.node:
+            raise ValueError("exporter_down needs `node`")
+        if self.kind in ("checkpoint", "eval_phase") and not self.job:
+            raise ValueError(f"{self.kind} needs `job: namespace/name`")
+        return self
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    cluster: str = "sim"
+    start: Timestamp = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+    duration: Duration = 3600.0
+    scrape_interval: Duration = 30.0
+    pools: list[Pool] = Field(min_length=1)
+    workloads: list[Workload] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
+    confounders: list[Confounder] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        pools = {p.name for p in self.pools}
+        if len(pools) != len(self.pools):
+            raise ValueError("pool names to be unique")
+        jobs = {f"{w.namespace}/{w.name}" for w in self.workloads}
+        if len(jobs) != len(self.workloads):
+            raise ValueError("workload namespace/name to be unique")
+        for w in self.workloads:
+            if w.pool is not None and w.pool not in pools:
+                raise ValueError(f"workload {w.name!r} to name a defined pool (got {w.pool!r})")
+        targets: list[Fault | Confounder] = [*self.faults, *self.confounders]
+        for f in targets:
+            if f.job is not None and f.job not in jobs:
+                raise ValueError(f"{f.kind} to name a defined workload (got job {f.job!r})")
+        return self
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(p.nodes * p.gpus_per_node for p in self.pools)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and validate a scenario file (ConfigError names file, field path, expectation)."""
+    return load_model(Scenario, path)
+
+
+def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    return validate(Scenario, data, source)
+
+
+DEMO_SCENARIO = Path(__file__).with_name("demo.yaml")
+
+
+def demo_scenario() -> Scenario:
+    return load_scenario(DEMO_SCENARIO)
+
+
+__all__ = [
+    "DEMO_SCENARIO",
+    "JOB_LABEL_KEYS",
+    "ConfigError",
+    "Confounder",
+    "Fault",
+    "FaultKind",
+    "GpuModel",
+    "Pool",
+    "Scenario",
+    "Workload",
+    "WorkloadKind",
+    "demo_scenario",
+    "load_scenario",
+    "parse_duration",
+    "parse_time",
+]

@@ -1,0 +1,130 @@
+"""Series identity and value formatting shared by the live endpoints and the OpenMetrics writer.
+
+Labels are written exactly as dcgm-exporter and kube-state-metrics write them, so a collector
+that works against the simulator works against a real fleet. Formatting is done per column
+(numpy -> list -> str.join), because a 10k-GPU backfill writes tens of millions of samples.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuidlib
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from observer.fleet.model import FloatArray
+from simulator.layout import Layout, SimPod
+from simulator.scenario import WorkloadKind
+
+DRIVER_VERSION = "550.90.07"
+CONTAINER = {
+    WorkloadKind.TRAINING: "pytorch",
+    WorkloadKind.INFERENCE: "server",
+    WorkloadKind.IDLE: "notebook",
+}
+"""Container names (Kubeflow's PyTorchJob names its container `pytorch`)."""
+FLOAT_FAMILIES = frozenset(
+    {
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
+)
+"""Families with fractional values; every other DCGM field is an integer."""
+_LABEL_KEY = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def escape(value: str) -> str:
+    """A label value as the text formats require (backslash, quote, newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def label_key(key: str) -> str:
+    """kube-state-metrics' `label_<key>` name: every invalid character becomes `_`."""
+    return "label_" + _LABEL_KEY.sub("_", key)
+
+
+def pod_uid(cluster: str, pod: SimPod) -> str:
+    """A stable UID for a simulated pod (a recreated pod has a new start and so a new UID)."""
+    name = f"gpufleet:{cluster}/pod/{pod.namespace}/{pod.name}/{pod.start}"
+    return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, name))
+
+
+def pod_ip(pod: SimPod) -> str:
+    h = zlib.crc32(f"{pod.namespace}/{pod.name}/{pod.start}".encode())
+    return f"10.{128 + (h >> 16) % 64}.{(h >> 8) % 256}.{max(2, h % 254)}"
+
+
+def node_ip(position: int) -> str:
+    return f"10.0.{position // 250}.{position % 250 + 2}"
+
+
+def container_name(pod: SimPod) -> str:
+    return CONTAINER.get(pod.kind, "main")
+
+
+def gpu_static_labels(layout: Layout, gpus: Sequence[int] | None = None) -> list[str]:
+    """Per GPU (all, or the positions given): dcgm-exporter's labels before the Kubernetes ones."""
+    out: list[str] = []
+    for i in range(int(layout.gpu_uuid.shape[0])) if gpus is None else gpus:
+        node = layout.nodes[int(layout.gpu_node[i])].name
+        dev = int(layout.gpu_device[i])
+        out.append(
+            f'gpu="{dev}",UUID="{layout.gpu_uuid[i]}",pci_bus_id="{layout.gpu_pci[i]}",'
+            f'device="nvidia{dev}",modelName="{escape(str(layout.gpu_model[i]))}",'
+            f'Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
+        )
+    return out
+
+
+def pod_label_part(pod: SimPod) -> str:
+    return (
+        f',container="{container_name(pod)}",namespace="{escape(pod.namespace)}",'
+        f'pod="{escape(pod.name)}"'
+    )
+
+
+class GpuLabelCache:
+    """Full per-GPU label strings for a placement, rebuilt only when the placement changes."""
+
+    def __init__(self, layout: Layout, extra: Sequence[str] | None = None) -> None:
+        self._static = gpu_static_labels(layout)
+        if extra is not None:
+            self._static = [s + e for s, e in zip(self._static, extra, strict=True)]
+        self._key: tuple[bytes, tuple[int, ...]] | None = None
+        self._labels: list[str] = []
+
+    def labels(self, gpu_pod: np.ndarray, pods: Sequence[SimPod]) -> list[str]:
+        key = (gpu_pod.tobytes(), tuple(id(p) for p in pods))
+        if key != self._key:
+            parts = [pod_label_part(p) for p in pods]
+            self._labels = [
+                s if k < 0 else s + parts[k]
+                for s, k in zip(self._static, gpu_pod.tolist(), strict=True)
+            ]
+            self._key = key
+        return self._labels
+
+
+def format_values(values: FloatArray, integral: bool) -> list[str]:
+    """Sample values as text; integers without a fractional part, like dcgm-exporter."""
+    if integral:
+        return list(map(str, values.astype(np.int64).tolist()))
+    return list(map(repr, values.tolist()))
+
+
+def sample_lines(
+    name: str, labels: Sequence[str], values: FloatArray, integral: bool, suffix: str = "\n"
+) -> str:
+    """`name{labels} value<suffix>` for every non-NaN value (suffix carries a timestamp)."""
+    idx = np.flatnonzero(~np.isnan(values))
+    if idx.size == 0:
+        return ""
+    texts = format_values(values[idx], integral)
+    head = name + "{"
+    return "".join(
+        [f"{head}{labels[i]}}} {v}{suffix}" for i, v in zip(idx.tolist(), texts, strict=True)]
+    )

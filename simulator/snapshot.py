@@ -1,0 +1,239 @@
+"""Simulated samples -> FleetSnapshot, exactly as a Prometheus collector would have seen them.
+
+For detector tests and `eval` without a Prometheus in the loop. At evaluation time `t` the
+adapter answers what an instant query would: each series' newest sample within the lookback
+window (5 min by default, like Prometheus; backfilled data has no staleness markers, so a
+vanished series keeps answering with its *old* sample and timestamp until the lookback passes),
+and for counters the reset-aware, extrapolated `increase(x[window])` of PromQL. Scrapes happen
+on the scenario's grid (start + k * scrape_interval); samples are cached per scrape, so a replay
+in time order samples each scrape once. The snapshot itself is built by the same
+`observer.snapshot.builder` the real collectors use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind
+from observer.fleet.model import FleetSnapshot, FloatArray, Node, NodeName, Pod
+from observer.snapshot.builder import SnapshotBuilder
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from simulator.engine import FleetSimulator, Sample
+from simulator.layout import SimPod
+
+DEFAULT_LOOKBACK = 300.0
+"""Prometheus' default --query.lookback-delta."""
+
+
+def increase(times: FloatArray, values: np.ndarray, t: float, window: float) -> FloatArray:
+    """PromQL `increase(x[window])` at `t` over rows of samples (scrapes x series), per series.
+
+    `values` is (k, n) with NaN for absent samples. Reset-aware (a drop means the counter
+    restarted from 0) and extrapolated to the window edges like Prometheus' extrapolatedRate.
+    NaN where a series has fewer than two samples in the window.
+    """
+    lo = t - window
+    sel = (times > lo) & (times <= t)
+    ts, vs = times[sel], values[sel]
+    n = values.shape[1]
+    out = np.full(n, np.nan)
+    if ts.shape[0] < 2:
+        return out
+    present = ~np.isnan(vs)
+    count = present.sum(axis=0)
+    # Reset-aware delta over consecutive present samples (forward-fill gaps).
+    filled = vs.copy()
+    for k in range(1, filled.shape[0]):  # a handful of scrapes, not GPUs
+        filled[k] = np.where(np.isnan(filled[k]), filled[k - 1], filled[k])
+    diffs = np.diff(filled, axis=0)
+    prev = filled[:-1]
+    step = np.where(diffs < 0, filled[1:], diffs)  # after a reset, the new value is the increase
+    step = np.where(np.isnan(step) | np.isnan(prev), 0.0, step)
+    result = step.sum(axis=0)
+    first_k = np.argmax(present, axis=0)
+    last_k = present.shape[0] - 1 - np.argmax(present[::-1], axis=0)
+    first_t, last_t = ts[first_k], ts[last_k]
+    first_v = vs[first_k, np.arange(n)]
+    sampled = last_t - first_t
+    ok = (count >= 2) & (sampled > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        avg = sampled / np.maximum(count - 1, 1)
+        to_start = first_t - lo
+        to_end = t - last_t
+        to_zero = np.where(result > 0, sampled * (first_v / result), np.inf)
+        to_start = np.where((result > 0) & (first_v >= 0) & (to_zero < to_start), to_zero, to_start)
+        thr = 1.1 * avg
+        span = (
+            sampled
+            + np.where(to_start < thr, to_start, avg / 2)
+            + np.where(to_end < thr, to_end, avg / 2)
+        )
+        out = np.where(ok, result * span / sampled, np.nan)
+    return out
+
+
+class SimSnapshots:
+    """Snapshots of a simulated fleet at any time, as a Prometheus collector would build them.
+
+    `window`: the collector's counter increase window; `lookback`: Prometheus' lookback delta.
+    """
+
+    def __init__(
+        self,
+        sim: FleetSimulator,
+        window: float = 120.0,
+        lookback: float = DEFAULT_LOOKBACK,
+        cache_size: int = 64,
+    ) -> None:
+        self.sim = sim
+        self.window = window
+        self.lookback = lookback
+        self.cache_size = cache_size
+        self._cache: OrderedDict[int, Sample] = OrderedDict()
+        sc = self.sim.scenario
+        lay = self.sim.layout
+        self._nodes = tuple(
+            Node(NodeName(n.name), labels=dict(n.labels), conditions={"Ready": "True"})
+            for n in lay.nodes
+        )
+        self._node_names = np.array([n.name for n in lay.nodes], dtype=object)
+        self._interval = float(sc.scrape_interval)
+        self._builder = SnapshotBuilder(cluster=sc.cluster).with_pod_cache()
+
+    def _scrape(self, k: int) -> Sample:
+        cache = self._cache
+        hit = cache.get(k)
+        if hit is None:
+            hit = self.sim.sample(self.sim.scenario.start + k * self._interval)
+            cache[k] = hit
+            while len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        return hit
+
+    def scrapes(self, t: float, span: float) -> list[Sample]:
+        """Scrapes in (t - span, t], oldest first (none before the scenario start)."""
+        sc = self.sim.scenario
+        last = math.floor((t - sc.start) / self._interval + 1e-9)
+        first = max(0, math.floor((t - span - sc.start) / self._interval) + 1)
+        return [self._scrape(k) for k in range(first, last + 1)]
+
+    def snapshot(self, t: float) -> FleetSnapshot:
+        lay = self.sim.layout
+        span = max(self.lookback, self.window)
+        samples = [s for s in self.scrapes(t, span) if s.scrape_ok]
+        if not samples:
+            samples = []
+        times = np.array([s.t for s in samples], dtype=np.float64)
+        n = self.sim.n_gpu
+        in_lookback = times > t - self.lookback
+        # Newest present sample per GPU within the lookback (series-level staleness).
+        present = np.array([s.present for s in samples], dtype=bool).reshape(len(samples), n)
+        present_lb = present & in_lookback[:, None]
+        has = present_lb.any(axis=0)
+        newest_k = (
+            present_lb.shape[0] - 1 - np.argmax(present_lb[::-1], axis=0)
+            if samples
+            else (np.zeros(n, dtype=np.int64))
+        )
+        rows = np.flatnonzero(has)
+        stamp = times[newest_k[rows]] if samples else np.zeros(0)
+        latest = samples[-1] if samples else self.sim.sample(t)
+        pods = latest.pods
+        gpu_pod = np.array([int(samples[newest_k[r]].gpu_pod[r]) for r in rows], dtype=np.int64)
+        pod_name = np.array([pods[p].name if p >= 0 else "" for p in gpu_pod], dtype=object)
+        pod_ns = np.array([pods[p].namespace if p >= 0 else "" for p in gpu_pod], dtype=object)
+        gpus = GpuColumns(
+            uuid=lay.gpu_uuid[rows],
+            hostname=self._node_names[lay.gpu_node[rows]],
+            device_index=lay.gpu_device[rows],
+            model_name=lay.gpu_model[rows],
+            pci_bus_id=lay.gpu_pci[rows],
+            pod=pod_name,
+            namespace=pod_ns,
+            timestamp=stamp,
+        )
+        metrics: dict[str, MetricSeries] = {}
+        positions = np.arange(rows.size, dtype=np.int32)
+        names = list(samples[-1].metrics) if samples else []
+        for name in names:
+            stack = np.array([s.metrics[name] for s in samples])
+            val = stack[newest_k[rows], rows]
+            inc = None
+            window = 0.0
+            spec = BY_NAME.get(name)
+            if spec is not None and spec.kind == Kind.COUNTER:
+                inc = increase(times, stack, t, self.window)[rows]
+                window = self.window
+            metrics[name] = MetricSeries(
+                val, stamp, row=positions, increase=inc, window_seconds=window
+            )
+        if samples:
+            xid_total = np.zeros(n)
+            for s in samples[-1:]:
+                for arr in s.xid_counts.values():
+                    xid_total = xid_total + np.nan_to_num(arr)
+            metrics[XID_COUNT_METRIC] = MetricSeries(xid_total[rows], stamp, row=positions)
+        pod_records = tuple(_pod(p, t) for p in pods)
+        steps = self._steps(samples, times, t, pods)
+        up = {str(self._node_names[i]): bool(latest.exporter_up[i]) for i in range(len(lay.nodes))}
+        last_scrape: dict[str, float] = {}
+        if samples:
+            ok = np.array([s.exporter_up for s in samples], dtype=bool)
+            seen = ok.any(axis=0)
+            newest = ok.shape[0] - 1 - np.argmax(ok[::-1], axis=0)
+            last_scrape = {
+                str(self._node_names[i]): float(times[newest[i]]) for i in np.flatnonzero(seen)
+            }
+        exporters = ExporterHealth(
+            up=up if samples and samples[-1] is latest else {},
+            last_scrape=last_scrape,
+            scrape_interval=self._interval,
+        )
+        return self._builder.build(
+            t,
+            gpus,
+            metrics,
+            nodes=self._nodes,
+            pods=pod_records,
+            steps=steps,
+            exporters=exporters,
+        )
+
+    def _steps(
+        self, samples: list[Sample], times: FloatArray, t: float, pods: tuple[SimPod, ...]
+    ) -> PodSeries | None:
+        if not samples:
+            return None
+        stack = np.array([s.pod_steps for s in samples])
+        latest = stack[-1]
+        keep = ~np.isnan(latest)
+        if not keep.any():
+            return None
+        inc = increase(times, stack, t, self.window)
+        idx = np.flatnonzero(keep)
+        return PodSeries(
+            namespace=np.array([pods[i].namespace for i in idx], dtype=object),
+            pod=np.array([pods[i].name for i in idx], dtype=object),
+            value=latest[idx],
+            timestamp=np.full(idx.size, times[-1]),
+            increase=inc[idx],
+        )
+
+
+def _pod(p: SimPod, t: float) -> Pod:
+    phase = (
+        "Pending" if t < p.start else "Succeeded" if p.end is not None and t >= p.end else "Running"
+    )
+    return Pod(
+        namespace=p.namespace,
+        name=p.name,
+        node=NodeName(p.node),
+        phase=phase,
+        labels=dict(p.labels),
+        owner_kind=p.owner_kind,
+        owner_name=p.owner_name,
+        priority_class=p.priority_class,
+    )

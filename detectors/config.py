@@ -23,7 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from detectors.base import Detector, DetectorSpec, registry
 from detectors.suite import DetectorSuite
-from errors.config_files import ConfigError, describe_validation_error, load_yaml_file
+from errors import ConfigError
+from errors.config_files import describe_validation_error, load_yaml_file
 from observer.fleet.units import parse_duration
 
 SECTION = "detectors"

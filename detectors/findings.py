@@ -50,6 +50,10 @@ class Finding:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     recommended_action: str = ""
     detector: str = ""
+    pre_existing: bool = False
+    """The evidence was already there when gpufleet started watching (an XID held in the
+    last-XID gauge at first sight, a counter total with no earlier value): reported, but never
+    a reason for an automatic action."""
 
     @property
     def entity(self) -> tuple[str, str | None, str | None, str | None]:
@@ -68,6 +72,7 @@ class Finding:
             "summary": self.summary,
             "evidence": dict(self.evidence),
             "recommended_action": self.recommended_action,
+            "pre_existing": self.pre_existing,
         }
 
     @staticmethod
@@ -83,4 +88,5 @@ class Finding:
             job=data.get("job"),
             evidence=dict(data.get("evidence") or {}),
             recommended_action=str(data.get("recommended_action", "")),
+            pre_existing=bool(data.get("pre_existing", False)),
         )

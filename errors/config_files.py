@@ -1,4 +1,5 @@
-"""Turning YAML + pydantic validation failures into one clear error: file, field path, expectation.
+"""Loading the files people write: YAML + pydantic validation failures -> one ConfigError that
+names the file, the field path and the expectation.
 
 Every file a person writes (scenario, config, policy) is loaded through here, so that a typo at
 3 a.m. reads like `policy.yaml: rules[2].mode: expected one of 'auto', 'approval', 'notify'`.
@@ -12,20 +13,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from errors import ConfigError
+
 M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(Exception):
-    """A file a person wrote is wrong. The CLI prints it and exits with code 2."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__(self.render())
-
-    def render(self) -> str:
-        lines = [f"{self.source}: {p}" for p in self.problems]
-        return "\n".join(lines)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

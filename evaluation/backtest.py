@@ -94,7 +94,7 @@ def replay_window(
 ) -> ReplayRun:
     """Snapshots start, start+step, ... end from Prometheus, each fed to every suite in turn
     (`on_cycle` gets each snapshot and the first suite's cycle). Raises
-    observer.snapshot.cycle_stats.CollectionError when Prometheus cannot answer at all."""
+    errors.TemporaryError or errors.PermanentError when Prometheus cannot answer at all."""
     began = time.perf_counter()
     replayers = [Replayer(suite, grace) for suite, grace in suites]
     steps = degraded = 0

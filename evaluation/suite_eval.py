@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.suite import DetectorSuite
-from errors.config_files import ConfigError
+from errors import ConfigError
 from evaluation.backtest import Progress, replay_window, step_count
 from evaluation.baseline import static_rules_suite
 from evaluation.local_prometheus import start_prometheus, write_scenario

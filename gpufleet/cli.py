@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from gpufleet import __version__
 
 EXIT_USAGE = 2

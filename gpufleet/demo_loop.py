@@ -21,12 +21,12 @@ from pathlib import Path
 import yaml
 
 from detectors.suite import DetectorSuite
+from errors import TemporaryError
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.actuator_api import TemporaryError
 from remediations.cycle import RemediationLoop
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, load_policy

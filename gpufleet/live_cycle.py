@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite, SuiteState
+from errors import GpufleetError
 from evaluation.episodes import EntityKey, EpisodeTracker
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.scrape.collector import ScrapeCollector
-from observer.snapshot.cycle_stats import CollectionError
 from remediations.cycle import RemediationLoop
 from remediations.decisions import ActionDecision
 from remediations.incidents import IncidentChange
@@ -37,7 +37,8 @@ from remediations.types import ActionState
 log = logging.getLogger(__name__)
 
 SnapshotSource = Callable[[], FleetSnapshot]
-"""One collection: a FleetSnapshot, or CollectionError (or any exception) when there is none."""
+"""One collection: a FleetSnapshot, or an `errors` TemporaryError/PermanentError (or any
+exception) when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,7 @@ class LiveCycle:
         self.cycles += 1
         try:
             snapshot = self.collect()
-        except CollectionError as exc:
+        except GpufleetError as exc:
             return self._failed(now, began, "collect", exc.render())
         except Exception as exc:  # isolation: the next cycle must run
             log.exception("collection failed")

@@ -27,14 +27,6 @@ class WriteContext:
     actor: str = ACTOR
 
 
-class TemporaryError(Exception):
-    """Try again later (API unavailable, conflict, PDB still blocking within the timeout)."""
-
-
-class PermanentError(Exception):
-    """This action cannot succeed (timeout exhausted, object forbidden, bad intent)."""
-
-
 class Actuator(ClusterReader, Protocol):
     def pin(self, intent: Intent) -> Intent:
         """The intent with everything it will touch resolved (e.g. pod UIDs); no writes."""
@@ -42,5 +34,7 @@ class Actuator(ClusterReader, Protocol):
 
     def apply(self, intent: Intent, ctx: WriteContext) -> str:
         """Carry out one pinned intent; idempotent. Returns a short description of what it did.
-        Raises TemporaryError or PermanentError."""
+        Raises errors.TemporaryError (try again later: API unavailable, conflict, a PDB
+        still blocking within the timeout) or errors.PermanentError (cannot succeed: timeout
+        exhausted, object forbidden, bad intent)."""
         ...

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from errors import PermanentError, TemporaryError
 from remediations import gates
-from remediations.actuator_api import Actuator, PermanentError, TemporaryError, WriteContext
+from remediations.actuator_api import Actuator, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import summarize
 from remediations.gates import Fleet

@@ -21,8 +21,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from errors import PermanentError, TemporaryError
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
-from remediations.actuator_api import PermanentError, TemporaryError, WriteContext
+from remediations.actuator_api import WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.playbooks.drain import evictable
 from remediations.types import (

@@ -19,7 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from detectors.findings import FindingKind, Severity
-from errors.config_files import ConfigError, describe_validation_error, load_model, validate
+from errors import ConfigError
+from errors.config_files import describe_validation_error, load_model, validate
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
 from remediations.types import Mode

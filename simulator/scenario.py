@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from errors.config_files import ConfigError, load_model, validate
+from errors import ConfigError
+from errors.config_files import load_model, validate
 from observer.fleet.units import Duration, Timestamp, parse_duration, parse_time
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 

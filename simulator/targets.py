@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from simulator.layout import Layout, SimPod
 from simulator.scenario import FaultKind, Scenario
 

@@ -22,11 +22,11 @@ import pytest
 
 import detectors.all  # noqa: F401  (registers the detectors)
 from detectors.base import bind
+from errors import GpufleetError
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.counter_memory import CounterMemory
 from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings
-from observer.snapshot.cycle_stats import CollectionError
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus
 
@@ -224,7 +224,7 @@ def test_prometheus_outage_then_warm_cycles_read_true_rates(prom: PrometheusHand
                 down = 690 <= s < 1290
                 outage.pattern = re.compile("." if down else NOTHING)
                 if down:
-                    with pytest.raises(CollectionError):
+                    with pytest.raises(GpufleetError):
                         c.collect(T0 + s)
                     continue
                 snap = c.collect(T0 + s).snapshot

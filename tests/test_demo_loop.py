@@ -20,10 +20,10 @@ import pytest
 from detectors.base import Detector, DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
+from errors import TemporaryError
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
-from observer.snapshot.cycle_stats import CollectionError
 from remediations.store import Store
 from remediations.types import QUARANTINE_TAINT, ActionState
 from simulator.clock import ManualWall
@@ -134,7 +134,7 @@ def test_failed_collection_does_not_stop_the_next_cycle(
     real = loop.cycle.collect
 
     def down() -> object:
-        raise CollectionError("no scrape target answered", temporary=True, source="test")
+        raise TemporaryError("no scrape target answered", source="test")
 
     loop.cycle.collect = down  # type: ignore[assignment]
     failed = step(loop, wall)

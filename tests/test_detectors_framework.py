@@ -12,7 +12,7 @@ from detectors.config import suite_from_section
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.state import align, empty
 from detectors.suite import DetectorSuite
-from errors.config_files import ConfigError
+from errors import ConfigError
 from evaluation.episodes import EpisodeTracker
 from tests.fleet import Fleet
 

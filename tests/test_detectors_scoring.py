@@ -76,7 +76,7 @@ TRUTH: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def _ep(kind: FindingKind, sev: Severity, at: float, end: float, **entity: str) -> Finding:
+def _ep(kind: FindingKind, sev: Severity, at: float, end: float, **entity: Any) -> Finding:
     return Finding(kind, sev, "s", at, end, evidence={"detected_at": at}, **entity)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from errors import GpufleetError
 from observer.fleet.model import FleetSnapshot, JobKey
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from observer.snapshot.cycle_stats import CollectionError
 from observer.snapshot.gc_pause import paused_gc
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.http_proxy import FaultyProxy
@@ -168,7 +168,7 @@ def test_prometheus_stopped_raises(
     handle = prometheus_factory(sc)
     handle.stop()
     settings = PromSettings(handle.url, retries=1, backoff=0.05)
-    with PrometheusCollector(settings) as c, pytest.raises(CollectionError) as err:
+    with PrometheusCollector(settings) as c, pytest.raises(GpufleetError) as err:
         c.collect(sc.start + 60)
     assert err.value.temporary and "unreachable" in str(err.value)
     assert handle.url in str(err.value) and "--prometheus-url" in err.value.hint
@@ -188,7 +188,7 @@ def test_slow_prometheus_through_a_proxy(prom: PrometheusHandle, scenario: Scena
             assert len(s.gpus) == 40  # the rest of the cycle is there
             assert not any(n.in_kubernetes for n in s.nodes)  # no kube-state-metrics this time
             proxy.rule(IDENTITY_QUERY, delay=1.5)
-            with pytest.raises(CollectionError) as err:
+            with pytest.raises(GpufleetError) as err:
                 c.collect(t)
     assert err.value.temporary and "timed out" in str(err.value)
 
@@ -227,7 +227,7 @@ def test_5xx_warnings_and_result_type_through_a_proxy(
         )
         proxy.rules.clear()
         proxy.rule(IDENTITY_QUERY, status=400)
-        with PrometheusCollector(settings) as c, pytest.raises(CollectionError) as err:
+        with PrometheusCollector(settings) as c, pytest.raises(GpufleetError) as err:
             c.collect(t)
         assert not err.value.temporary and "HTTP 400" in str(err.value)
 

@@ -3,7 +3,7 @@
 Through a proxy in front of a real Prometheus (tests.http_proxy): a failing XID-count read
 marks the chunk's snapshots degraded and leaves the XID column empty while the rest of each
 snapshot is there; a failing read of the inventory's group (the GPUs themselves) is a
-CollectionError, as in an instant cycle.
+GpufleetError, as in an instant cycle.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from errors import GpufleetError
 from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from observer.snapshot.cycle_stats import CollectionError
 from simulator.scenario import Scenario
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
@@ -60,6 +60,6 @@ def test_failed_reads_degrade_or_stop_the_replay(
             assert np.isfinite(s.metrics["DCGM_FI_DEV_GPU_UTIL"].value).sum() >= 30
         proxy.rules.clear()
         proxy.rule(r"query=\{__name__=~\"[^\"]*DCGM_FI_DEV_FB_USED", status=400)
-        with PrometheusCollector(settings) as c, pytest.raises(CollectionError) as err:
+        with PrometheusCollector(settings) as c, pytest.raises(GpufleetError) as err:
             list(c.collect_range(t0, t1, 30.0))
         assert "HTTP 400" in str(err.value) and not err.value.temporary

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from gpufleet.cli import main
 from simulator.layout import build_layout
 from simulator.scenario import demo_scenario, load_scenario, parse_duration

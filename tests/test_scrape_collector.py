@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from errors import GpufleetError
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from observer.scrape.ring_window import RingWindow
-from observer.snapshot.cycle_stats import CollectionError
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.serve import SimulationHandle, start_simulation
@@ -129,7 +129,7 @@ def test_exporter_down_makes_only_its_node_stale(
 
 def test_all_targets_down_raises(live: tuple[SimulationHandle, ManualWall]) -> None:
     dead = ScrapeSettings(targets=("http://127.0.0.1:9/metrics",), timeout=0.5)
-    with ScrapeCollector(dead) as c, pytest.raises(CollectionError) as err:
+    with ScrapeCollector(dead) as c, pytest.raises(GpufleetError) as err:
         c.collect()
     assert err.value.temporary and "no scrape target answered" in str(err.value)
 

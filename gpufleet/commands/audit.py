@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from gpufleet.config import add_arguments, load_all, open_store
 from observer.fleet.units import parse_duration, parse_time
 

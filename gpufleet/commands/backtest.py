@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from errors import GpufleetError
 from evaluation.backtest import Progress, backtest, iso, step_count
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_all
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with PrometheusCollector(settings) as c:
             result = backtest(c, start, end, step, suite, grace, policy, Progress(total))
-    except CollectionError as exc:
+    except GpufleetError as exc:
         print(f"gpufleet backtest: error: {exc.render()}; {out} not written", file=sys.stderr)
         return EXIT_NO_DATA
     _write(out, result.to_json())

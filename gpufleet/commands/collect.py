@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from errors import GpufleetError, TemporaryError
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
-from observer.snapshot.cycle_stats import CollectionError
 from observer.snapshot.json_dump import snapshot_to_dict
 from observer.snapshot.summary import summarize
 
@@ -83,9 +83,8 @@ def _kube(args: argparse.Namespace) -> Any:
     kube = KubeCollector(KubeSettings(kubeconfig=args.kubeconfig, watch_timeout=30)).start()
     if not kube.wait_synced(args.timeout):
         kube.stop()
-        raise CollectionError(
+        raise TemporaryError(
             f"the Kubernetes API of {args.kubeconfig} did not answer within {args.timeout:g} s",
-            temporary=True,
             hint="check --kubeconfig and that the API server is reachable",
         )
     return kube
@@ -145,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             kube = _kube(args)
             k8s = (kube.nodes(), kube.pods(), kube.events())
         snapshot, problems, cost = _collect(args, k8s)
-    except CollectionError as exc:
+    except GpufleetError as exc:
         print(f"gpufleet collect: error: {exc.render()}", file=sys.stderr)
         return EXIT_TEMPORARY if exc.temporary else EXIT_PERMANENT
     finally:

@@ -16,12 +16,12 @@ import sys
 from typing import Any
 
 from detectors.findings import Finding, Severity
+from errors import GpufleetError
 from evaluation.backtest import current_findings, iso, replay_window
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_config
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             t = c.now() if at is None else at
             start = t - (warmup // step) * step if warmup > 0 else t
             run_ = replay_window(c, start, t, step, [(suite, grace)])
-    except CollectionError as exc:
+    except GpufleetError as exc:
         print(f"gpufleet detect: error: {exc.render()}", file=sys.stderr)
         return EXIT_NO_DATA
     findings = current_findings(run_)

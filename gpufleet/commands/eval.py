@@ -18,11 +18,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from errors import GpufleetError
 from evaluation.local_prometheus import LocalPrometheusError, require_binaries
 from evaluation.report import report
 from evaluation.suite_eval import evaluate_suite, scenario_files, stderr_log
 from gpufleet.config import detector_suite, load_config
-from observer.snapshot.cycle_stats import CollectionError
 
 EXIT_OK = 0
 EXIT_TARGETS = 1
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     except LocalPrometheusError as exc:
         print(f"gpufleet eval: error: {exc}", file=sys.stderr)
         return EXIT_PROMETHEUS
-    except CollectionError as exc:
+    except GpufleetError as exc:
         print(f"gpufleet eval: error: the local Prometheus stopped answering: {exc.render()}",
               file=sys.stderr)  # fmt: skip
         return EXIT_PROMETHEUS

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from simulator.engine import FleetSimulator
 from simulator.layout import build_layout
 from simulator.openmetrics import OpenMetricsWriter

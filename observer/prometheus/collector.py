@@ -13,7 +13,7 @@ observer.prometheus.parse / prom_assemble.
         detect(result.snapshot, ...)
 
 Failure behaviour: Prometheus unreachable, or the essential `identity` query failing, raises
-CollectionError (temporary or permanent; no snapshot). Any other query failing, timing out,
+errors.TemporaryError or PermanentError (no snapshot). Any other query failing, timing out,
 answering with warnings or an unexpected `resultType` yields a snapshot marked degraded
 (`TelemetryHealth.source_ok` False, `degraded_reason` naming the queries and why).
 """

@@ -3,7 +3,8 @@
 The orchestration behind observer.prometheus.collector.PrometheusCollector, kept apart from the HTTP
 adapter (the only module that may import prometheus_api_client) so that adapter stays thin.
 A cycle runs the plan's queries on a thread pool (the essential `identity` first in line: when
-it fails, or Prometheus is unreachable, the cycle stops with CollectionError and no snapshot);
+it fails, or Prometheus is unreachable, the cycle stops with errors.TemporaryError or
+PermanentError and no snapshot);
 any other failed, timed-out, warned or mistyped answer marks the snapshot degraded with the
 reason. Cycles in time order reuse what earlier ones saw (observer.prometheus.memory); range replays
 read each chunk's raw samples once and evaluate every step locally
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
+from errors import PermanentError, TemporaryError
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
 from observer.prometheus.answers import QueryFailed, Seen
 from observer.prometheus.assemble import assemble, drop_partial
@@ -39,7 +41,7 @@ from observer.prometheus.replay.range_replay import (
 )
 from observer.prometheus.replay.steps import KubeCache, build_step
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
-from observer.snapshot.cycle_stats import CollectionError, CycleStats, QueryStat
+from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.gc_pause import paused_gc
 from observer.snapshot.job_identity import JobIdentity
 
@@ -161,17 +163,15 @@ class PromCycles:
         url = self.settings.url
         for _q, exc in failures:
             if exc.unreachable:
-                raise CollectionError(
+                raise TemporaryError(
                     f"Prometheus at {url} is unreachable: {exc}",
-                    temporary=True,
                     source=url,
                     hint="check --prometheus-url and that Prometheus is running",
                 )
         for q, exc in failures:
             if q.essential:
-                raise CollectionError(
+                raise (TemporaryError if exc.temporary else PermanentError)(
                     f"Prometheus at {url} did not answer the GPU inventory query: {exc}",
-                    temporary=exc.temporary,
                     source=url,
                     hint="retry later"
                     if exc.temporary

@@ -143,7 +143,7 @@ class Query:
     family: str = ""
     """For per-family queries (counter increases): the catalog family."""
     essential: bool = False
-    """Without this answer there is no snapshot (CollectionError instead of degraded)."""
+    """Without this answer there is no snapshot (a Temporary/PermanentError, not degraded)."""
     kind: str = "query"
     """`query` (PromQL), or `names`: the `__name__` values of series matching `promql`."""
     cold: bool = False

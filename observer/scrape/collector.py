@@ -8,7 +8,7 @@ columns as the Prometheus path to the one snapshot builder, so both modes yield 
 
 - A target that fails keeps its last page for `inventory_window` seconds, with the old sample
   time: its node reads stale in TelemetryHealth (`up` False), the rest of the fleet is fresh.
-- Every target failing raises CollectionError (no snapshot is invented).
+- Every target failing raises errors.TemporaryError (no snapshot is invented).
 - Malformed lines are skipped and counted; each target's first bad page is logged once.
 - Sample times are the collector's clock at the scrape (`now` is injectable, e.g. a
   simulator's scenario clock), not the exporter's.
@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from errors import TemporaryError
 from observer.fleet.catalog import (
     BY_NAME,
     LABEL_HOSTNAME,
@@ -43,7 +44,7 @@ from observer.scrape.exposition import PageParser, ParsedPage
 from observer.scrape.fetch import discover, fetch_all, new_session
 from observer.scrape.ring_window import RingWindow
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
-from observer.snapshot.cycle_stats import CollectionError, CycleStats, QueryStat
+from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries, str_column
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
 
@@ -128,9 +129,8 @@ class ScrapeCollector:
         try:
             return discover(self._session, s.discovery_url, s.timeout)
         except Exception as exc:
-            raise CollectionError(
+            raise TemporaryError(
                 f"cannot list scrape targets at {s.discovery_url}: {exc}",
-                temporary=True,
                 source=s.discovery_url,
                 hint="check the targets URL",
             ) from None
@@ -176,9 +176,8 @@ class ScrapeCollector:
             self._push(page, t)
             stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, page.samples, True))
         if urls and not any(self._targets[u].ok for u in urls):
-            raise CollectionError(
+            raise TemporaryError(
                 f"no scrape target answered ({len(urls)} tried; first: {problems[0]})",
-                temporary=True,
                 source=urls[0],
                 hint="check the exporter URLs and that the exporters are running",
             )

@@ -1,31 +1,15 @@
-"""The collectors' error vocabulary and per-cycle accounting, shared by every collector.
+"""Per-cycle accounting of a collection, shared by every collector.
 
 A collection cycle either yields a snapshot (possibly *degraded*: some queries or targets failed,
-and `TelemetryHealth.degraded_reason` says which) or raises `CollectionError`, in which case no
-snapshot exists: the caller must not invent one. `temporary` tells the caller whether retrying
-later may help (Prometheus down, timing out, overloaded) or a person must fix something first
-(wrong URL, bad credentials, a query Prometheus rejects).
+and `TelemetryHealth.degraded_reason` says which) or raises one of the `errors` vocabulary
+(`TemporaryError`: Prometheus down, timing out, overloaded; `PermanentError`: wrong URL, bad
+credentials, a query Prometheus rejects), in which case no snapshot exists: the caller must not
+invent one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-
-class CollectionError(Exception):
-    """No snapshot this cycle. `hint` is the next step for a person (shown by the CLI)."""
-
-    def __init__(self, message: str, *, temporary: bool, source: str = "", hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.temporary = temporary
-        self.source = source
-        self.hint = hint
-
-    def render(self) -> str:
-        kind = "temporary" if self.temporary else "permanent"
-        text = f"{self.message} ({kind})"
-        return f"{text}; {self.hint}" if self.hint else text
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediations.actuator_api import PermanentError, WriteContext
+from errors import PermanentError
+from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView, JobView, NodeView, PodView
 from remediations.types import OWNER_ANNOTATION, Intent
 

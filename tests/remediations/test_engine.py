@@ -70,7 +70,7 @@ def test_stale_findings_after_restart_never_act(store: Store) -> None:
 def test_monitoring_gap_never_acts_and_policy_refuses_auto(store: Store) -> None:
     import pytest
 
-    from errors.config_files import ConfigError
+    from errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"rules\[0\].mode"):
         policy_from_dict({"rules": [{"name": "x", "playbook": "cordon", "mode": "auto"}]})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from errors.config_files import ConfigError
+from errors import ConfigError
 from remediations import gates
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.gates import Fleet, Ledger, LedgerEntry, Outcome

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from errors import GpufleetError
+from errors import ConfigError, GpufleetError
 from evaluation.local_prometheus import LocalPrometheusError, require_binaries
 from evaluation.report import report
 from evaluation.suite_eval import evaluate_suite, scenario_files, stderr_log
@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     except LocalPrometheusError as exc:
         print(f"gpufleet eval: error: {exc}", file=sys.stderr)
         return EXIT_PROMETHEUS
+    except ConfigError:
+        raise  # a scenario file is wrong: exit 2 with its problems in gpufleet.cli
     except GpufleetError as exc:
         print(f"gpufleet eval: error: the local Prometheus stopped answering: {exc.render()}",
               file=sys.stderr)  # fmt: skip

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     POWER,
@@ -329,12 +329,10 @@ def detect(
     return findings, State(new, now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="straggler",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.STRAGGLER,),
-        doc="A GPU persistently pacing its job (busy while peers wait, or clock-limited).",
-    )
+SPEC = DetectorSpec(
+    name="straggler",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.STRAGGLER,),
+    doc="A GPU persistently pacing its job (busy while peers wait, or clock-limited).",
 )

@@ -21,7 +21,7 @@ from remediations.incidents import Hysteresis, IncidentChange, Tracked, TrackerS
 from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject
 from remediations.policy import Policy, Rule
 from remediations.store.records import EngineState
-from remediations.types import IncidentId, Mode, Verdict, action_id, stable_id
+from remediations.types import Actuation, IncidentId, Mode, Verdict, action_id, stable_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,8 @@ class ActionDecision:
     incident_id: IncidentId
     rule: str
     mode: Mode
-    dry_run: bool = False
+    shadow: bool = False
+    """Decided under `actuation: shadow`: journaled as what would be done, never executed."""
     plan: Plan | None = None
     attempt: int = 1
     escalate: bool = False
@@ -169,8 +170,12 @@ def _pending(
     return journal.get(pt) or fresh.get(pt)
 
 
+SHADOW_EXECUTE = "shadow: would execute; nothing is written to Kubernetes (actuation: shadow)"
+SHADOW_APPROVAL = "shadow: would ask a person to approve; nothing is written (actuation: shadow)"
+
+
 def _verdict(
-    rule: Rule, plan: Plan, results: list[GateResult], dry_run: bool
+    rule: Rule, plan: Plan, results: list[GateResult], shadow: bool
 ) -> tuple[Verdict, tuple[str, ...], bool]:
     failed = [r for r in results if not r.ok]
     if failed:
@@ -178,8 +183,9 @@ def _verdict(
         return Verdict.DENY, tuple(f"{r.gate}: {r.reason}" for r in failed), escalate
     why = f"rule {rule.name}: {rule.mode.value}"
     if rule.mode is Mode.APPROVAL:
-        return Verdict.AWAIT_APPROVAL, (why, "gates passed; a person must approve"), False
-    extra = ("dry-run: recorded, not executed",) if dry_run else ()
+        extra = (SHADOW_APPROVAL,) if shadow else ()
+        return Verdict.AWAIT_APPROVAL, (why, "gates passed; a person must approve", *extra), False
+    extra = (SHADOW_EXECUTE,) if shadow else ()
     return Verdict.EXECUTE, (why, "all gates passed", *extra), False
 
 
@@ -192,12 +198,12 @@ def decide(
     state: EngineState,
     journal: JournalSummary,
     *,
-    dry_run: bool = False,
+    shadow: bool = False,
     not_before: float | None = None,
 ) -> CycleResult:
     """One engine cycle, purely. `not_before`: findings last seen earlier never act (the
-    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450)."""
-    dry_run = dry_run or policy.dry_run
+    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450).
+    `shadow`: every rule in shadow whatever its `actuation` (backtests, a forced shadow)."""
     g = policy.gates
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
     tracker, changes = step(memory.tracker, findings, now, h)
@@ -227,6 +233,7 @@ def decide(
             rule = policy.rules[ri]
             if not matches(rule, t, view, g.pool_label):
                 continue
+            in_shadow = shadow or policy.actuation_of(rule) is Actuation.SHADOW
             key = (t.incident_id, rule.playbook)
             if key in journal.blocked:
                 continue
@@ -246,7 +253,7 @@ def decide(
                             t.incident_id,
                             rule.name,
                             rule.mode,
-                            dry_run,
+                            in_shadow,
                         )
                     )
                 continue
@@ -281,7 +288,7 @@ def decide(
                 )
                 if rule.mode is Mode.AUTO:
                     results += gates.execution_gates(g, plan, fleet, state, ledger, now)
-                verdict, reasons, esc = _verdict(rule, plan, results, dry_run)
+                verdict, reasons, esc = _verdict(rule, plan, results, in_shadow)
             target = plan.target if plan is not None else f"incident/{t.incident_id}"
             if verdict is Verdict.DENY:
                 sig = stable_id(*reasons)
@@ -300,7 +307,7 @@ def decide(
                     incident_id=t.incident_id,
                     rule=rule.name,
                     mode=rule.mode,
-                    dry_run=dry_run,
+                    shadow=in_shadow,
                     plan=plan,
                     attempt=journal.attempts.get(key, 0) + 1,
                     escalate=esc,

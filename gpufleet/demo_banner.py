@@ -106,6 +106,7 @@ def banner(handle: SimulationHandle, config: Path | None, *, shadow: bool = Fals
             f"  gpufleet actions list --config {config}",
             f"  gpufleet actions approve ID --config {config}",
             f"  gpufleet audit --config {config}",
+            f"  gpufleet policy explain --config {config}",
         ]
     k = kubectl()
     lines += [

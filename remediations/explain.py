@@ -119,6 +119,11 @@ def explain_rule(policy: Policy, rule: Rule, *, force_shadow: bool = False) -> R
             )
         else:
             why.append(f"actuation: live, from {source}: writes to Kubernetes")
+        if would is Outcome.AUTOMATIC:
+            why.append(
+                "cold start: findings whose evidence was present before gpufleet started "
+                "watching never act automatically; they await approval"
+            )
         why += [f"budget: {b}" for b in _budgets(policy.gates, rule)]
     return RuleExplanation(
         rule.name, rule.playbook, _matches(rule), outcome, would, actuation, source, tuple(why)

@@ -18,6 +18,7 @@ def finding(
     job: str | None = None,
     first_seen: float = 1000.0,
     last_seen: float | None = None,
+    pre_existing: bool = False,
 ) -> Finding:
     return Finding(
         kind=kind,
@@ -28,6 +29,7 @@ def finding(
         node=node,
         gpu_uuid=gpu,
         job=job,
+        pre_existing=pre_existing,
     )
 
 

@@ -29,7 +29,8 @@ class GpufleetConfig(BaseModel):
     store_url: str = "sqlite:///gpufleet.db"
     """SQLAlchemy URL: `sqlite:///path.db` (default) or `postgresql://user@host/db`."""
     dry_run: bool = False
-    """Decide and journal, never write to Kubernetes (on top of the policy's own `dry_run`)."""
+    """True: every rule in shadow whatever the policy's `actuation` says (a kill switch; pass it
+    as `RemediationLoop(..., shadow=cfg.dry_run)`). Shadow is already the policy's default."""
     policy: str | None = None
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None

@@ -69,7 +69,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-loop", action="store_true", help="serve the simulator only")
     p.add_argument(
-        "--dry-run", action="store_true", help="decide and journal, never write to Kubernetes"
+        "--shadow",
+        "--dry-run",
+        dest="shadow",
+        action="store_true",
+        help="keep the demo's policy in shadow (actuation: shadow): decide and journal what "
+        "would be done, never write to Kubernetes (the demo otherwise opts in to live)",
     )
     p.set_defaults(func=run)
 
@@ -119,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
             if not args.no_loop:
                 files = DemoFiles(Path(args.workdir))
                 report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
-                loop = DemoLoop(handle, files, report, dry_run=args.dry_run).start()
+                loop = DemoLoop(handle, files, report, shadow=args.shadow).start()
             config = None if loop is None else loop.files.config
-            print(banner(handle, config, dry_run=args.dry_run), flush=True)
+            print(banner(handle, config, shadow=args.shadow), flush=True)
             print(flush=True)
             if loop is not None:
                 loop.run(stop)

@@ -47,7 +47,7 @@ def _by_namespace(handle: PrometheusHandle, query: str, at: float) -> dict[str, 
 
 def test_usage_reconciles_with_promql(prom: tuple[PrometheusHandle, float], tmp_path: Path) -> None:
     handle, start = prom
-    w0 = math.ceil((start + 9 * MIN) / 300) * 300  # on a bucket boundary, inside the XID 79
+    w0 = float(math.ceil((start + 9 * MIN) / 300) * 300)  # a bucket boundary, in the XID 79
     w1 = w0 + WINDOW
     store = Store.open(f"sqlite:///{tmp_path / 'metering.db'}", cluster="test")
     meter = Meter(store)

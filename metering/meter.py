@@ -77,6 +77,22 @@ def state_rows(
     ]
 
 
+STATE_COLUMNS = tuple(c.name for c in t.gpu_state.columns)
+
+
+def _insert_states(conn: Connection, states: list[dict[str, Any]]) -> None:
+    """10k rows per cycle: PostgreSQL takes them through COPY (an executemany of 10k rows costs
+    about a second of SQLAlchemy and driver CPU), SQLite through executemany."""
+    if conn.dialect.name != "postgresql":
+        conn.execute(insert(t.gpu_state), states)
+        return
+    raw: Any = conn.connection.driver_connection
+    cols = ", ".join(f'"{c}"' for c in STATE_COLUMNS)
+    with raw.cursor() as cur, cur.copy(f"COPY {t.gpu_state.name} ({cols}) FROM STDIN") as copy:
+        for row in states:
+            copy.write_row(tuple(row[c] for c in STATE_COLUMNS))
+
+
 class Meter:
     """Records cycles of one cluster (the store's) into the metering tables."""
 
@@ -113,7 +129,7 @@ class Meter:
             )
             conn.execute(delete(t.gpu_state).where(t.gpu_state.c.cluster == self.cluster))
             if states:
-                conn.execute(insert(t.gpu_state), states)
+                _insert_states(conn, states)
             ins = _insert(conn)
             if rows:
                 stmt = ins(t.usage)

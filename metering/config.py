@@ -5,6 +5,7 @@
       report_retention_days: 400     # daily reports kept this long
       max_gap_seconds: 300           # a gap between cycles counts at most this long
       team_label: team               # pod label that names the team
+      pool_label: gpufleet.io/pool   # node label that names the node pool
       currency: USD
       prices:                        # per GPU-hour, by GPU model name (dcgm-exporter modelName)
         "NVIDIA H100 80GB HBM3": 2.50
@@ -47,6 +48,8 @@ class MeteringConfig(BaseModel):
     lookback): after an outage of the service, its unseen hours are not invented."""
     team_label: str = Field(default="team", min_length=1, max_length=317)
     """Pod label whose value names the team a GPU's usage is billed to ("" when absent)."""
+    pool_label: str = Field(default="gpufleet.io/pool", min_length=1, max_length=317)
+    """Node label whose value names the node pool ("" when absent), as the policy's gates use."""
     currency: str = Field(default="USD", min_length=1, max_length=8)
     prices: dict[str, Price] = Field(default_factory=dict)
     """Price per GPU-hour by GPU model name (as dcgm-exporter's `modelName` reports it)."""

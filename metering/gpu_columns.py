@@ -3,6 +3,9 @@
 Columnar like the snapshot: numpy arrays indexed by GPU position, codes into small key lists
 (namespaces, teams), with Python loops only over pods, nodes and findings, never over GPUs.
 
+A MIG instance is a row of its own and counts as the fraction of its GPU that its profile names
+(`3g.40gb`: 3 of 7 compute slices); a whole GPU counts 1.
+
 Health of a GPU, worst first:
 - `quarantined`: its node carries gpufleet's quarantine label or taint;
 - `degraded`: a hardware finding (XID, memory, throttle, interconnect, lost) of severity warning
@@ -20,7 +23,15 @@ from enum import StrEnum
 import numpy as np
 
 from detectors.findings import Finding, FindingKind, Severity
-from observer.fleet.model import NO_INDEX, BoolArray, FleetSnapshot, FloatArray, IntArray
+from observer.fleet.columns import factorize
+from observer.fleet.model import (
+    NO_INDEX,
+    BoolArray,
+    FleetSnapshot,
+    FloatArray,
+    IntArray,
+    StrArray,
+)
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -57,6 +68,11 @@ class GpuColumns:
     team: IntArray
     """Code into `teams`, NO_INDEX when not allocated ("" is the team of unlabelled pods)."""
     teams: list[str]
+    pool: IntArray
+    """Code into `pools`, per GPU (from its node's pool label; "" when unlabelled)."""
+    pools: list[str]
+    weight: FloatArray
+    """GPUs per row: 1 for a whole GPU, the profile's share of 7 slices for a MIG instance."""
     health: IntArray
     """Code into HEALTH_CODES."""
     issue: list[str]
@@ -80,6 +96,30 @@ def _pod_columns(
         np.asarray(team_codes, dtype=np.int32),
         teams,
     )
+
+
+MIG_SLICES = 7.0
+"""Compute slices of an A100/H100/H200 in MIG mode; a `Ng.*` profile holds N of them."""
+
+
+def _mig_weight(profile: StrArray) -> FloatArray:
+    n = len(profile)
+    if n == 0 or not (profile != "").any():
+        return np.ones(n)
+    codes, values = factorize(profile)
+    per_value = np.array([_profile_share(v) for v in values], dtype=np.float64)
+    out: FloatArray = per_value[codes]
+    return out
+
+
+def _profile_share(profile: str) -> float:
+    if not profile:
+        return 1.0
+    head = profile.split(".", 1)[0].removesuffix("g")
+    try:
+        return min(1.0, int(head) / MIG_SLICES)
+    except ValueError:  # an unknown profile name: count the slice as a whole GPU, visibly
+        return 1.0
 
 
 def _quarantined_nodes(snap: FleetSnapshot) -> BoolArray:
@@ -122,7 +162,10 @@ def _findings_by_gpu(
 
 
 def gpu_columns(
-    snap: FleetSnapshot, findings: Iterable[Finding] = (), team_label: str = "team"
+    snap: FleetSnapshot,
+    findings: Iterable[Finding] = (),
+    team_label: str = "team",
+    pool_label: str = "gpufleet.io/pool",
 ) -> GpuColumns:
     gpus = snap.gpus
     n = len(gpus)
@@ -140,9 +183,18 @@ def gpu_columns(
     else:
         namespace = np.full(n, NO_INDEX, dtype=np.int32)
         team = np.full(n, NO_INDEX, dtype=np.int32)
+    pool_codes, pools = _codes([n.labels.get(pool_label, "") for n in snap.nodes])
+    pool = (
+        np.asarray(pool_codes, dtype=np.int32)[gpus.node_index]
+        if snap.nodes
+        else np.full(n, NO_INDEX, dtype=np.int32)
+    )
+    weight = _mig_weight(gpus.mig_profile)
     degraded, issue = _findings_by_gpu(snap, findings)
     health = np.where(np.isnan(util), 1, 0).astype(np.int32)
     health[degraded] = 2
     if snap.nodes:
         health[_quarantined_nodes(snap)[gpus.node_index]] = 3
-    return GpuColumns(allocated, util, namespace, namespaces, team, teams, health, issue)
+    return GpuColumns(
+        allocated, util, namespace, namespaces, team, teams, pool, pools, weight, health, issue
+    )

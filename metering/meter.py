@@ -52,6 +52,9 @@ def state_rows(
     util = cols.utilization.tolist()
     health = [HEALTH_CODES[h].value for h in cols.health.tolist()]
     ns = [cols.namespaces[c] if c != NO_INDEX else "" for c in cols.namespace.tolist()]
+    pool = [cols.pools[c] if c != NO_INDEX else "" for c in cols.pool.tolist()]
+    mig = gpus.mig_instance.tolist()
+    mig_profile = gpus.mig_profile.tolist()
     team = [cols.teams[c] if c != NO_INDEX else "" for c in cols.team.tolist()]
     node = [node_names[i] for i in gpus.node_index.tolist()]
     model = [models[i] if models else "" for i in gpus.model_index.tolist()]
@@ -60,10 +63,13 @@ def state_rows(
         {
             "cluster": cluster,
             "uuid": uuid,
+            "mig_instance": mig[i],
             "taken_at": now,
             "node": node[i],
+            "pool": pool[i],
             "device": device[i],
             "model": model[i],
+            "mig_profile": mig_profile[i],
             "health": health[i],
             "issue": cols.issue[i],
             "allocated": pod_idx[i] != NO_INDEX,
@@ -113,7 +119,7 @@ class Meter:
         cluster only writes the state (there is no interval before it to account).
         """
         at = snapshot.taken_at if now is None else float(now)
-        cols = gpu_columns(snapshot, findings, self.config.team_label)
+        cols = gpu_columns(snapshot, findings, self.config.team_label, self.config.pool_label)
         states = state_rows(self.cluster, snapshot, cols, at)
         with self.store.engine.begin() as conn:
             last = conn.execute(

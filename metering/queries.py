@@ -21,17 +21,21 @@ from remediations.store import Store
 
 ALL_CLUSTERS = "*"
 HOUR = 3600.0
-Dimension = Literal["fleet", "node", "namespace", "job", "team"]
+Dimension = Literal["fleet", "node", "pool", "namespace", "job", "team"]
 
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
     cluster: str
     uuid: str
+    mig_instance: str
+    """"" for a whole GPU."""
     taken_at: float
     node: str
+    pool: str
     device: int
     model: str
+    mig_profile: str
     health: str
     issue: str
     allocated: bool
@@ -76,7 +80,7 @@ def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
     q = (
         select(t.gpu_state)
         .where(*_cluster_filter(store, cluster, g.cluster))
-        .order_by(g.cluster, g.node, g.device, g.uuid)
+        .order_by(g.cluster, g.node, g.device, g.uuid, g.mig_instance)
     )
     with store.engine.connect() as conn:
         return [GpuState(**dict(r._mapping)) for r in conn.execute(q)]

@@ -5,14 +5,14 @@ the state it sees at `t` (held backwards, as Prometheus' `sum_over_time` of a su
 each step's sample for the step before it). The interval is cut at bucket boundaries, so a
 bucket holds exactly the seconds that fell into it. Per GPU and second:
 
-- `gpu_seconds`: the GPU exists (node and fleet dimensions count every GPU; namespace, job and
-  team only allocated ones);
+- `gpu_seconds`: the GPU exists (fleet, node and pool dimensions count every GPU; namespace, job
+  and team only allocated ones);
 - `allocated_seconds`: a pod holds the GPU;
 - `busy_seconds`: allocated x utilization / 100 (utilization-weighted busy time);
 - `unmeasured_seconds`: allocated, but no utilization sample: neither busy nor idle.
 
-Idle = allocated - busy - unmeasured. Sums use `np.bincount` over (key code x model) codes: no
-Python loop over GPUs.
+Idle = allocated - busy - unmeasured. A MIG instance counts as its share of a GPU. Sums use
+`np.bincount` over (key code x model) codes: no Python loop over GPUs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from metering.config import BUCKET_SECONDS
 from metering.gpu_columns import GpuColumns
 from observer.fleet.model import NO_INDEX, FleetSnapshot, FloatArray, IntArray
 
-DIMENSIONS = ("fleet", "node", "namespace", "job", "team")
+DIMENSIONS = ("fleet", "node", "pool", "namespace", "job", "team")
 NO_JOB = ""
 """The job key of allocated GPUs whose pod belongs to no recognised job."""
 
@@ -53,18 +53,19 @@ def _sum(
     ok = codes != NO_INDEX
     combined = codes[ok].astype(np.int64) * m + snap.gpus.model_index[ok]
     size = max(1, len(keys)) * m
-    alloc = cols.allocated[ok].astype(np.float64)
+    weight = cols.weight[ok]
+    alloc = cols.allocated[ok] * weight
     util = cols.utilization[ok]
     measured = ~np.isnan(util)
     busy = np.where(measured, util, 0.0) / 100.0 * alloc
-    unmeasured = (alloc > 0) & ~measured
+    unmeasured = np.where((alloc > 0) & ~measured, weight, 0.0)
     allocated: FloatArray = np.bincount(combined, weights=alloc, minlength=size).astype(np.float64)
     busy_sum: FloatArray = np.bincount(combined, weights=busy, minlength=size).astype(np.float64)
-    unm: FloatArray = np.bincount(
-        combined, weights=unmeasured.astype(np.float64), minlength=size
-    ).astype(np.float64)
+    unm: FloatArray = np.bincount(combined, weights=unmeasured, minlength=size).astype(np.float64)
     gpu_sum: FloatArray = (
-        np.bincount(combined, minlength=size).astype(np.float64) if all_gpus else allocated
+        np.bincount(combined, weights=weight, minlength=size).astype(np.float64)
+        if all_gpus
+        else allocated
     )
     keep = np.flatnonzero(gpu_sum > 0)
     return Sums(
@@ -88,6 +89,7 @@ def dimension_sums(snap: FleetSnapshot, cols: GpuColumns) -> dict[str, Sums]:
     return {
         "fleet": _sum(np.zeros(n, dtype=np.int32), [""], snap, cols, True),
         "node": _sum(gpus.node_index, [str(x.name) for x in snap.nodes], snap, cols, True),
+        "pool": _sum(cols.pool, cols.pools, snap, cols, True),
         "namespace": _sum(cols.namespace, cols.namespaces, snap, cols, False),
         "job": _sum(job, job_keys, snap, cols, False),
         "team": _sum(cols.team, cols.teams, snap, cols, False),

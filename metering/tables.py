@@ -1,14 +1,15 @@
 """Metering's tables in the journal database (created by migration 0002_metering).
 
-- `metering_gpu_state`: the latest fleet state, one row per GPU (replaced every cycle).
+- `metering_gpu_state`: the latest fleet state, one row per GPU or MIG instance (replaced every
+  cycle).
 - `metering_cursor`: per cluster, when the last cycle was recorded (so a new leader continues
   the accounting where the old one stopped, without a gap or a double count).
-- `metering_usage`: GPU-seconds per 5-minute bucket, per dimension (fleet, node, namespace,
-  job, team), key and GPU model: all GPUs, allocated, busy (utilization-weighted) and allocated
-  without a utilization sample. Seconds, not hours: sums stay exact; queries convert.
+- `metering_usage`: GPU-seconds per 5-minute bucket, per dimension (fleet, node, pool,
+  namespace, job, team), key and GPU model: all GPUs, allocated, busy (utilization-weighted)
+  and allocated without a utilization sample. Seconds, not hours: sums stay exact; queries convert.
 - `metering_reports`: one daily report per cluster and window end, as JSON.
 
-`tests/test_metering_store.py` checks that the migrated schema and these tables agree.
+`tests/metering/test_metering_store.py` checks that the migrated schema and these tables agree.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ gpu_state = Table(
     metadata,
     Column("cluster", String(128), nullable=False),
     Column("uuid", String(128), nullable=False),
+    Column("mig_instance", String(16), nullable=False),
     Column("taken_at", Float, nullable=False),
     Column("node", String(253), nullable=False),
+    Column("pool", String(253), nullable=False),
     Column("device", Integer, nullable=False),
     Column("model", String(128), nullable=False),
+    Column("mig_profile", String(32), nullable=False),
     Column("health", String(16), nullable=False),
     Column("issue", String(32), nullable=False),
     Column("allocated", Boolean, nullable=False),
@@ -45,7 +49,7 @@ gpu_state = Table(
     Column("pod", String(253), nullable=False),
     Column("job", String(320), nullable=False),
     Column("team", String(253), nullable=False),
-    PrimaryKeyConstraint("cluster", "uuid", name="pk_metering_gpu_state"),
+    PrimaryKeyConstraint("cluster", "uuid", "mig_instance", name="pk_metering_gpu_state"),
 )
 
 cursor = Table(

@@ -51,3 +51,24 @@ def without_util(snap: FleetSnapshot, gpu: int) -> FleetSnapshot:
     metrics = dict(snap.metrics)
     metrics[UTIL] = dataclasses.replace(col, value=value)
     return dataclasses.replace(snap, metrics=metrics)
+
+
+def with_pools(snap: FleetSnapshot, pools: list[str]) -> FleetSnapshot:
+    """Label node i with `gpufleet.io/pool: pools[i]` ("" leaves it unlabelled)."""
+    nodes = tuple(
+        dataclasses.replace(n, labels=frozen_map({"gpufleet.io/pool": p})) if p else n
+        for n, p in zip(snap.nodes, pools, strict=True)
+    )
+    return dataclasses.replace(snap, nodes=nodes)
+
+
+def as_mig(snap: FleetSnapshot, rows: list[int], instance: str, profile: str) -> FleetSnapshot:
+    """Mark GPU rows as MIG instances (same UUID as their GPU would carry, distinct instance)."""
+    gpus = snap.gpus
+    mig = gpus.mig_instance.copy()
+    prof = gpus.mig_profile.copy()
+    mig[rows] = instance
+    prof[rows] = profile
+    return dataclasses.replace(
+        snap, gpus=dataclasses.replace(gpus, mig_instance=mig, mig_profile=prof)
+    )

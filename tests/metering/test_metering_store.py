@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from sqlalchemy import inspect
 
@@ -18,8 +20,17 @@ from metering import (
     usage,
 )
 from metering import tables as t
+from observer.fleet.model import FleetSnapshot
 from remediations.store import Store
-from tests.metering.support import T0, fleet, quarantine, snapshot, without_util
+from tests.metering.support import (
+    T0,
+    as_mig,
+    fleet,
+    quarantine,
+    snapshot,
+    with_pools,
+    without_util,
+)
 
 H = 3600.0
 
@@ -178,3 +189,35 @@ def test_prune_keeps_the_retention_window(store: Store) -> None:
     left = usage(store, T0, T0 + 4 * day, "fleet", per_bucket=True)
     assert min(r.bucket or 0 for r in left) >= T0 + 2 * day - 300
     assert len(left) == 289  # the bucket that ends at the cutoff, and the last day
+
+
+def test_pools_and_mig_instances(store: Store) -> None:
+    f = fleet()
+
+    def snap(at: float) -> FleetSnapshot:
+        s = with_pools(snapshot(f, at), ["h100-train", "h100-train", ""])
+        # node 1's four rows become four 3g.40gb instances, two on each of two GPUs
+        gpus = s.gpus
+        uuid = gpus.uuid.copy()
+        uuid[[6, 7]] = uuid[[4, 5]]
+        s = dataclasses.replace(s, gpus=dataclasses.replace(gpus, uuid=uuid))
+        s = as_mig(s, [4, 5], "1", "3g.40gb")
+        return as_mig(s, [6, 7], "2", "3g.40gb")
+
+    meter = Meter(store)
+    meter.record_cycle(snap(T0))
+    meter.record_cycle(snap(T0 + 70))
+    state = fleet_state(store)
+    assert len(state) == 12  # a row per GPU or MIG instance (the primary key has the instance)
+    mig = [s for s in state if s.mig_instance]
+    assert len(mig) == 4 and {s.mig_profile for s in mig} == {"3g.40gb"}
+    assert {s.pool for s in state if s.node == "node-000"} == {"h100-train"}
+    assert {s.pool for s in state if s.node == "node-002"} == {""}
+    share = 3 / 7
+    web = 70 * 4 * share  # node 1: four instances of 3/7 of a GPU each
+    assert by_key(usage(store, T0, T0 + 300, by="namespace"))["web"] == pytest.approx(
+        (web, web, web, 0.0)
+    )
+    pools = by_key(usage(store, T0, T0 + 300, by="pool"))
+    assert pools["h100-train"] == pytest.approx((70 * 4 + web, 70 * 4 + web, 70 * 2 + web, 0.0))
+    assert pools[""] == pytest.approx((70 * 4, 0.0, 0.0, 0.0))

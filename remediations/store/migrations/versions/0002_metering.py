@@ -23,10 +23,13 @@ def upgrade() -> None:
         "metering_gpu_state",
         sa.Column("cluster", sa.String(128), nullable=False),
         sa.Column("uuid", sa.String(128), nullable=False),
+        sa.Column("mig_instance", sa.String(16), nullable=False),
         sa.Column("taken_at", sa.Float, nullable=False),
         sa.Column("node", sa.String(253), nullable=False),
+        sa.Column("pool", sa.String(253), nullable=False),
         sa.Column("device", sa.Integer, nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
+        sa.Column("mig_profile", sa.String(32), nullable=False),
         sa.Column("health", sa.String(16), nullable=False),
         sa.Column("issue", sa.String(32), nullable=False),
         sa.Column("allocated", sa.Boolean, nullable=False),
@@ -35,7 +38,7 @@ def upgrade() -> None:
         sa.Column("pod", sa.String(253), nullable=False),
         sa.Column("job", sa.String(320), nullable=False),
         sa.Column("team", sa.String(253), nullable=False),
-        sa.PrimaryKeyConstraint("cluster", "uuid", name="pk_metering_gpu_state"),
+        sa.PrimaryKeyConstraint("cluster", "uuid", "mig_instance", name="pk_metering_gpu_state"),
     )
     op.create_table(
         "metering_cursor",

@@ -8,6 +8,7 @@ of them re-queries a month of Prometheus:
     fleet_state(store)                            # per GPU: health, allocation, utilization, owner
     usage(store, start, end, by="namespace")      # GPU-hours allocated / busy per 5-min rollups
     daily_report(store, end=now, config=config)   # written to the store
+    daily_job(store, config, now=now, tz="UTC")   # the scheduler's daily job: report + prune
     prune(store, now, config)                     # bounded retention
 """
 
@@ -24,7 +25,15 @@ from metering.queries import (
     totals,
     usage,
 )
-from metering.report import DailyReport, IncidentLine, NamespaceLine, daily_report, reports
+from metering.report import (
+    DailyReport,
+    IncidentLine,
+    NamespaceLine,
+    daily_job,
+    daily_report,
+    last_midnight,
+    reports,
+)
 from metering.retention import Pruned, prune
 
 __all__ = [
@@ -41,9 +50,11 @@ __all__ = [
     "Pruned",
     "Totals",
     "Usage",
+    "daily_job",
     "daily_report",
     "fleet_state",
     "last_cycle",
+    "last_midnight",
     "metering_config_from_section",
     "prune",
     "reports",

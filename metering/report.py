@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -19,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from metering import tables as t
 from metering.config import MeteringConfig
 from metering.queries import Totals, totals, usage, window_buckets
+from metering.retention import prune
 from remediations.store import Store
 from remediations.store.schema import IncidentRow
 
@@ -184,3 +187,20 @@ def reports(
         q = q.where(c.end > since)
     with store.engine.connect() as conn:
         return [DailyReport.from_json(b) for (b,) in conn.execute(q.order_by(c.end.desc()))]
+
+
+def last_midnight(now: float, tz: str = "UTC") -> float:
+    """The most recent midnight in `tz` at or before `now` (unix seconds)."""
+    local = datetime.fromtimestamp(now, ZoneInfo(tz))
+    return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def daily_job(
+    store: Store, config: MeteringConfig | None = None, *, now: float, tz: str = "UTC"
+) -> DailyReport:
+    """The scheduled daily job in one call: the report of the day that ended at the last
+    midnight in `tz` (written to the store), then `prune`. Running it twice on the same day
+    rewrites the same report."""
+    report = daily_report(store, end=last_midnight(now, tz), config=config, now=now)
+    prune(store, now, config)
+    return report

@@ -12,7 +12,9 @@ from metering import (
     DailyReport,
     Meter,
     MeteringConfig,
+    daily_job,
     daily_report,
+    last_midnight,
     metering_config_from_section,
     reports,
     totals,
@@ -135,3 +137,22 @@ def test_config_errors_name_the_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"x.yaml: metering.max_gap_seconds: expected"):
         metering_config_from_section({"max_gap_seconds": 0}, "x.yaml")
     assert metering_config_from_section(None) == MeteringConfig()
+
+
+def test_daily_job_reports_the_day_that_ended_and_prunes(store: Store) -> None:
+    f = fleet()
+    meter = Meter(store, PRICES)
+    meter.record_cycle(snapshot(f, T0 + 600))
+    meter.record_cycle(snapshot(f, T0 + 630))
+    # 2026-01-02 09:00 in Berlin (08:00 UTC): the day that ended at Berlin's midnight
+    now = T0 + DAY + 8 * 3600
+    assert last_midnight(now) == T0 + DAY
+    assert last_midnight(now, "Europe/Berlin") == T0 + DAY - 3600
+    report = daily_job(store, PRICES, now=now, tz="Europe/Berlin")
+    assert (report.start, report.end) == (int(T0 - 3600), int(T0 + DAY - 3600))
+    assert report.totals.gpu_hours == pytest.approx(12 * 30 / 3600)
+    assert [r.end for r in reports(store)] == [report.end]
+    old = MeteringConfig(retention_days=1, report_retention_days=1)
+    daily_job(store, old, now=now + 3 * DAY)
+    assert [r.end for r in reports(store)] == [int(T0 + 4 * DAY)]  # the old one pruned
+    assert usage(store, T0, T0 + DAY, by="fleet") == []

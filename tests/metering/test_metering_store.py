@@ -221,3 +221,26 @@ def test_pools_and_mig_instances(store: Store) -> None:
     pools = by_key(usage(store, T0, T0 + 300, by="pool"))
     assert pools["h100-train"] == pytest.approx((70 * 4 + web, 70 * 4 + web, 70 * 2 + web, 0.0))
     assert pools[""] == pytest.approx((70 * 4, 0.0, 0.0, 0.0))
+
+
+def test_upgrade_from_0001_keeps_the_journal_and_downgrades(store_url: str) -> None:
+    from alembic import command
+
+    from remediations.store.migrate import alembic_config, make_engine, upgrade
+
+    engine = make_engine(store_url)
+    try:
+        upgrade(engine, "0001")
+        assert not inspect(engine).has_table("metering_usage")
+        Store(engine, "c").audit(1.0, "note", "written before 0002")
+        Store.open(store_url, "c").close()  # migrates to head
+        assert inspect(engine).has_table("metering_usage")
+        assert [a.message for a in Store(engine, "c").audit_log()] == ["written before 0002"]
+        cfg = alembic_config()
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0001")
+        names = set(inspect(engine).get_table_names())
+        assert not {tbl.name for tbl in t.metadata.sorted_tables} & names and "audit" in names
+    finally:
+        engine.dispose()

@@ -25,6 +25,7 @@ from errors import TemporaryError
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
+from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationLoop
@@ -141,7 +142,10 @@ class DemoLoop:
             dry_run=self.dry_run,
         )
         self.cycle = LiveCycle(
-            scrape_source(self._scrape, self._kube), DetectorSuite.default(), remediation
+            scrape_source(self._scrape, self._kube),
+            DetectorSuite.default(),
+            remediation,
+            meter=Meter(self._store),
         )
         return self
 

@@ -16,20 +16,18 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from bench.detectors_cycle import Fleet
+from bench.remediation_decide import _pg_schema as _postgres  # the same throwaway schema
 from bench.report import median, stamp, table
 from metering import Meter, fleet_state, usage
 from observer.fleet.model import FleetSnapshot, frozen_map
 from remediations.store import Store
 
 TITLE = "Metering: record_cycle at 10k GPUs (metering.Meter)"
-PG_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres"
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def _with_teams(snap: FleetSnapshot) -> FleetSnapshot:
@@ -44,24 +42,6 @@ def _with_teams(snap: FleetSnapshot) -> FleetSnapshot:
 def _sqlite() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         yield f"sqlite:///{Path(tmp) / 'bench.db'}"
-
-
-@contextmanager
-def _postgres() -> Iterator[str | None]:
-    try:
-        import psycopg
-
-        schema = f"bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_DSN, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-    except Exception:  # no server: the case is skipped and says so
-        yield None
-        return
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:

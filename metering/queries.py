@@ -66,7 +66,7 @@ class Usage:
         return max(0.0, self.allocated_gpu_hours - self.busy_gpu_hours - self.unmeasured_gpu_hours)
 
 
-def _cluster_filter(
+def cluster_filter(
     store: Store, cluster: str | None, col: ColumnElement[str]
 ) -> list[ColumnElement[bool]]:
     if cluster == ALL_CLUSTERS:
@@ -79,7 +79,7 @@ def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
     g = t.gpu_state.c
     q = (
         select(t.gpu_state)
-        .where(*_cluster_filter(store, cluster, g.cluster))
+        .where(*cluster_filter(store, cluster, g.cluster))
         .order_by(g.cluster, g.node, g.device, g.uuid, g.mig_instance)
     )
     with store.engine.connect() as conn:
@@ -89,7 +89,7 @@ def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
 def last_cycle(store: Store, cluster: str | None = None) -> float | None:
     """When the newest cycle was recorded (the newest over all clusters for ALL_CLUSTERS)."""
     q = select(func.max(t.cursor.c.taken_at)).where(
-        *_cluster_filter(store, cluster, t.cursor.c.cluster)
+        *cluster_filter(store, cluster, t.cursor.c.cluster)
     )
     with store.engine.connect() as conn:
         value = conn.execute(q).scalar_one_or_none()
@@ -122,7 +122,7 @@ def _usage_query(
     return (
         select(*groups, *sums)
         .where(
-            *_cluster_filter(store, cluster, u.cluster),
+            *cluster_filter(store, cluster, u.cluster),
             u.dimension == by,
             u.bucket >= lo,
             u.bucket < hi,

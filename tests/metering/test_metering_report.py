@@ -9,6 +9,7 @@ import pytest
 from errors import ConfigError
 from gpufleet.config import load_config
 from metering import (
+    ALL_CLUSTERS,
     DailyReport,
     Meter,
     MeteringConfig,
@@ -102,6 +103,7 @@ def test_daily_report_numbers_incidents_actions(store: Store) -> None:
     (saved,) = reports(store)  # the same day written again replaces it
     assert saved == again and saved.created_at == T0 + DAY + 60
     assert DailyReport.from_json(again.to_json()) == again
+    assert reports(store, cluster="elsewhere") == [] and reports(store, cluster=ALL_CLUSTERS)
 
 
 def test_unpriced_models_are_counted_apart(store: Store) -> None:

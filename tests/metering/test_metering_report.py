@@ -154,7 +154,7 @@ def test_daily_job_reports_the_day_that_ended_and_prunes(store: Store) -> None:
     assert (report.start, report.end) == (int(T0 - 3600), int(T0 + DAY - 3600))
     assert report.totals.gpu_hours == pytest.approx(12 * 30 / 3600)
     assert [r.end for r in reports(store)] == [report.end]
-    old = MeteringConfig(retention_days=1, report_retention_days=1)
+    old = MeteringConfig(retention_days=1, hourly_retention_days=1, report_retention_days=1)
     daily_job(store, old, now=now + 3 * DAY)
     assert [r.end for r in reports(store)] == [int(T0 + 4 * DAY)]  # the old one pruned
     assert usage(store, T0, T0 + DAY, by="fleet") == []

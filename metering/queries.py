@@ -172,30 +172,25 @@ def usage(
         parts = [(table, lo, hi)]
     else:
         parts = _segments(*window_buckets(start, end))
-    acc: dict[tuple[Any, ...], list[float]] = {}
+    queries = [_usage_query(store, tbl, lo, hi, by, cluster, per_bucket) for tbl, lo, hi in parts]
     with store.engine.connect() as conn:
-        for table, lo, hi in parts:
-            for r in conn.execute(_usage_query(store, table, lo, hi, by, cluster, per_bucket)):
-                row = tuple(r)
-                key = row[:-4]
-                sums = acc.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-                for i, x in enumerate(row[-4:]):
-                    sums[i] += float(x)
+        if len(queries) == 1:  # one table: the database sums and sorts
+            (q,) = queries
+            rows: list[Any] = list(conn.execute(q.order_by(*q.selected_columns[:-4])))
+        else:  # whole hours and ragged ends: add the parts' sums per key
+            acc: dict[tuple[Any, ...], list[float]] = {}
+            for q in queries:
+                for part in conn.execute(q):
+                    sums = acc.setdefault(tuple(part[:-4]), [0.0, 0.0, 0.0, 0.0])
+                    for i, x in enumerate(part[-4:]):
+                        sums[i] += float(x)
+            rows = [(*k, *v) for k, v in sorted(acc.items(), key=lambda kv: kv[0])]
     out: list[Usage] = []
-    for key, (g, a, b, m) in sorted(acc.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        bucket = int(key[3]) if per_bucket else None
+    for r in rows:
+        *head, g, a, b, m = r
+        bucket = int(head[3]) if per_bucket else None
         out.append(
-            Usage(
-                str(key[0]),
-                by,
-                str(key[1]),
-                str(key[2]),
-                bucket,
-                g / HOUR,
-                a / HOUR,
-                b / HOUR,
-                m / HOUR,
-            )
+            Usage(head[0], by, head[1], head[2], bucket, g / HOUR, a / HOUR, b / HOUR, m / HOUR)
         )
     return out
 

@@ -9,6 +9,8 @@ directory, cluster `default`, the shipped conservative policy.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
-from errors.config_files import load_model
+from errors import ConfigError
+from errors.config_files import load_yaml_file, validate
+from metering.config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 
@@ -36,6 +40,7 @@ class GpufleetConfig(BaseModel):
     kubeconfig: str | None = None
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
+    metering: MeteringConfig = Field(default_factory=MeteringConfig)
 
     @field_validator("store_url")
     @classmethod
@@ -45,10 +50,58 @@ class GpufleetConfig(BaseModel):
         return v
 
 
-def load_config(path: str | Path | None) -> tuple[GpufleetConfig, Path | None]:
-    if path is None:
-        return GpufleetConfig(), None
-    return load_model(GpufleetConfig, path), Path(path)
+ENVIRONMENT: dict[str, tuple[str, ...]] = {
+    "DATABASE_URL": ("store_url",),
+    "SLACK_BOT_TOKEN": ("alerts", "slack", "token"),
+    "SLACK_SIGNING_SECRET": ("alerts", "slack", "signing_secret"),
+}
+"""Secrets a deployment passes as environment variables (deploy/base: from Kubernetes Secrets):
+each one that is set and not empty overrides its config key, so no secret sits in a ConfigMap.
+Read here, once, at load; nothing deeper reads the environment."""
+
+
+def with_environment(data: Any, environ: Mapping[str, str]) -> Any:
+    """The config mapping with ENVIRONMENT's variables that are set written into it."""
+    if not isinstance(data, dict):
+        return data  # validation names the problem
+    out: dict[str, Any] = dict(data)
+    for name, path in ENVIRONMENT.items():
+        value = environ.get(name, "")
+        if not value:
+            continue
+        node = out
+        for key in path[:-1]:
+            child = node.get(key)
+            node[key] = dict(child) if isinstance(child, dict) else {}
+            node = node[key]
+        node[path[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None, environ: Mapping[str, str] | None = None
+) -> tuple[GpufleetConfig, Path | None]:
+    """The config file (None: the defaults) with the ENVIRONMENT overrides applied."""
+    env = os.environ if environ is None else environ
+    source = str(path) if path is not None else "(default config)"
+    data = load_yaml_file(path) if path is not None else {}
+    if data is None:
+        data = {}
+    overridden = with_environment(data, env)
+    try:
+        cfg = validate(GpufleetConfig, overridden, source)
+    except ConfigError as exc:
+        names = [n for n in ENVIRONMENT if env.get(n)]
+        if not names or overridden == data:
+            raise
+        hint = f"(with {', '.join(names)} from the environment)"
+        problems = []
+        for p in exc.problems:
+            for n in names:  # a secret never lands in an error message or a log
+                p = p.replace(env[n], f"${n}")
+            problems.append(f"{p} {hint}")
+        raise ConfigError(source, problems) from None
+    return cfg, Path(path) if path is not None else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,6 +31,7 @@ from errors.config_files import load_yaml_file
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
+from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationLoop
@@ -163,7 +164,10 @@ class DemoLoop:
             policy, self._store, self._actuator, OWNER, started_at=h.clock() - self.interval
         )
         self.cycle = LiveCycle(
-            scrape_source(self._scrape, self._kube), DetectorSuite.default(), remediation
+            scrape_source(self._scrape, self._kube),
+            DetectorSuite.default(),
+            remediation,
+            meter=Meter(self._store),
         )
         return self
 

@@ -97,9 +97,9 @@ class LiveCycle:
         suite: DetectorSuite,
         remediation: RemediationLoop | None = None,
         *,
+        meter: Meter | None = None,
         grace_cycles: int = 0,
         audit_after: int | None = 0,
-        meter: Meter | None = None,
     ) -> None:
         self.collect = collect
         self.suite = suite

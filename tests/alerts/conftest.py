@@ -69,7 +69,9 @@ def journal(db_url: str) -> Iterator[Store]:
     s.close()
 
 
-def alerts_config(slack: SlackServer | None, **slack_fields: Any) -> Any:
+def alerts_config(
+    slack: SlackServer | None, am: dict[str, Any] | None = None, **slack_fields: Any
+) -> Any:
     section: dict[str, Any] = {
         "slack": {
             "signing_secret": SECRET,
@@ -80,6 +82,8 @@ def alerts_config(slack: SlackServer | None, **slack_fields: Any) -> Any:
             **slack_fields,
         }
     }
+    if am is not None:
+        section["alertmanager"] = am
     if slack is not None:
         section["slack"].setdefault("token", "xoxb-test")
         section["slack"]["base_url"] = slack.url
@@ -89,14 +93,22 @@ def alerts_config(slack: SlackServer | None, **slack_fields: Any) -> Any:
 class Rig:
     """A journal, an engine and a runtime on one database (rebuilt to simulate a restart)."""
 
-    def __init__(self, db_url: str, tmp_path: Path, slack: SlackServer | None, **cfg: Any):
-        self.db_url, self.tmp_path, self.slack, self.cfg = db_url, tmp_path, slack, cfg
+    def __init__(
+        self,
+        db_url: str,
+        tmp_path: Path,
+        slack: SlackServer | None,
+        am: dict[str, Any] | None = None,
+        **cfg: Any,
+    ):
+        self.db_url, self.tmp_path, self.slack, self.cfg, self.am = db_url, tmp_path, slack, cfg, am
         self.start()
 
     def start(self) -> None:
         self.store = Store.open(self.db_url, cluster="test")
         self.engine = RemediationEngine(approval_policy(self.tmp_path), self.store, started_at=0.0)
-        self.rt = AlertsRuntime(alerts_config(self.slack, **self.cfg), self.store, self.engine)
+        config = alerts_config(self.slack, self.am, **self.cfg)
+        self.rt = AlertsRuntime(config, self.store, self.engine)
 
     def restart(self) -> None:
         self.store.close()

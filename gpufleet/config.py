@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from alerts.config import AlertsConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors.config_files import load_model
@@ -35,6 +36,7 @@ class GpufleetConfig(BaseModel):
     kubeconfig: str | None = None
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
+    alerts: AlertsConfig = AlertsConfig()
 
     @field_validator("store_url")
     @classmethod

@@ -42,6 +42,8 @@ class SlackState:
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
     token: str = "xoxb-test"
+    app_token: str = "xapp-test"
+    socket_url: str = ""
     ts: int = 1_700_000_000
 
 
@@ -103,6 +105,10 @@ class SlackServer:
                     queue.pop(0)
             status = fault.status if fault and fault.status != 200 else 200
             self.state.calls.append(Call(method, body, headers, status))
+            if method == "apps.connections.open":
+                if headers.get("authorization") != f"Bearer {self.state.app_token}":
+                    return 200, {"ok": False, "error": "invalid_auth"}, {}, 0.0
+                return 200, {"ok": True, "url": self.state.socket_url}, {}, 0.0
             if headers.get("authorization") != f"Bearer {self.state.token}":
                 return 200, {"ok": False, "error": "invalid_auth"}, {}, 0.0
             if status == 429:

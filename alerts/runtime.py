@@ -52,6 +52,7 @@ class AlertsRuntime:
         self.engine = engine
         self.clock = clock
         self.astore = AlertsStore(store.engine, store.cluster)
+        self.astore.start_cursor()
         token = config.secret("token")
         self.api: SlackApi | None = None
         if transport is None and token:

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from alerts.schema import CursorRow, MemberRow, MessageRow, OutboxRow, PromptRow, SeenRequestRow
+from remediations.store.schema import AuditRow
 
 UNSENT = ("pending", "sending")
 
@@ -226,6 +227,15 @@ class AlertsStore:
             row = CursorRow(cluster=self.cluster, audit_after=0)
             s.add(row)
         return row
+
+    def start_cursor(self) -> None:
+        """A first start on an existing journal begins at its newest audit row (history is
+        not replayed into Slack); later starts resume where the last one stopped."""
+        with Session(self.engine) as s, s.begin():
+            if s.get(CursorRow, self.cluster) is not None:
+                return
+            q = select(func.max(AuditRow.id)).where(AuditRow.cluster == self.cluster)
+            s.add(CursorRow(cluster=self.cluster, audit_after=int(s.scalar(q) or 0)))
 
     def first_seen(self, digest: str, now: float, window: float) -> bool:
         """Record a signed request; False if it was seen before (a replay)."""

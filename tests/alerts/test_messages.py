@@ -178,3 +178,20 @@ def test_without_a_token_messages_go_to_the_log_and_the_store(
     log = r.rt.astore.sent_log()
     assert log and all(e["state"] == "sent" for e in log)
     r.close()
+
+
+def test_first_start_on_an_old_journal_does_not_replay_its_history(
+    journal: Store, slack: SlackServer, db_url: str, tmp_path
+) -> None:
+    journal.set_paused(True, "bob", "old news", T0 - 3600)
+    journal.set_paused(False, "bob", "old news", T0 - 3500)
+    r = Rig(db_url, tmp_path, slack)
+    r.cycle([], T0)
+    r.rt.run_outbox(T0)
+    assert not slack.calls()
+    r.store.set_paused(True, "carol", "now", T0 + 1)
+    r.cycle([], T0 + 30)
+    r.rt.run_outbox(T0 + 30)
+    (told,) = slack.calls("chat.postMessage")
+    assert "automation paused: now (carol" in told.body["text"]
+    r.close()

@@ -203,7 +203,11 @@ class OutboxWorker:
                 return False
             method, args = "conversations.replies", {"channel": msg.channel_id, "ts": msg.ts}
         args.update(oldest=f"{row.created_at - 60:.6f}", include_all_metadata=True, limit=200)
-        answer = self.transport.call(method, args)
+        try:
+            answer = self.transport.call(method, args)
+        except PermanentError as exc:  # e.g. missing channels:history scope: send again
+            log.warning("outbox row %s: cannot look it up (%s); sending again", row.id, exc)
+            return False
         for m in answer.get("messages", []):
             payload = (m.get("metadata") or {}).get("event_payload") or {}
             if payload.get("outbox_id") == row.id:

@@ -181,3 +181,6 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
+
+
+from tests.remediations.conftest import pg_url  # noqa: E402, F401  (the PostgreSQL fixture)

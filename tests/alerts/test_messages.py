@@ -195,3 +195,29 @@ def test_first_start_on_an_old_journal_does_not_replay_its_history(
     (told,) = slack.calls("chat.postMessage")
     assert "automation paused: now (carol" in told.body["text"]
     r.close()
+
+
+@pytest.mark.postgres
+def test_restart_and_click_on_postgresql(pg_url: str, tmp_path, slack: SlackServer) -> None:
+    import time
+
+    from remediations.types import ActionState
+
+    slack.fail("chat.postMessage", 500, times=100)
+    r = Rig(pg_url, tmp_path, slack)
+    now = time.time()
+    r.cycle([xid("n1", 0, now)], now)
+    r.rt.run_outbox(now)
+    (action,) = r.store.actions([ActionState.AWAITING_APPROVAL])
+    r.restart()
+    slack.state.faults.clear()
+    for k in range(5):
+        r.rt.run_outbox(now + 400 + k)
+    assert r.rt.interactions.decide(action.id, True, "U0ALICE", "alice", now + 410).startswith(
+        "cordon"
+    )
+    r.rt.run_outbox(now + 420)
+    texts = [c.body["text"] for c in slack.calls("chat.postMessage", ok_only=True)]
+    assert len(texts) == 3 and len(set(texts)) == 3  # post, thread line, prompt: once each
+    assert "approved by <@U0ALICE>" in slack.calls("chat.update", ok_only=True)[-1].body["text"]
+    r.close()

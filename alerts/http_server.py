@@ -136,7 +136,9 @@ class AlertsServer:
         self.httpd.daemon_threads = True
         self.host, self.port = str(self.httpd.server_address[0]), int(self.httpd.server_address[1])
         self.url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -63,7 +63,12 @@ class Endpoints:
             log.warning("slack %s refused: replayed request", path)
             return 401, {"error": "replayed request"}
         try:
-            form = {k: v[0] for k, v in parse_qs(body.decode(), strict_parsing=True).items()}
+            form = {
+                k: v[0]
+                for k, v in parse_qs(
+                    body.decode(), keep_blank_values=True, strict_parsing=True
+                ).items()
+            }
             if path == "/slack/commands":
                 return 200, self.interactions.on_slash(form, now)
             payload = json.loads(form["payload"])

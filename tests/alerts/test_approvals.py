@@ -212,6 +212,7 @@ def test_slash_command(pending: tuple[Rig, str, Any]) -> None:
     assert "approved" in run(f"approve {action_id[:10]}")
     assert "already approved" in run(f"reject {action_id}")
     assert "usage" in run("dance")
+    assert "usage" in run("")  # a bare /gpufleet
     before = journal(r)
     assert "not on gpufleet's approver list" in run("pause", user="U0MALLORY")
     assert journal(r) == before

@@ -212,7 +212,8 @@ class AlertsConfig(_Model):
     """Where `*_file` paths are relative to (set by `parse_alerts_config`)."""
 
     def secret(self, name: str) -> str | None:
-        """`slack.<name>` or the stripped contents of `slack.<name>_file`."""
+        """`slack.<name>` or the stripped contents of `slack.<name>_file` (relative to the
+        config file's folder when known); an unreadable file is a ConfigError."""
         value: str | None = getattr(self.slack, name)
         path: str | None = getattr(self.slack, f"{name}_file")
         if value or not path:
@@ -220,7 +221,17 @@ class AlertsConfig(_Model):
         p = Path(path)
         if not p.is_absolute() and self.base_dir:
             p = Path(self.base_dir) / p
-        return p.read_text(encoding="utf-8").strip()
+        try:
+            return p.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            where = f"alerts.slack.{name}_file"
+            raise ConfigError(str(p), [f"{where}: cannot read the file ({exc.strerror})"]) from None
+
+    def relative_to(self, config_file: str | Path | None) -> AlertsConfig:
+        """The same section with `*_file` paths taken relative to `config_file`'s folder."""
+        if config_file is None:
+            return self
+        return self.model_copy(update={"base_dir": str(Path(config_file).parent)})
 
 
 def parse_alerts_config(
@@ -237,11 +248,7 @@ def parse_alerts_config(
         err = describe_validation_error(source, exc)
         raise ConfigError(source, [f"{prefix}.{p}" for p in err.problems]) from None
     for name in ("token", "signing_secret", "app_token"):
-        try:
-            cfg.secret(name)
-        except OSError as exc:
-            where = f"{prefix}.slack.{name}_file"
-            raise ConfigError(source, [f"{where}: cannot read the file ({exc.strerror})"]) from None
+        cfg.secret(name)  # unreadable: ConfigError naming the field
     return cfg
 
 

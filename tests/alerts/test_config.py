@@ -86,3 +86,15 @@ def test_routing_quiet_hours_and_budget() -> None:
     b = RateBudget(per_minute=60)
     assert all(b.take("C1", 0.0) for _ in range(5)) and not b.take("C1", 0.0)
     assert b.take("C2", 0.0) and b.take("C1", 1.0)
+
+
+def test_top_level_config_section_with_secret_files(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("xoxb-from-file\n")
+    path = write(
+        tmp_path, "cluster: c1\nalerts: {slack: {token_file: token, signing_secret_file: gone}}\n"
+    )
+    cfg, _ = load_config(path)
+    alerts = cfg.alerts.relative_to(path)
+    assert alerts.secret("token") == "xoxb-from-file"
+    with pytest.raises(ConfigError, match=r"alerts\.slack\.signing_secret_file: cannot read"):
+        alerts.secret("signing_secret")

@@ -11,27 +11,16 @@ from __future__ import annotations
 import re
 from datetime import time as dtime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from detectors.findings import FindingKind
 from errors import ConfigError
 from errors.config_files import describe_validation_error, load_yaml_file
 
-_KINDS = {
-    "gpu_xid",
-    "gpu_memory",
-    "gpu_throttle",
-    "gpu_interconnect",
-    "gpu_lost",
-    "straggler",
-    "nccl_hang",
-    "gpu_idle",
-    "anomaly",
-    "monitoring_gap",
-}
-_SEVERITIES = ("info", "warning", "critical")
+Level = Literal["info", "warning", "critical"]
 
 
 class _Model(BaseModel):
@@ -42,23 +31,8 @@ class Route(_Model):
     """Incidents of these kinds and at least this severity go to `channel` (first match)."""
 
     channel: str = Field(min_length=1)
-    kinds: tuple[str, ...] = ()
-    min_severity: str = "info"
-
-    @field_validator("kinds")
-    @classmethod
-    def _kinds(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [k for k in v if k not in _KINDS]
-        if bad:
-            raise ValueError(f"finding kinds among {sorted(_KINDS)}, not {bad}")
-        return v
-
-    @field_validator("min_severity")
-    @classmethod
-    def _sev(cls, v: str) -> str:
-        if v not in _SEVERITIES:
-            raise ValueError(f"one of {list(_SEVERITIES)}")
-        return v
+    kinds: tuple[FindingKind, ...] = ()
+    min_severity: Level = "info"
 
 
 class QuietHours(_Model):
@@ -68,7 +42,7 @@ class QuietHours(_Model):
     start: str
     end: str
     timezone: str = "UTC"
-    min_severity: str = "critical"
+    min_severity: Level = "critical"
 
     @field_validator("start", "end")
     @classmethod
@@ -84,13 +58,6 @@ class QuietHours(_Model):
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("an IANA time zone such as Europe/Berlin") from None
-        return v
-
-    @field_validator("min_severity")
-    @classmethod
-    def _sev(cls, v: str) -> str:
-        if v not in _SEVERITIES:
-            raise ValueError(f"one of {list(_SEVERITIES)}")
         return v
 
     def times(self) -> tuple[dtime, dtime]:
@@ -157,26 +124,11 @@ class IntakeConfig(_Model):
     gpu_labels: tuple[str, ...] = ("UUID", "gpu_uuid")
     job_labels: tuple[str, ...] = ("job_name", "exported_job")
     namespace_labels: tuple[str, ...] = ("namespace", "exported_namespace")
-    kinds: dict[str, str] = Field(default_factory=dict)
+    kinds: dict[str, FindingKind] = Field(default_factory=dict)
     """alertname -> finding kind; others get `default_kind`."""
-    default_kind: str = "anomaly"
+    default_kind: FindingKind = FindingKind.ANOMALY
     bearer_token: str | None = None
     """If set, the webhook must carry `Authorization: Bearer <token>`."""
-
-    @field_validator("kinds")
-    @classmethod
-    def _kinds(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = {a: k for a, k in v.items() if k not in _KINDS}
-        if bad:
-            raise ValueError(f"finding kinds among {sorted(_KINDS)}, not {bad}")
-        return v
-
-    @field_validator("default_kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v not in _KINDS:
-            raise ValueError(f"a finding kind among {sorted(_KINDS)}")
-        return v
 
 
 class AlertmanagerConfig(_Model):

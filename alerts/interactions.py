@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from alerts.blocks import APPROVE, REJECT, when
 from alerts.config import AlertsConfig
-from alerts.notify import Notifier, actor_label
+from alerts.notify import Notifier
 from alerts.store import AlertsStore
+from alerts.timeline import actor_label
 from remediations.decision_journal import RemediationEngine
 from remediations.store import Store
 from remediations.types import ActionState
@@ -139,7 +140,7 @@ class Interactions:
         except (ValueError, LookupError) as exc:
             return f"{exc}; nothing changed."
         with Session(self.astore.engine, expire_on_commit=False) as s, s.begin():
-            self.notifier.settle_prompt(
+            self.notifier.timeline.settle_prompt(
                 s, a.id, done.state.value, f"<@{uid}>", now, a.playbook, a.target, now
             )
         return f"{a.playbook} on `{a.target}`: {done.state.value} by <@{uid}>."

@@ -226,3 +226,24 @@ def test_slash_command_signature_is_checked(pending: tuple[Rig, str, Any]) -> No
     assert post(server.url + "/slack/commands", body, {})[0] == 401
     assert not r.store.engine_state().paused
     assert journal(r) == before
+
+
+def test_approval_on_the_cli_shows_in_slack(
+    pending: tuple[Rig, str, Any], slack: SlackServer
+) -> None:
+    r, action_id, _ = pending
+    now = time.time()
+    r.engine.approve(action_id, "bob", now)  # what `gpufleet actions approve` calls
+    r.cycle([xid("n1", 0, now)], now)
+    r.rt.run_outbox(now)
+    prompt = r.rt.astore.prompt(action_id)
+    assert prompt is not None and prompt.state == "approved" and prompt.decided_by == "bob"
+    assert any(
+        "approved by bob" in c.body["text"] for c in slack.calls("chat.update", ok_only=True)
+    )
+    thread = [
+        c.body["text"]
+        for c in slack.calls("chat.postMessage", ok_only=True)
+        if "thread_ts" in c.body
+    ]
+    assert any("approved by bob" in t for t in thread)

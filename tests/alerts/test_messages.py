@@ -221,3 +221,17 @@ def test_restart_and_click_on_postgresql(pg_url: str, tmp_path, slack: SlackServ
     assert len(texts) == 3 and len(set(texts)) == 3  # post, thread line, prompt: once each
     assert "approved by <@U0ALICE>" in slack.calls("chat.update", ok_only=True)[-1].body["text"]
     r.close()
+
+
+def test_severity_change_updates_the_message_and_the_thread(rig, slack: SlackServer) -> None:
+    r: Rig = rig()
+    r.cycle([xid("n1", 0, T0, Severity.WARNING)], T0)
+    r.cycle([xid("n1", 0, T0 + 30, Severity.WARNING)], T0 + 30)  # opens (open_after 1)
+    r.rt.run_outbox(T0 + 30)
+    r.cycle([xid("n1", 0, T0 + 60)], T0 + 60)  # now critical
+    r.rt.run_outbox(T0 + 60)
+    top = [c for c in slack.calls("chat.postMessage", ok_only=True) if "thread_ts" not in c.body]
+    assert len(top) == 1
+    (msg,) = [m for m in slack.posted("C0FLEET") if "thread_ts" not in m]
+    assert msg["text"].startswith(":red_circle:")  # re-rendered in place as critical
+    assert any("now critical" in m["text"] for m in slack.posted("C0FLEET") if "thread_ts" in m)

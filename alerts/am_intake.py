@@ -67,7 +67,7 @@ class Intake:
         self.cluster = journal.cluster
 
     def receive(self, payload: Any, now: float) -> int:
-        """Store one webhook delivery; returns the number of alerts in it."""
+        """Store one webhook delivery; returns the number of alerts kept from it."""
         if not isinstance(payload, dict) or str(payload.get("version")) != "4":
             raise BadPayload('expected an Alertmanager webhook payload with version "4"')
         alerts = payload.get("alerts")

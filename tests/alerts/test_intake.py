@@ -67,13 +67,14 @@ def test_own_alerts_are_ignored_and_bad_payloads_refused(rig) -> None:
     own["alerts"][0]["labels"]["alertname"] = "GpufleetGpuXid"
     assert r.rt.intake.receive(own, T0) == 0  # none kept
     assert r.rt.intake_findings(T0) == []
-    for bad in (
+    bads: list[Any] = [
         {"version": "3", "alerts": []},
         {"version": "4", "alerts": {}},
         {"version": "4", "alerts": [{"labels": "x"}]},
         {"version": "4", "alerts": [{"labels": {}, "status": "pending"}]},
         {"version": "4", "alerts": [{"labels": {}, "startsAt": "yesterday"}]},
         [],
-    ):
+    ]
+    for bad in bads:
         with pytest.raises(BadPayload):
             r.rt.intake.receive(bad, T0)

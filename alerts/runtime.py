@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from alerts.am_intake import Intake
 from alerts.am_output import AmOutput
@@ -31,10 +31,17 @@ from alerts.store import AlertsStore
 from detectors.findings import Finding
 from errors import ConfigError
 from remediations.decision_journal import RemediationEngine
-from remediations.decisions import CycleResult
+from remediations.incidents import IncidentChange
 from remediations.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class HasChanges(Protocol):
+    """What `on_cycle` reads of a cycle: its incident changes."""
+
+    @property
+    def changes(self) -> Sequence[IncidentChange]: ...
 
 
 class AlertsRuntime:
@@ -73,8 +80,9 @@ class AlertsRuntime:
         """Alertmanager alerts firing now, as findings (one per fingerprint)."""
         return self.intake.findings(now)
 
-    def on_cycle(self, result: CycleResult, now: float) -> None:
-        """Incidents opened/updated/resolved and journal events since the last call -> outbox."""
+    def on_cycle(self, result: HasChanges, now: float) -> None:
+        """Incidents opened/updated/resolved and journal events since the last call -> outbox.
+        `result`: the engine's CycleResult, or gpufleet.live_cycle's CycleReport."""
         if not self.config.enabled:
             return
         self.notifier.on_cycle(result.changes, now)

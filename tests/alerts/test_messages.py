@@ -235,3 +235,13 @@ def test_severity_change_updates_the_message_and_the_thread(rig, slack: SlackSer
     (msg,) = [m for m in slack.posted("C0FLEET") if "thread_ts" not in m]
     assert msg["text"].startswith(":red_circle:")  # re-rendered in place as critical
     assert any("now critical" in m["text"] for m in slack.posted("C0FLEET") if "thread_ts" in m)
+
+
+def test_on_cycle_takes_the_live_cycle_report_too(rig, slack: SlackServer) -> None:
+    from gpufleet.live_cycle import CycleReport
+
+    r: Rig = rig()
+    result = r.engine.cycle([xid("n1", 0, T0)], None, T0)
+    r.rt.on_cycle(CycleReport(now=T0, changes=tuple(result.changes)), T0)
+    r.rt.run_outbox(T0)
+    assert len([m for m in slack.posted("C0FLEET") if "thread_ts" not in m]) == 1

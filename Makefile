@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages the tests need (alertmanager and chromium join when their tests do).
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager
+DEBIAN_PACKAGES := prometheus
 
 .PHONY: help demo test unit lint typecheck importlint bench system-deps clean
 

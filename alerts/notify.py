@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from alerts import blocks
@@ -43,11 +43,14 @@ class Notifier:
         self.cfg = cfg
         self.journal = journal
         self.astore = astore
+        self._loaded: dict[str, list[IncidentRecord]] = {}
+        """Message id -> its incidents, read at most once per `on_cycle` (after grouping)."""
         self.timeline = Timeline(cfg, journal, astore, self._assign, self._enqueue)
 
     # ---- entry point -------------------------------------------------------------------------
 
     def on_cycle(self, changes: Sequence[IncidentChange], now: float) -> None:
+        self._loaded.clear()
         with Session(self.astore.engine, expire_on_commit=False) as s, s.begin():
             lines: dict[str, list[str]] = defaultdict(list)
             touched: set[str] = set()
@@ -105,12 +108,9 @@ class Notifier:
             by_group[key].append(i)
             channel_of[key] = channel
         fresh: dict[str, list[str]] = defaultdict(list)
-        target: dict[str, MessageRow] = {}
+        target: dict[str, MessageRow] = self.astore.open_messages(s, list(by_group))
         for key in by_group:
-            row = self.astore.open_message(s, key)
-            if row is not None:
-                target[key] = row
-            else:
+            if key not in target:
                 fresh[channel_of[key]].append(key)
         limit = self.cfg.slack.storm_threshold
         for channel, keys in fresh.items():
@@ -120,12 +120,16 @@ class Notifier:
                 storm = self._new_message(s, storm_key, channel, now, created)
             for key in keys:
                 target[key] = storm or self._new_message(s, key, channel, now, created)
+        rows = []
         for key, members in by_group.items():
-            msg = target[key]
+            mid = target[key].id
+            self._loaded.pop(mid, None)
             for i in members:
-                s.add(MemberRow(incident_id=i.id, message_id=msg.id))
-                where[i.id] = msg.id
+                rows.append({"incident_id": i.id, "message_id": mid})
+                where[i.id] = mid
         s.flush()
+        if rows:
+            s.execute(insert(MemberRow), rows)
 
     def _new_message(
         self, s: Session, key: str, channel: str, now: float, created: set[str]
@@ -149,11 +153,15 @@ class Notifier:
         return row
 
     def _members(self, s: Session, mid: str) -> list[IncidentRecord]:
+        """The message's incidents as the journal has them now (read once per cycle)."""
+        if mid in self._loaded:
+            return self._loaded[mid]
         ids = self.astore.members(s, mid)
         out: list[IncidentRecord] = []
         for k in range(0, len(ids), 500):
             q = select(IncidentRow).where(IncidentRow.id.in_(ids[k : k + 500]))
             out += [incident_record(r) for r in s.scalars(q)]
+        self._loaded[mid] = out
         return out
 
     def _render(self, s: Session, mid: str, now: float, op: str) -> None:

@@ -168,6 +168,17 @@ class AlertsStore:
             )
         ).first()
 
+    def open_messages(self, s: Session, group_keys: list[str]) -> dict[str, MessageRow]:
+        out: dict[str, MessageRow] = {}
+        for k in range(0, len(group_keys), 500):
+            q = select(MessageRow).where(
+                MessageRow.cluster == self.cluster,
+                MessageRow.group_key.in_(group_keys[k : k + 500]),
+                MessageRow.status == "open",
+            )
+            out.update({m.group_key: m for m in s.scalars(q)})
+        return out
+
     def message(self, message_id: str) -> Message | None:
         with Session(self.engine) as s:
             row = s.get(MessageRow, message_id)

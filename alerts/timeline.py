@@ -50,6 +50,8 @@ class Timeline:
         self.enqueue = enqueue
         self._prompts: list[tuple[str, dict[str, Any]]] = []
         self._storm_waiting: dict[str, int] = {}
+        self._storms: set[str] = set()
+        """Open storm messages (their actions get no buttons)."""
 
     def finish(self, s: Session, now: float, lines: dict[str, list[str]]) -> None:
         """After the cycle's messages: the storm line, then the thread replies, then prompts."""
@@ -81,6 +83,16 @@ class Timeline:
         ]
         if missing:
             self.assign(s, missing, where, now, created)
+        s.flush()
+        self._storms = set(
+            s.scalars(
+                select(MessageRow.id).where(
+                    MessageRow.cluster == self.astore.cluster,
+                    MessageRow.status == "open",
+                    MessageRow.group_key.endswith("|storm"),
+                )
+            )
+        )
         for r in rows:
             self._event(s, r, now, where, lines)
 
@@ -116,8 +128,7 @@ class Timeline:
             dry = " (dry-run, not executed)" if r.detail.get("dry_run") else ""
             lines[mid].append(f":hammer_and_wrench: action proposed: {r.message}{dry}")
             if state == "awaiting_approval":
-                msg = s.get(MessageRow, mid)
-                if msg is not None and msg.group_key.endswith("|storm"):
+                if mid in self._storms:
                     # no wall of buttons in a storm: a person looks at the whole first
                     self._storm_waiting[mid] = self._storm_waiting.get(mid, 0) + 1
                 else:

@@ -33,6 +33,23 @@ log = logging.getLogger(__name__)
 _TEMPORARY_ERRORS = frozenset(
     {"ratelimited", "service_unavailable", "fatal_error", "internal_error", "request_timeout"}
 )
+_SETUP_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "missing_scope",
+        "not_in_channel",
+        "channel_not_found",
+        "is_archived",
+        "team_access_not_granted",
+    }
+)
+"""Refusals a person fixes in the Slack app or the config, after which the same message can go:
+kept and retried every SETUP_RETRY seconds (logged loudly), never dropped."""
+SETUP_RETRY = 300.0
 
 
 class SlackTemporary(TemporaryError):
@@ -83,6 +100,11 @@ class SlackApi:
                 raise SlackTemporary(f"{method}: rate limited", delay=delay) from None
             if status >= 500 or error in _TEMPORARY_ERRORS:
                 raise SlackTemporary(f"{method}: Slack answered {status} {error}") from None
+            if error in _SETUP_ERRORS:
+                log.error(
+                    "slack %s: %s: fix the token, scopes or channel; kept for retry", method, error
+                )
+                raise SlackTemporary(f"{method}: {error} (setup)", delay=SETUP_RETRY) from None
             raise PermanentError(
                 f"{method}: {error}", source="slack", hint="check the channel, token and scopes"
             ) from None

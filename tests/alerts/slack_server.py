@@ -33,6 +33,7 @@ class Fault:
     times: int
     retry_after: int | None = None
     slow: float = 0.0
+    error: str = ""
 
 
 @dataclass
@@ -71,6 +72,11 @@ class SlackServer:
     ) -> None:
         with self.lock:
             self.state.faults.setdefault(method, []).append(Fault(status, times, retry_after))
+
+    def refuse(self, method: str, error: str, times: int = 1) -> None:
+        """Answer `{"ok": false, "error": error}` (HTTP 200), as Slack refuses a call."""
+        with self.lock:
+            self.state.faults.setdefault(method, []).append(Fault(200, times, error=error))
 
     def slow(self, method: str, seconds: float, times: int = 1) -> None:
         with self.lock:
@@ -118,6 +124,8 @@ class SlackServer:
                 return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": ra}, 0.0
             if status >= 500:
                 return status, {"ok": False, "error": "internal_error"}, {}, 0.0
+            if fault and fault.error:
+                return 200, {"ok": False, "error": fault.error}, {}, 0.0
             answer = self._apply(method, body)
             return 200, answer, {}, fault.slow if fault else 0.0
 

@@ -136,12 +136,28 @@ def test_restart_with_unsent_messages_loses_nothing_sends_nothing_twice(
     assert not r.rt.astore.outbox(["pending", "sending", "dead"])
 
 
-def test_permanent_refusal_parks_the_row_and_the_lane_moves_on(rig, slack: SlackServer) -> None:
-    r: Rig = rig(default_channel="C0NOWHERE")
+def test_a_refused_message_is_parked_and_its_lane_moves_on(rig, slack: SlackServer) -> None:
+    r: Rig = rig()
+    slack.refuse("chat.postMessage", "invalid_blocks")
     r.cycle([xid("n1", 0, T0)], T0)
     r.rt.run_outbox(T0)
-    states = [o.state for o in r.rt.astore.outbox()]
-    assert states and set(states) == {"dead"}
+    states = [(o.op, o.state) for o in r.rt.astore.outbox()]
+    assert states[0] == ("post", "dead")
+    assert {s for _, s in states[1:]} == {"dead"}  # its thread cannot exist: parked too
+
+
+def test_setup_errors_keep_messages_until_fixed(rig, slack: SlackServer) -> None:
+    r: Rig = rig()
+    slack.refuse("chat.postMessage", "not_in_channel")  # until someone invites the bot
+    r.cycle([xid("n1", 0, T0)], T0)
+    r.rt.run_outbox(T0)
+    head = r.rt.astore.outbox()[0]
+    assert (head.op, head.state, head.next_at) == ("post", "pending", T0 + 300)
+    r.rt.run_outbox(T0 + 299)
+    assert len(slack.calls("chat.postMessage")) == 1
+    r.rt.run_outbox(T0 + 300)
+    assert len([m for m in slack.posted("C0FLEET") if "thread_ts" not in m]) == 1
+    assert not r.rt.astore.outbox(["pending", "sending", "dead"])
 
 
 def test_quiet_hours_hold_warnings_until_they_end(rig, slack: SlackServer) -> None:

@@ -6,8 +6,9 @@ the row is marked `sending` (committed); after it, `sent` with Slack's answer. A
 `sending` (the process died mid-call, or the answer was lost) is looked up in the channel's
 history by the outbox id carried in the message's metadata before it is sent again, so a lost
 answer never turns into a duplicate post. 429s wait for Retry-After (slack-sdk already retried
-once in place), 5xx and outages back off exponentially, Slack's permanent refusals park the row
-as `dead` (logged) so one bad message cannot block its lane forever.
+once in place), 5xx and outages back off exponentially, setup refusals (token, scope, channel)
+are kept and retried every 5 minutes, and a refusal of the message itself parks the row as `dead`
+(logged) so one bad message cannot block its lane forever.
 """
 
 from __future__ import annotations

@@ -136,8 +136,9 @@ class Timeline:
         elif r.kind == "approval":
             lines[mid].append(f":bust_in_silhouette: {r.message.replace(r.actor, who)}")
             a = self.journal.get_action(r.action_id or "")
-            if a is not None:
-                self.settle_prompt(s, a.id, a.state.value, who, r.at, a.playbook, a.target, now)
+            if a is not None:  # the decision as audited (the action may have moved on since)
+                state = "rejected" if r.message.startswith("rejected") else "approved"
+                self.settle_prompt(s, a.id, state, who, r.at, a.playbook, a.target, now)
         elif r.kind == "transition":
             lines[mid].append(f":gear: `{r.target}`: {r.message}")
             if "-> expired" in r.message and r.action_id:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from alerts import blocks
@@ -185,11 +185,19 @@ class Timeline:
         target: str,
         now: float,
     ) -> bool:
-        """Show a prompt's outcome once (idempotent: a second call changes nothing)."""
-        p = s.get(PromptRow, action_id, with_for_update=True)
-        if p is None or p.state != "pending":
+        """Show a prompt's outcome once: a conditional update (pending -> state), so of two
+        callers racing (a click and a cycle) exactly one enqueues the edit."""
+        s.flush()
+        res: Any = s.execute(
+            update(PromptRow)
+            .where(PromptRow.action_id == action_id, PromptRow.state == "pending")
+            .values(state=state, decided_by=by, decided_at=at)
+            .execution_options(synchronize_session=False)
+        )
+        if res.rowcount != 1:
             return False
-        p.state, p.decided_by, p.decided_at = state, by, at
+        p = s.get(PromptRow, action_id, populate_existing=True)
+        assert p is not None
         payload = blocks.decided_prompt(playbook, target, action_id, state, by, at)
         payload["prompt"] = action_id
         self.astore.enqueue(

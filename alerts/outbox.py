@@ -27,6 +27,8 @@ from errors import PermanentError, TemporaryError
 log = logging.getLogger(__name__)
 EVENT_TYPE = "gpufleet_outbox"
 BACKOFF_MAX = 300.0
+LEASE = 120.0
+"""A claimed row is left alone by other workers this long (then taken as possibly sent)."""
 
 
 class Transport(Protocol):
@@ -105,7 +107,8 @@ class OutboxWorker:
         except TemporaryError as exc:
             self._retry(row, now, exc)
             return "retry"
-        self.astore.mark(row.id, state="sending", attempts=row.attempts + 1)
+        if not self.astore.claim(row, now + LEASE):
+            return "retry"  # another worker has it
         try:
             answer = self.transport.call(method, payload)
         except TemporaryError as exc:

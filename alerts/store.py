@@ -124,6 +124,21 @@ class AlertsStore:
         with Session(self.engine) as s:
             return [_outgoing(r) for r in s.scalars(q)]
 
+    def claim(self, row: Outgoing, lease_until: float) -> bool:
+        """`sending`, only if nobody else moved the row since it was read (two workers during
+        a leader handover never both send it)."""
+        with Session(self.engine) as s, s.begin():
+            res: Any = s.execute(
+                update(OutboxRow)
+                .where(
+                    OutboxRow.id == row.id,
+                    OutboxRow.state == row.state,
+                    OutboxRow.attempts == row.attempts,
+                )
+                .values(state="sending", attempts=row.attempts + 1, next_at=lease_until)
+            )
+            return bool(res.rowcount == 1)
+
     def mark(self, row_id: int, **values: Any) -> None:
         with Session(self.engine) as s, s.begin():
             s.execute(update(OutboxRow).where(OutboxRow.id == row_id).values(**values))

@@ -261,3 +261,20 @@ def test_on_cycle_takes_the_live_cycle_report_too(rig, slack: SlackServer) -> No
     r.rt.on_cycle(CycleReport(now=T0, changes=tuple(result.changes)), T0)
     r.rt.run_outbox(T0)
     assert len([m for m in slack.posted("C0FLEET") if "thread_ts" not in m]) == 1
+
+
+def test_two_workers_at_once_send_each_message_once(rig, slack: SlackServer) -> None:
+    import threading
+
+    a: Rig = rig(rate_per_minute=600, storm_threshold=50)
+    b: Rig = rig(rate_per_minute=600, storm_threshold=50)  # a second process on the same journal
+    a.cycle([xid(f"n{k}", 0, T0) for k in range(8)], T0)
+    workers = [threading.Thread(target=x.rt.run_outbox, args=(T0,)) for x in (a, b)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for k in range(20):  # the rest, within the channel budget
+        a.rt.run_outbox(T0 + 200 + 10 * k)
+    texts = [c.body["text"] for c in slack.calls("chat.postMessage", ok_only=True)]
+    assert len(texts) == 24 and len(set(texts)) == 24  # 8 posts, 8 thread lines, 8 prompts

@@ -94,6 +94,10 @@ class AlertsRuntime:
             return 0
         return self.worker.run(now) + self.am_output.push(now)
 
+    def backlog(self, now: float) -> dict[str, float]:
+        """Outbox health: `unsent`, `dead` (refused for good) and `oldest_unsent_seconds`."""
+        return self.astore.backlog(now)
+
     def serve(self, host: str | None = None, port: int | None = None) -> AlertsServer:
         endpoints = Endpoints(
             self.interactions,

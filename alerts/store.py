@@ -150,6 +150,25 @@ class AlertsStore:
         with Session(self.engine) as s:
             return [_outgoing(r) for r in s.scalars(q.order_by(OutboxRow.id))]
 
+    def backlog(self, now: float) -> dict[str, float]:
+        """For health and metrics: unsent rows, parked rows, the oldest unsent row's age."""
+        with Session(self.engine) as s:
+            unsent, oldest = s.execute(
+                select(func.count(), func.min(OutboxRow.created_at)).where(
+                    OutboxRow.cluster == self.cluster, OutboxRow.state.in_(UNSENT)
+                )
+            ).one()
+            dead = s.scalar(
+                select(func.count()).where(
+                    OutboxRow.cluster == self.cluster, OutboxRow.state == "dead"
+                )
+            )
+        return {
+            "unsent": float(unsent or 0),
+            "dead": float(dead or 0),
+            "oldest_unsent_seconds": 0.0 if oldest is None else max(0.0, now - float(oldest)),
+        }
+
     def sent_log(self, limit: int = 200) -> list[dict[str, Any]]:
         """Newest first, for the dashboard and the token-less demo."""
         q = (

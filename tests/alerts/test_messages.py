@@ -155,9 +155,11 @@ def test_setup_errors_keep_messages_until_fixed(rig, slack: SlackServer) -> None
     assert (head.op, head.state, head.next_at) == ("post", "pending", T0 + 300)
     r.rt.run_outbox(T0 + 299)
     assert len(slack.calls("chat.postMessage")) == 1
+    assert r.rt.backlog(T0 + 299) == {"unsent": 3, "dead": 0, "oldest_unsent_seconds": 299}
     r.rt.run_outbox(T0 + 300)
     assert len([m for m in slack.posted("C0FLEET") if "thread_ts" not in m]) == 1
     assert not r.rt.astore.outbox(["pending", "sending", "dead"])
+    assert r.rt.backlog(T0 + 300)["unsent"] == 0
 
 
 def test_quiet_hours_hold_warnings_until_they_end(rig, slack: SlackServer) -> None:

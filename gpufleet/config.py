@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from alerts.config import AlertsConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors import ConfigError
@@ -41,6 +42,7 @@ class GpufleetConfig(BaseModel):
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    alerts: AlertsConfig = AlertsConfig()
 
     @field_validator("store_url")
     @classmethod

@@ -102,7 +102,7 @@ def write_config(files: DemoFiles, cluster: str, kubeconfig: Path) -> Path:
         policy=str(files.policy.resolve()),
         kubeconfig=str(kubeconfig.resolve()),
     )
-    body = cfg.model_dump(exclude={"detectors"})
+    body = cfg.model_dump(mode="json", exclude={"detectors"})
     header = "# written by `gpufleet demo` (rewritten at each start)\n"
     files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
     return files.config

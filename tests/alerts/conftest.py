@@ -29,6 +29,7 @@ APPROVER = "U0ALICE"
 
 POLICY = """
 version: 1
+actuation: live
 hysteresis: {open_after: 1, resolve_after: 1}
 gates:
   blast_radius: {max_nodes: 1000, max_percent_of_pool: 100}

@@ -120,6 +120,33 @@ def test_dbe_and_remap_failure_are_critical_but_a_counter_reset_is_not_an_error(
     assert "remapping failed" in by_gpu["GPU-000-6"].summary
 
 
+def test_a_dbe_total_with_no_earlier_value_is_pre_existing_until_new_errors() -> None:
+    fleet = Fleet(nodes=1).set(DBE, 3.0, gpu=(0, 2))  # the total gpufleet finds at start
+
+    def change(f: Fleet, t: float) -> None:
+        if t >= T0 + 90:  # new uncorrectable errors while gpufleet watches
+            f.set(DBE, 5.0, gpu=(0, 2)).set_increase(DBE, 2.0, gpu=(0, 2))
+
+    cycles = replay("gpu_memory", fleet, steps(T0, T0 + 150), change)
+    marks = [fs[0].pre_existing for _, fs in cycles]
+    assert marks == [True, True, True, False, False, False]
+    first = cycles[0][1][0]
+    assert first.severity == Severity.CRITICAL  # still reported as it is
+    assert "present before gpufleet started" in first.summary
+    assert first.evidence["pre_existing"] == "present before gpufleet started"
+
+
+def test_a_memory_error_that_appears_while_watching_is_not_pre_existing() -> None:
+    fleet = Fleet(nodes=1).set(DBE, 0.0)
+
+    def change(f: Fleet, t: float) -> None:
+        if t >= T0 + 60:
+            f.set(REMAP_FAIL, 1.0, gpu=(0, 1))
+
+    found = all_findings(replay("gpu_memory", fleet, steps(T0, T0 + 120), change))
+    assert found and not any(f.pre_existing for f in found)
+
+
 def test_sbe_storm_and_remapped_rows_warn() -> None:
     fleet = Fleet(nodes=1).set_increase(SBE, 30.0, gpu=(0, 1))  # 30 per 60 s window
     fleet.set(UNCORR_ROWS, 600.0, gpu=(0, 2))

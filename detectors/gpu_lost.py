@@ -59,7 +59,13 @@ class State:
         return self.gpus.nbytes() + self.gone.nbytes()
 
 
-_GPU_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
+_GPU_SPEC = {
+    "node": (object, None),
+    "last": (np.float64, np.nan),
+    "onset": (np.float64, np.nan),
+    "xid_pre": (np.float32, np.nan),  # NaN: never seen; 1: XID 79 held since first sight
+}
+PRE_EXISTING_NOTE = "present before gpufleet started"
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
 
 
@@ -117,6 +123,7 @@ def _present_finding(
     node: str | None,
     age: float,
     by_xid: bool,
+    xid_before_start: bool,
     onset: float,
     now: float,
     interval: float,
@@ -127,6 +134,9 @@ def _present_finding(
     # A GPU with no sample at all has been silent at least since it was first judged lost.
     silent_seconds = age if np.isfinite(age) else now - onset
     severity = _severity(silent_seconds, by_xid, interval, params)
+    # XID 79 already held in the gauge at first sight, with no silence seen to corroborate it.
+    silence_corroborates = silent_seconds >= params.critical_intervals * interval
+    pre_existing = xid_before_start and not silence_corroborates
     if by_xid:
         what = "fell off the bus (XID 79)"
     elif np.isfinite(age):
@@ -136,7 +146,8 @@ def _present_finding(
     return Finding(
         kind=FindingKind.GPU_LOST,
         severity=severity,
-        summary=f"GPU {g.device_index[i]} on {node} {what} while the node's other GPUs report",
+        summary=f"GPU {g.device_index[i]} on {node} {what} while the node's other GPUs report"
+        + (f" ({PRE_EXISTING_NOTE})" if pre_existing else ""),
         first_seen=onset,
         last_seen=now,
         node=node,
@@ -149,8 +160,10 @@ def _present_finding(
             "corroboration": _corroboration(by_xid, silent_seconds, severity),
             "xid": XID_FALLEN_OFF_BUS if by_xid else None,
             "scrape_interval": interval,
+            "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
         },
         recommended_action=ACTION,
+        pre_existing=pre_existing,
     )
 
 
@@ -228,6 +241,8 @@ def detect(
     has_node = g.node_index >= 0
     node_reports[has_node] = view.node_up[g.node_index[has_node]]
     silent = view.gpu_age > params.stale_intervals * interval
+    first_sight = np.isnan(cur["xid_pre"])
+    xid_pre = np.where(first_sight, xid79, (cur["xid_pre"] > 0) & xid79)
 
     # Decision. Blind (fleet gap, node exporter down): keep what we knew, judge nothing new.
     was_lost = ~np.isnan(cur["onset"])
@@ -242,6 +257,7 @@ def detect(
             node_of[i],
             float(view.gpu_age[i]),
             bool(xid79[i]),
+            bool(xid_pre[i]),
             float(onset[i]),
             now,
             interval,
@@ -254,7 +270,12 @@ def detect(
             snapshot, gone, view.node_up, view.fleet_gap, now, interval, params
         )
         findings.extend(departed)
-    new = cur.replace(node=node_of, last=np.fmax(cur["last"], last), onset=onset)
+    new = cur.replace(
+        node=node_of,
+        last=np.fmax(cur["last"], last),
+        onset=onset,
+        xid_pre=xid_pre.astype(np.float32),
+    )
     if gone is None:
         gone = _departed(None, keys, None, now, params.forget_after_seconds)
     return findings, State(new, gone)

@@ -67,6 +67,18 @@ def test_xid_79_corroborates_a_lost_gpu_at_once() -> None:
     found = all_findings(replay("gpu_lost", fleet, [T0]))
     assert [(f.gpu_uuid, f.severity) for f in found] == [("GPU-000-2", Severity.CRITICAL)]
     assert found[0].evidence["corroboration"] == "xid_79"
+    assert found[0].pre_existing  # held in the gauge when gpufleet first saw the GPU
+    assert "present before gpufleet started" in found[0].summary
+
+
+def test_xid_79_raised_while_watching_is_not_pre_existing() -> None:
+    fleet = Fleet(nodes=2)
+
+    def change(f: Fleet, t: float) -> None:
+        f.set("DCGM_FI_DEV_XID_ERRORS", 79.0 if t >= T0 + 30 else 0.0, gpu=(0, 2))
+
+    found = all_findings(replay("gpu_lost", fleet, [T0, T0 + 30, T0 + 60], change))
+    assert found and {(f.severity, f.pre_existing) for f in found} == {(Severity.CRITICAL, False)}
 
 
 def test_a_gpu_dropped_from_the_snapshot_is_remembered_and_lost() -> None:

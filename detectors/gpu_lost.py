@@ -286,6 +286,7 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_LOST,),
+    severities=(Severity.CRITICAL, Severity.WARNING),
     doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting; "
     "critical on XID 79 or after 3 silent intervals, a warning before that.",
 )

@@ -238,5 +238,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_MEMORY,),
+    severities=(Severity.CRITICAL, Severity.WARNING),
     doc="DBE ECC, SBE storms, row-remap failure/pending, remapped rows, retired pages.",
 )

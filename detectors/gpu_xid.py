@@ -207,5 +207,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_XID,),
+    severities=(Severity.CRITICAL, Severity.WARNING, Severity.INFO),
     doc="XID codes with NVIDIA's action; repeats via gauge changes and the XID counter.",
 )

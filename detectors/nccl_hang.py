@@ -302,5 +302,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.NCCL_HANG,),
+    severities=(Severity.CRITICAL,),
     doc="Every rank busy-spinning with no compute (steps flat where exported).",
 )

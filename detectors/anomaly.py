@@ -145,5 +145,6 @@ SPEC = DetectorSpec(
     detect=detect,
     kinds=(FindingKind.ANOMALY,),
     enabled_by_default=False,
+    severities=(Severity.INFO,),
     doc="IsolationForest on peer-normalised gauges (off by default).",
 )

@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from detectors.findings import Finding, FindingKind
+from detectors.findings import Finding, FindingKind, Severity
 from observer.fleet.model import FleetSnapshot
 
 P = TypeVar("P")
@@ -43,6 +43,13 @@ class DetectorSpec(Generic[P]):
     kinds: tuple[FindingKind, ...]
     enabled_by_default: bool = True
     doc: str = ""
+    severities: tuple[Severity, ...] = ()
+    """The severities its findings can carry (with `kinds`: what a policy rule can match)."""
+
+    @property
+    def produces(self) -> frozenset[tuple[FindingKind, Severity]]:
+        """Every (kind, severity) this detector can report."""
+        return frozenset((k, s) for k in self.kinds for s in self.severities)
 
 
 @dataclass(frozen=True, slots=True)

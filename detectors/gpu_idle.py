@@ -101,5 +101,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_IDLE,),
+    severities=(Severity.WARNING, Severity.INFO),
     doc="GPU allocated to a pod but idle for a configurable time (waste).",
 )

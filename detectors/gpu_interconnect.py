@@ -111,5 +111,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_INTERCONNECT,),
+    severities=(Severity.WARNING,),
     doc="NVLink CRC flit error rate >= 100/s; PCIe replays above the link's error budget.",
 )

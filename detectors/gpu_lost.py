@@ -7,6 +7,10 @@ the bus, hung in the driver or was reset. Judged by the age of the GPU's newest 
 the whole lookback window. A GPU that drops out of the snapshot entirely is remembered (by UUID,
 with its node) for `forget_after_seconds`. If the whole node or fleet is silent, this detector
 says nothing: that is monitoring_gap.
+
+Severity (issue 11): a GPU silent for one scrape is at most a warning; critical needs
+corroboration, i.e. XID 79, or silence for `critical_intervals` while the node's other GPUs keep
+reporting.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ class Params:
     """The node counts as reporting when its freshest GPU sample is younger than this."""
     fleet_fraction: float = 0.5
     """Same as monitoring_gap: when this share of GPU nodes is silent, judge no GPU."""
+    critical_intervals: float = 3.0
+    """Critical needs corroboration: the GPU silent for 3 scrape intervals while its node's other
+    GPUs keep reporting (or XID 79). Before that it is a warning: one missed scrape is a late
+    exporter as often as a lost GPU. (The fleet model carries no Kubernetes node allocatable
+    count, so a drop in allocatable GPUs cannot corroborate yet.)"""
     forget_after_seconds: float = 3600.0
     """A GPU gone from the snapshot is remembered this long (then decommissioned, not lost)."""
 
@@ -50,7 +59,13 @@ class State:
         return self.gpus.nbytes() + self.gone.nbytes()
 
 
-_GPU_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
+_GPU_SPEC = {
+    "node": (object, None),
+    "last": (np.float64, np.nan),
+    "onset": (np.float64, np.nan),
+    "xid_pre": (np.float32, np.nan),  # NaN: never seen; 1: XID 79 held since first sight
+}
+PRE_EXISTING_NOTE = "present before gpufleet started"
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
 
 
@@ -88,6 +103,115 @@ def _departed(
     )
 
 
+def _severity(silent_seconds: float, by_xid: bool, interval: float, params: Params) -> Severity:
+    """Critical on XID 79 or after `critical_intervals` of silence; a warning before that."""
+    corroborated = silent_seconds >= params.critical_intervals * interval
+    return Severity.CRITICAL if by_xid or corroborated else Severity.WARNING
+
+
+def _corroboration(by_xid: bool, silent_seconds: float, severity: Severity) -> str:
+    if by_xid:
+        return "xid_79"
+    if severity is Severity.CRITICAL:
+        return "silent_while_node_reports"
+    return f"none yet (silent {silent_seconds:.0f}s; one missed scrape is at most a warning)"
+
+
+def _present_finding(
+    snapshot: FleetSnapshot,
+    i: int,
+    node: str | None,
+    age: float,
+    by_xid: bool,
+    xid_before_start: bool,
+    onset: float,
+    now: float,
+    interval: float,
+    params: Params,
+) -> Finding:
+    """Output for a GPU still in the snapshot whose samples stopped (or that raised XID 79)."""
+    g = snapshot.gpus
+    # A GPU with no sample at all has been silent at least since it was first judged lost.
+    silent_seconds = age if np.isfinite(age) else now - onset
+    severity = _severity(silent_seconds, by_xid, interval, params)
+    # XID 79 already held in the gauge at first sight, with no silence seen to corroborate it.
+    silence_corroborates = silent_seconds >= params.critical_intervals * interval
+    pre_existing = xid_before_start and not silence_corroborates
+    if by_xid:
+        what = "fell off the bus (XID 79)"
+    elif np.isfinite(age):
+        what = f"silent for {age:.0f}s"
+    else:
+        what = "gone from its exporter's page"
+    return Finding(
+        kind=FindingKind.GPU_LOST,
+        severity=severity,
+        summary=f"GPU {g.device_index[i]} on {node} {what} while the node's other GPUs report"
+        + (f" ({PRE_EXISTING_NOTE})" if pre_existing else ""),
+        first_seen=onset,
+        last_seen=now,
+        node=node,
+        gpu_uuid=str(g.uuid[i]),
+        evidence={
+            **gpu_context(snapshot, i),
+            "last_sample_age_s": round(age, 1) if np.isfinite(age) else None,
+            "threshold_s": params.stale_intervals * interval,
+            "critical_after_s": params.critical_intervals * interval,
+            "corroboration": _corroboration(by_xid, silent_seconds, severity),
+            "xid": XID_FALLEN_OFF_BUS if by_xid else None,
+            "scrape_interval": interval,
+            "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
+        },
+        recommended_action=ACTION,
+        pre_existing=pre_existing,
+    )
+
+
+def _departed_findings(
+    snapshot: FleetSnapshot,
+    gone: KeyedArrays,
+    node_up: np.ndarray,
+    fleet_gap: bool,
+    now: float,
+    interval: float,
+    params: Params,
+) -> tuple[list[Finding], KeyedArrays]:
+    """Decision and output for GPUs gone from the snapshot while their node still reports."""
+    up_nodes = {str(snapshot.nodes[i].name) for i in np.flatnonzero(node_up)}
+    on_up_node = np.array([n in up_nodes for n in gone["node"]], dtype=bool)
+    if fleet_gap:  # blind: keep what we knew, judge nothing new
+        on_up_node = ~np.isnan(gone["onset"])
+    onset = np.where(on_up_node, np.fmin(gone["onset"], now), np.nan)
+    gone = gone.replace(onset=onset)
+    findings: list[Finding] = []
+    for row in np.flatnonzero(on_up_node):
+        i = int(row)
+        last = float(gone["last"][i])
+        silent_seconds = now - last if np.isfinite(last) else now - float(onset[i])
+        severity = _severity(silent_seconds, False, interval, params)
+        findings.append(
+            Finding(
+                kind=FindingKind.GPU_LOST,
+                severity=severity,
+                summary=f"GPU {gone.keys[i]} on {gone['node'][i]} vanished from telemetry "
+                "while the node's other GPUs report",
+                first_seen=float(onset[i]),
+                last_seen=now,
+                node=str(gone["node"][i]),
+                gpu_uuid=str(gone.keys[i]).split("/", 1)[0],
+                evidence={
+                    "last_sample_age_s": round(now - last, 1) if np.isfinite(last) else None,
+                    "absent_from_snapshot": True,
+                    "critical_after_s": params.critical_intervals * interval,
+                    "corroboration": _corroboration(False, silent_seconds, severity),
+                    "scrape_interval": interval,
+                },
+                recommended_action=ACTION,
+            )
+        )
+    return findings, gone
+
+
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
@@ -106,85 +230,52 @@ def detect(
             prev_gpus if membership_changed else None, keys, gone, now, params.forget_after_seconds
         )
     cur = align(prev_gpus, keys, _GPU_SPEC)
+
+    # Evidence: each GPU's node, sample age, XID 79, and whether its node reports.
     node_names = np.array([n.name for n in snapshot.nodes] + [None], dtype=object)
     node_of = node_names[np.where(g.node_index >= 0, g.node_index, len(snapshot.nodes))]
     last = np.where(np.isfinite(view.gpu_age), now - view.gpu_age, np.nan)
-
     xid = value(snapshot, XID, now, params.stale_intervals * interval * 4)
     xid79 = (xid == XID_FALLEN_OFF_BUS) if xid is not None else np.zeros(len(g), dtype=bool)
-    node_ok = np.zeros(len(g), dtype=bool)
+    node_reports = np.zeros(len(g), dtype=bool)
     has_node = g.node_index >= 0
-    node_ok[has_node] = view.node_up[g.node_index[has_node]]
+    node_reports[has_node] = view.node_up[g.node_index[has_node]]
     silent = view.gpu_age > params.stale_intervals * interval
-    # Blind (fleet gap, node exporter down): keep what we knew, judge nothing new.
+    first_sight = np.isnan(cur["xid_pre"])
+    xid_pre = np.where(first_sight, xid79, (cur["xid_pre"] > 0) & xid79)
+
+    # Decision. Blind (fleet gap, node exporter down): keep what we knew, judge nothing new.
     was_lost = ~np.isnan(cur["onset"])
-    lost = (~view.fleet_gap & ((silent & node_ok) | xid79)) | (
-        was_lost & (view.fleet_gap | ~node_ok)
-    )
+    judged_lost = ~view.fleet_gap & ((silent & node_reports) | xid79)
+    lost = judged_lost | (was_lost & (view.fleet_gap | ~node_reports))
     onset = np.where(lost, np.fmin(cur["onset"], now), np.nan)
 
-    findings: list[Finding] = []
-    for i in np.flatnonzero(lost):
-        age = float(view.gpu_age[i])
-        by_xid = bool(xid79[i])
-        findings.append(
-            Finding(
-                kind=FindingKind.GPU_LOST,
-                severity=Severity.CRITICAL,
-                summary=(
-                    f"GPU {g.device_index[i]} on {node_of[i]} "
-                    + (
-                        "fell off the bus (XID 79)"
-                        if by_xid
-                        else f"silent for {age:.0f}s"
-                        if np.isfinite(age)
-                        else "gone from its exporter's page"
-                    )
-                    + " while the node's other GPUs report"
-                ),
-                first_seen=float(onset[i]),
-                last_seen=now,
-                node=node_of[i],
-                gpu_uuid=str(g.uuid[i]),
-                evidence={
-                    **gpu_context(snapshot, int(i)),
-                    "last_sample_age_s": round(age, 1) if np.isfinite(age) else None,
-                    "threshold_s": params.stale_intervals * interval,
-                    "xid": XID_FALLEN_OFF_BUS if by_xid else None,
-                    "scrape_interval": interval,
-                },
-                recommended_action=ACTION,
-            )
+    findings = [
+        _present_finding(
+            snapshot,
+            int(i),
+            node_of[i],
+            float(view.gpu_age[i]),
+            bool(xid79[i]),
+            bool(xid_pre[i]),
+            float(onset[i]),
+            now,
+            interval,
+            params,
         )
+        for i in np.flatnonzero(lost)
+    ]
     if gone is not None and len(gone):
-        up_nodes = {str(snapshot.nodes[i].name) for i in np.flatnonzero(view.node_up)}
-        gone_on = np.array([n in up_nodes for n in gone["node"]], dtype=bool)
-        if view.fleet_gap:
-            gone_on = ~np.isnan(gone["onset"])
-        g_onset = np.where(gone_on, np.fmin(gone["onset"], now), np.nan)
-        gone = gone.replace(onset=g_onset)
-        for i in np.flatnonzero(gone_on):
-            findings.append(
-                Finding(
-                    kind=FindingKind.GPU_LOST,
-                    severity=Severity.CRITICAL,
-                    summary=f"GPU {gone.keys[i]} on {gone['node'][i]} vanished from telemetry "
-                    "while the node's other GPUs report",
-                    first_seen=float(g_onset[i]),
-                    last_seen=now,
-                    node=str(gone["node"][i]),
-                    gpu_uuid=str(gone.keys[i]).split("/", 1)[0],
-                    evidence={
-                        "last_sample_age_s": round(now - float(gone["last"][i]), 1)
-                        if np.isfinite(gone["last"][i])
-                        else None,
-                        "absent_from_snapshot": True,
-                        "scrape_interval": interval,
-                    },
-                    recommended_action=ACTION,
-                )
-            )
-    new = cur.replace(node=node_of, last=np.fmax(cur["last"], last), onset=onset)
+        departed, gone = _departed_findings(
+            snapshot, gone, view.node_up, view.fleet_gap, now, interval, params
+        )
+        findings.extend(departed)
+    new = cur.replace(
+        node=node_of,
+        last=np.fmax(cur["last"], last),
+        onset=onset,
+        xid_pre=xid_pre.astype(np.float32),
+    )
     if gone is None:
         gone = _departed(None, keys, None, now, params.forget_after_seconds)
     return findings, State(new, gone)
@@ -195,5 +286,7 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_LOST,),
-    doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting.",
+    severities=(Severity.CRITICAL, Severity.WARNING),
+    doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting; "
+    "critical on XID 79 or after 3 silent intervals, a warning before that.",
 )

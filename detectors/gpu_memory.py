@@ -57,7 +57,13 @@ class State:
         return self.gpus.nbytes()
 
 
-_SPEC = {"onset": (np.float64, np.nan), "last_event": (np.float64, np.nan)}
+_SPEC = {
+    "onset": (np.float64, np.nan),
+    "last_event": (np.float64, np.nan),
+    "pre": (np.float32, np.nan),  # NaN: never seen; 1: the episode is all pre-existing evidence
+    "sev": (np.float32, np.nan),  # the episode's severity rank last cycle
+}
+PRE_EXISTING_NOTE = "present before gpufleet started"
 
 
 def _gt(x: np.ndarray | None, limit: float) -> np.ndarray | None:
@@ -68,49 +74,59 @@ def _gt(x: np.ndarray | None, limit: float) -> np.ndarray | None:
     return out
 
 
-def detect(
-    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
-) -> tuple[list[Finding], State]:
-    n = len(snapshot.gpus)
-    interval = scrape_interval(snapshot)
-    age = params.max_age_intervals * interval
-    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
-    sev = np.full(n, NONE, dtype=np.int8)
-    reasons: list[tuple[np.ndarray, str, int, np.ndarray | None]] = []
+@dataclass(frozen=True, slots=True)
+class _Reason:
+    """One signal over its limit: on which GPUs, what it means, its severity, the value shown."""
 
-    def flag(mask: np.ndarray | None, text: str, rank: int, shown: np.ndarray | None) -> None:
-        nonlocal sev
-        if mask is None or not np.any(mask):
-            return
-        sev = np.where(mask, np.maximum(sev, rank), sev).astype(np.int8)
-        reasons.append((mask, text, rank, shown))
+    mask: np.ndarray
+    text: str
+    rank: int
+    shown: np.ndarray | None
 
+
+def _flag(
+    out: list[_Reason], mask: np.ndarray | None, text: str, rank: int, shown: np.ndarray | None
+) -> None:
+    if mask is not None and np.any(mask):
+        out.append(_Reason(mask, text, rank, shown))
+
+
+def _level_reasons(
+    snapshot: FleetSnapshot, now: float, age: float, params: Params
+) -> list[_Reason]:
+    """Evidence from totals and states (DBE since reset, remap failure, retired pages, ...)."""
+    out: list[_Reason] = []
     dbe = value(snapshot, DBE, now, age)
-    flag(_gt(dbe, 1.0), "uncorrectable (double-bit) ECC errors since the last reset", C, dbe)
+    _flag(out, _gt(dbe, 1.0), "uncorrectable (double-bit) ECC errors since the last reset", C, dbe)
     remap_fail = value(snapshot, REMAP_FAIL, now, age)
-    flag(_gt(remap_fail, 1.0), "row remapping failed", C, remap_fail)
-    retired = None
+    _flag(out, _gt(remap_fail, 1.0), "row remapping failed", C, remap_fail)
     r_sbe, r_dbe = value(snapshot, RETIRED_SBE, now, age), value(snapshot, RETIRED_DBE, now, age)
     if r_sbe is not None or r_dbe is not None:
         retired = np.nan_to_num(r_sbe if r_sbe is not None else 0.0) + np.nan_to_num(
             r_dbe if r_dbe is not None else 0.0
         )
-        flag(
-            _gt(retired, params.retired_pages_failure), "retired pages at DCGM's limit", C, retired
-        )
-    flag(
-        _gt(r_dbe, params.retired_dbe_warning), "pages retired by DBE past the soft limit", W, r_dbe
-    )
+        over = _gt(retired, params.retired_pages_failure)
+        _flag(out, over, "retired pages at DCGM's limit", C, retired)
+    over_dbe = _gt(r_dbe, params.retired_dbe_warning)
+    _flag(out, over_dbe, "pages retired by DBE past the soft limit", W, r_dbe)
     rows = value(snapshot, UNCORR_ROWS, now, age)
-    flag(_gt(rows, params.uncorrectable_rows_warning), "uncorrectable remapped rows", W, rows)
+    _flag(out, _gt(rows, params.uncorrectable_rows_warning), "uncorrectable remapped rows", W, rows)
     pending = value(snapshot, REMAP_PENDING, now, age)
-    flag(_gt(pending, 1.0), "row remap pending: reset the GPU to apply it", W, pending)
+    _flag(out, _gt(pending, 1.0), "row remap pending: reset the GPU to apply it", W, pending)
     r_pending = value(snapshot, RETIRED_PENDING, now, age)
-    flag(_gt(r_pending, 1.0), "page retirement pending: reset the GPU", W, r_pending)
+    _flag(out, _gt(r_pending, 1.0), "page retirement pending: reset the GPU", W, r_pending)
+    return out
 
-    # Event-type signals, held for hold_seconds after the last increase.
+
+def _event_reasons(
+    snapshot: FleetSnapshot, now: float, age: float, last_event: np.ndarray, params: Params
+) -> tuple[list[_Reason], np.ndarray]:
+    """Evidence from increases (SBE storm, new remapped row, new DBE), held for hold_seconds
+    after the last one; returns the reasons and which GPUs had an increase this cycle."""
+    n = len(snapshot.gpus)
     sbe_rate = rate(snapshot, SBE, now, age)
-    sbe_storm = _gt(None if sbe_rate is None else sbe_rate * 60.0, params.sbe_per_minute)
+    sbe_per_minute = None if sbe_rate is None else sbe_rate * 60.0
+    sbe_storm = _gt(sbe_per_minute, params.sbe_per_minute)
     rows_inc = increase(snapshot, UNCORR_ROWS, now, age)
     new_row = _gt(rows_inc, 1.0)
     dbe_inc = increase(snapshot, DBE, now, age)
@@ -119,60 +135,102 @@ def detect(
     for m in (sbe_storm, new_row, new_dbe):
         if m is not None:
             event |= m
-    last_event = np.where(event, now, cur["last_event"])
-    held = (now - last_event) <= params.hold_seconds
-    flag(held & ~event & np.isfinite(last_event), "recent memory error events", W, None)
-    flag(
-        sbe_storm,
-        "single-bit ECC error storm (per minute)",
-        W,
-        None if sbe_rate is None else sbe_rate * 60.0,
-    )
-    flag(new_row, "new uncorrectable remapped row: reset the GPU to apply it", W, rows_inc)
-    flag(new_dbe, "new double-bit ECC errors", C, dbe_inc)
+    last = np.where(event, now, last_event)
+    held = ((now - last) <= params.hold_seconds) & ~event & np.isfinite(last)
+    out: list[_Reason] = []
+    _flag(out, held, "recent memory error events", W, None)
+    _flag(out, sbe_storm, "single-bit ECC error storm (per minute)", W, sbe_per_minute)
+    _flag(out, new_row, "new uncorrectable remapped row: reset the GPU to apply it", W, rows_inc)
+    _flag(out, new_dbe, "new double-bit ECC errors", C, dbe_inc)
+    return out, event
 
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    n = len(snapshot.gpus)
+    interval = scrape_interval(snapshot)
+    age = params.max_age_intervals * interval
+    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    levels = _level_reasons(snapshot, now, age, params)
+    events, event = _event_reasons(snapshot, now, age, cur["last_event"], params)
+    reasons = levels + events
+
+    # Decision: the worst signal sets the severity. Evidence gpufleet did not see appear (the
+    # GPU's first cycle: totals with no earlier value, increases over a window that began
+    # before it watched) is pre-existing until something new shows while it watches: an
+    # increase, or a severity above the episode's.
+    sev = np.full(n, NONE, dtype=np.int8)
+    for r in reasons:
+        sev = np.where(r.mask, np.maximum(sev, r.rank), sev).astype(np.int8)
     active = sev > NONE
     onset = np.where(active, np.fmin(cur["onset"], now), np.nan)
+    first_sight = np.isnan(cur["pre"])
+    was_active = ~np.isnan(cur["onset"])
+    prev_sev = np.where(was_active, np.nan_to_num(cur["sev"], nan=NONE), NONE)
+    new_while_watching = ~first_sight & (event | (sev > prev_sev))
+    pre = np.where(first_sight, active, active & (cur["pre"] > 0) & ~new_while_watching)
+    last_event = np.where(event, now, cur["last_event"])
+
+    findings = [
+        _finding(snapshot, int(i), reasons, int(sev[i]), float(onset[i]), bool(pre[i]), now, params)
+        for i in np.flatnonzero(active)
+    ]
+    new = cur.replace(
+        onset=onset,
+        last_event=last_event,
+        pre=pre.astype(np.float32),
+        sev=np.where(active, sev, NONE).astype(np.float32),
+    )
+    return findings, State(new)
+
+
+def _finding(
+    snapshot: FleetSnapshot,
+    i: int,
+    reasons: list[_Reason],
+    rank: int,
+    onset: float,
+    pre_existing: bool,
+    now: float,
+    params: Params,
+) -> Finding:
+    """Output: one finding per GPU, its signals worst first."""
     g = snapshot.gpus
-    findings: list[Finding] = []
-    for i in np.flatnonzero(active):
-        why = [(t, r, s) for m, t, r, s in reasons if m[i]]
-        why.sort(key=lambda x: -x[1])
-        rank = int(sev[i])
-        ctx = gpu_context(snapshot, int(i))
-        node = node_name(snapshot, int(g.node_index[i]))
-        evidence = {
-            **ctx,
-            "signals": [t for t, _, _ in why],
-            "values": {t: (None if s is None else round(float(s[i]), 3)) for t, _, s in why},
-            "limits": {
-                "sbe_per_minute": params.sbe_per_minute,
-                "uncorrectable_rows_warning": params.uncorrectable_rows_warning,
-                "retired_pages_failure": params.retired_pages_failure,
-            },
-        }
-        severity = (
-            Severity.CRITICAL if rank == C else Severity.WARNING if rank == W else Severity.INFO
-        )
-        action = (
-            "drain the GPU's workload and reset the GPU; RMA if remapping failed or errors recur"
-            if rank == C
-            else "reset the GPU at the next drain; watch for escalation to uncorrectable errors"
-        )
-        findings.append(
-            Finding(
-                kind=FindingKind.GPU_MEMORY,
-                severity=severity,
-                summary=f"GPU {g.device_index[i]} on {node}: {why[0][0]}",
-                first_seen=float(onset[i]),
-                last_seen=now,
-                node=node,
-                gpu_uuid=str(g.uuid[i]),
-                evidence=evidence,
-                recommended_action=action,
-            )
-        )
-    return findings, State(cur.replace(onset=onset, last_event=last_event))
+    why = [r for r in reasons if r.mask[i]]
+    why.sort(key=lambda r: -r.rank)
+    node = node_name(snapshot, int(g.node_index[i]))
+    evidence = {
+        **gpu_context(snapshot, i),
+        "signals": [r.text for r in why],
+        "values": {r.text: (None if r.shown is None else round(float(r.shown[i]), 3)) for r in why},
+        "limits": {
+            "sbe_per_minute": params.sbe_per_minute,
+            "uncorrectable_rows_warning": params.uncorrectable_rows_warning,
+            "retired_pages_failure": params.retired_pages_failure,
+        },
+    }
+    if pre_existing:
+        evidence["pre_existing"] = PRE_EXISTING_NOTE
+    severity = Severity.CRITICAL if rank == C else Severity.WARNING if rank == W else Severity.INFO
+    action = (
+        "drain the GPU's workload and reset the GPU; RMA if remapping failed or errors recur"
+        if rank == C
+        else "reset the GPU at the next drain; watch for escalation to uncorrectable errors"
+    )
+    return Finding(
+        kind=FindingKind.GPU_MEMORY,
+        severity=severity,
+        summary=f"GPU {g.device_index[i]} on {node}: {why[0].text}"
+        + (f" ({PRE_EXISTING_NOTE})" if pre_existing else ""),
+        first_seen=onset,
+        last_seen=now,
+        node=node,
+        gpu_uuid=str(g.uuid[i]),
+        evidence=evidence,
+        recommended_action=action,
+        pre_existing=pre_existing,
+    )
 
 
 SPEC = DetectorSpec(
@@ -180,5 +238,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_MEMORY,),
+    severities=(Severity.CRITICAL, Severity.WARNING),
     doc="DBE ECC, SBE storms, row-remap failure/pending, remapped rows, retired pages.",
 )

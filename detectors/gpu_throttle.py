@@ -151,5 +151,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_THROTTLE,),
+    severities=(Severity.WARNING,),
     doc="Clock-event bits 0x8/0x20/0x40/0x80 while busy; SM clock below model peers.",
 )

@@ -19,7 +19,7 @@ from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
-from observer.fleet.catalog import XID_COUNT_METRIC, XidAction, xid_info
+from observer.fleet.catalog import XID_COUNT_METRIC, XIDS, XidAction, xid_info
 from observer.fleet.model import FleetSnapshot
 
 CRITICAL_ACTIONS = frozenset(
@@ -47,18 +47,27 @@ ACTION_TEXT = {
 _TABLE_SIZE = 256
 
 
+UNKNOWN_NOTE = "unknown XID, see NVIDIA's XID catalog"
+PRE_EXISTING_NOTE = "present before gpufleet started"
+
+
 def _severity_table() -> np.ndarray:
-    """XID code -> severity rank for plain occurrences (index = code; unknown codes critical)."""
-    table = np.full(_TABLE_SIZE, Severity.CRITICAL.rank, dtype=np.int8)
+    """XID code -> severity rank for plain occurrences (index = code). Codes missing from the
+    catalog are warnings, never critical by default: a person looks them up."""
+    table = np.full(_TABLE_SIZE, Severity.WARNING.rank, dtype=np.int8)
     for code in range(_TABLE_SIZE):
+        if code not in XIDS:
+            continue
         action = xid_info(code).action
         if action in CRITICAL_ACTIONS:
-            continue
-        table[code] = Severity.WARNING.rank if action in WARNING_ACTIONS else Severity.INFO.rank
+            table[code] = Severity.CRITICAL.rank
+        elif action not in WARNING_ACTIONS:
+            table[code] = Severity.INFO.rank
     return table
 
 
 _SEVERITY = _severity_table()
+_KNOWN_CODES = np.array(sorted(XIDS), dtype=np.int64)
 _BY_RANK = {s.rank: s for s in Severity}
 
 
@@ -83,6 +92,8 @@ _SPEC = {
     "last_event": (np.float64, np.nan),
     "events": (np.float32, 0.0),
     "count": (np.float32, np.nan),
+    # 1 once the episode has an occurrence gpufleet saw happen (not only held at first sight)
+    "watched": (np.float32, 0.0),
 }
 
 
@@ -101,10 +112,14 @@ def detect(
     known = ~np.isnan(prev)
     nonzero = ~np.isnan(gauge) & (gauge > 0)
     idx = np.clip(np.nan_to_num(code, nan=0.0).astype(np.int64), 0, _TABLE_SIZE - 1)
-    sev_rank = np.where(code >= _TABLE_SIZE, Severity.CRITICAL.rank, _SEVERITY[idx])
+    sev_rank = np.where(code >= _TABLE_SIZE, Severity.WARNING.rank, _SEVERITY[idx])
+    unknown = ~np.isin(np.nan_to_num(code, nan=0.0).astype(np.int64), _KNOWN_CODES)
     changed = nonzero & known & (gauge != prev)
-    cold = nonzero & ~known & (sev_rank == Severity.CRITICAL.rank)
+    # Cold start: a critical (or unknown) code already held in the gauge when gpufleet first
+    # sees the GPU is reported, marked pre-existing; other classes held then are old news.
+    cold = nonzero & ~known & ((sev_rank == Severity.CRITICAL.rank) | unknown)
     new_events = (changed | cold).astype(np.float32)
+    seen_happen = changed.copy()
     # dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT is a gauge: XIDs within its last window
     # (--xid-count-window-size, 5 min). A rise is a new XID, even of the same code; a count
     # on first sight is a recent XID whatever its class.
@@ -114,6 +129,7 @@ def detect(
         rise = np.where(np.isnan(prev_count), count, count - prev_count)
         rise = np.where(nonzero & ~np.isnan(rise) & (rise > 0), rise, 0.0).astype(np.float32)
         new_events = np.maximum(new_events, rise)
+        seen_happen |= (rise > 0) & ~np.isnan(prev_count)  # a first count predates gpufleet
         prev_count = np.where(np.isnan(count), prev_count, count).astype(np.float32)
     event = new_events > 0
     last_event = np.where(event, now, cur["last_event"])
@@ -125,6 +141,8 @@ def detect(
     if count is not None:
         events = np.where(active, np.fmax(events, np.nan_to_num(count, nan=0.0)), events)
     onset = np.where(active, np.where(was_active, cur["onset"], now), np.nan)
+    prior_watched = np.where(was_active, cur["watched"], 0.0) > 0
+    watched = active & (prior_watched | seen_happen)
     repeat = events >= params.repeat_warning
     sev_rank = np.where(repeat & (sev_rank == Severity.INFO.rank), Severity.WARNING.rank, sev_rank)
     # IGNORE-class codes stay info even when they repeat (NVIDIA: no action).
@@ -138,12 +156,17 @@ def detect(
         node = node_name(snapshot, int(g.node_index[i]))
         ctx = gpu_context(snapshot, int(i))
         n = round(float(events[i]))
+        pre_existing = not bool(watched[i])
+        is_unknown = bool(unknown[i])
+        notes = [UNKNOWN_NOTE] if is_unknown else []
+        notes += [PRE_EXISTING_NOTE] if pre_existing else []
         findings.append(
             Finding(
                 kind=FindingKind.GPU_XID,
                 severity=sev,
                 summary=f"XID {c} ({info.name}) on GPU {g.device_index[i]} of {node}"
-                + (f", {n} occurrences" if n > 1 else ""),
+                + (f", {n} occurrences" if n > 1 else "")
+                + (f" ({'; '.join(notes)})" if notes else ""),
                 first_seen=float(onset[i]),
                 last_seen=now,
                 node=node,
@@ -156,13 +179,25 @@ def detect(
                     "hardware": info.hardware,
                     "occurrences": n,
                     "last_occurrence": float(last_event[i]),
-                    "note": info.note,
+                    "note": UNKNOWN_NOTE if is_unknown else info.note,
+                    "unknown_xid": is_unknown,
+                    "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
                 },
-                recommended_action=ACTION_TEXT.get(info.action, info.action.value),
+                recommended_action=(
+                    f"look the code up ({UNKNOWN_NOTE}) and decide"
+                    if is_unknown
+                    else ACTION_TEXT.get(info.action, info.action.value)
+                ),
+                pre_existing=pre_existing,
             )
         )
     new = cur.replace(
-        code=code, onset=onset, last_event=last_event, events=events, count=prev_count
+        code=code,
+        onset=onset,
+        last_event=last_event,
+        events=events,
+        count=prev_count,
+        watched=watched.astype(np.float32),
     )
     return findings, State(new, now)
 
@@ -172,5 +207,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.GPU_XID,),
+    severities=(Severity.CRITICAL, Severity.WARNING, Severity.INFO),
     doc="XID codes with NVIDIA's action; repeats via gauge changes and the XID counter.",
 )

@@ -137,5 +137,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.MONITORING_GAP,),
+    severities=(Severity.WARNING, Severity.INFO),
     doc="Node exporter or the whole source silent (never read as a lost GPU).",
 )

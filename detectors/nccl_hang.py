@@ -90,61 +90,141 @@ _SPEC = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _JobReadings:
+    """Evidence, step 1: each GPU's readings and its job (rows in snapshot order)."""
+
+    util: np.ndarray
+    compute: np.ndarray | None
+    """Tensor pipe activity, the graphics engine where tensor is not collected."""
+    power: np.ndarray | None
+    nvlink: np.ndarray | None
+    job: np.ndarray
+    """The GPU's job, NO_INDEX for GPUs outside jobs."""
+    job_row: np.ndarray
+    fresh: np.ndarray
+    job_gpus: np.ndarray
+    job_fresh: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Signature:
+    """Evidence, step 2: which GPUs busy-spin with no compute, and which jobs are stalled."""
+
+    job_spinning: np.ndarray
+    judged: np.ndarray
+    """The job has enough fresh GPUs to judge."""
+    stalled: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """Evidence, step 3: training steps where the job exports them."""
+
+    flat: np.ndarray
+    moving: np.ndarray
+    window: float
+
+
+def _readings(
+    snapshot: FleetSnapshot, now: float, age: float, params: Params
+) -> _JobReadings | None:
+    g = snapshot.gpus
+    n_jobs = len(snapshot.jobs)
+    util = value(snapshot, UTIL, now, age)
+    if util is None or n_jobs == 0:
+        return None
+    compute = value(snapshot, TENSOR_ACTIVE, now, age)
+    if compute is None or np.all(np.isnan(compute)):
+        compute = value(snapshot, GR_ACTIVE, now, age)
+    in_job = g.job_index >= 0
+    job = np.where(in_job, g.job_index, NO_INDEX).astype(np.int32)
+    fresh = in_job & ~np.isnan(util)
+    return _JobReadings(
+        util=util,
+        compute=compute,
+        power=value(snapshot, POWER, now, age),
+        nvlink=rate(snapshot, NVLINK_BW, now, age),
+        job=job,
+        job_row=np.clip(g.job_index, 0, n_jobs - 1),
+        fresh=fresh,
+        job_gpus=np.bincount(job[in_job], minlength=n_jobs),
+        job_fresh=np.bincount(job[fresh], minlength=n_jobs),
+    )
+
+
+def _signature(r: _JobReadings, power_baseline: np.ndarray, params: Params) -> _Signature:
+    n_jobs = len(r.job_gpus)
+    spinning = r.fresh & (r.util >= params.util_pinned)
+    if r.compute is not None:
+        spinning &= np.nan_to_num(r.compute, nan=1.0) <= params.compute_idle
+    if r.power is not None:
+        with np.errstate(invalid="ignore"):  # an unknown baseline passes
+            spinning &= ~(r.power > params.power_fraction * power_baseline[r.job_row])
+    job_spinning = np.bincount(r.job[spinning], minlength=n_jobs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(r.job_fresh > 0, job_spinning / np.maximum(r.job_fresh, 1), 0.0)
+        coverage = np.where(r.job_gpus > 0, r.job_fresh / np.maximum(r.job_gpus, 1), 0.0)
+    judged = (coverage >= params.min_coverage) & (r.job_fresh >= 1)
+    return _Signature(job_spinning, judged, judged & (share >= params.ranks_fraction))
+
+
+def _steps(snapshot: FleetSnapshot, params: Params) -> _Steps:
+    n_jobs = len(snapshot.jobs)
+    flat = np.zeros(n_jobs, dtype=bool)
+    moving = np.zeros(n_jobs, dtype=bool)
+    for j, job in enumerate(snapshot.jobs):  # per job, not per GPU
+        inc = snapshot.job_steps_increase.get(job.key)
+        if inc is not None and not np.isnan(inc):
+            flat[j] = inc <= 0
+            moving[j] = inc > 0
+    window = params.steps_window_seconds
+    steps_col = column(snapshot, "training_steps_total")
+    if steps_col is not None and steps_col.window_seconds > 0:
+        window = steps_col.window_seconds
+    return _Steps(flat, moving, window)
+
+
+def _learn_baselines(
+    r: _JobReadings, stalled: np.ndarray, cur: KeyedArrays, params: Params
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's computing power and NVLink baselines, learned while it clearly computes."""
+    n_jobs = len(r.job_gpus)
+    fresh_job = np.where(r.fresh, r.job, NO_INDEX).astype(np.int32)
+    computing = np.zeros(n_jobs, dtype=bool)
+    if r.compute is not None:
+        computing = group_median(r.compute, fresh_job, n_jobs) >= 2 * params.compute_idle + 0.1
+    alpha = params.baseline_alpha
+
+    def learn(baseline: np.ndarray, reading: np.ndarray | None) -> np.ndarray:
+        if reading is None:
+            return baseline
+        median = group_median(reading, fresh_job, n_jobs)
+        update = computing & ~stalled & ~np.isnan(median)
+        ewma = np.where(np.isnan(baseline), median, (1 - alpha) * baseline + alpha * median)
+        return np.where(update, ewma, baseline).astype(np.float32)
+
+    return learn(cur["power"], r.power), learn(cur["nvlink"], r.nvlink)
+
+
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
-    g = snapshot.gpus
-    nj = len(snapshot.jobs)
     interval = scrape_interval(snapshot)
     age = params.max_age_intervals * interval
     cur = align(state.jobs if state else None, job_keys(snapshot), _SPEC)
     dt = dt_since(state.last_now if state else np.nan, now, interval)
-    util = value(snapshot, UTIL, now, age)
-    if util is None or nj == 0:
+    readings = _readings(snapshot, now, age, params)
+    if readings is None:
         return [], State(cur, now)
-    compute = value(snapshot, TENSOR_ACTIVE, now, age)
-    if compute is None or np.all(np.isnan(compute)):
-        compute = value(snapshot, GR_ACTIVE, now, age)
-    power = value(snapshot, POWER, now, age)
-    nvl = rate(snapshot, NVLINK_BW, now, age)
-    in_job = g.job_index >= 0
-    jid = np.where(in_job, g.job_index, NO_INDEX).astype(np.int32)
-    jsafe = np.clip(g.job_index, 0, nj - 1)
-    fresh = in_job & ~np.isnan(util)
-    total = np.bincount(jid[in_job], minlength=nj)
-    n_fresh = np.bincount(jid[fresh], minlength=nj)
+    sig = _signature(readings, cur["power"], params)
+    steps = _steps(snapshot, params)
 
-    sig = fresh & (util >= params.util_pinned)
-    if compute is not None:
-        sig &= np.nan_to_num(compute, nan=1.0) <= params.compute_idle
-    base_p = cur["power"][jsafe]
-    if power is not None:
-        with np.errstate(invalid="ignore"):
-            low = ~(power > params.power_fraction * base_p)  # unknown baseline passes
-        sig &= low
-    n_sig = np.bincount(jid[sig], minlength=nj)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(n_fresh > 0, n_sig / np.maximum(n_fresh, 1), 0.0)
-        coverage = np.where(total > 0, n_fresh / np.maximum(total, 1), 0.0)
-    judged = (coverage >= params.min_coverage) & (n_fresh >= 1)
-    stalled = judged & (share >= params.ranks_fraction)
-
-    steps_flat = np.zeros(nj, dtype=bool)
-    steps_moving = np.zeros(nj, dtype=bool)
-    window = params.steps_window_seconds
-    for j, job in enumerate(snapshot.jobs):  # per job, not per GPU
-        inc = snapshot.job_steps_increase.get(job.key)
-        if inc is not None and not np.isnan(inc):
-            steps_flat[j] = inc <= 0
-            steps_moving[j] = inc > 0
-    steps_col = column(snapshot, "training_steps_total")
-    if steps_col is not None and steps_col.window_seconds > 0:
-        window = steps_col.window_seconds
-
-    acc = np.where(judged, persist(cur["acc"], stalled, dt, params.min_seconds), cur["acc"]).astype(
-        np.float32
-    )
-    # Steps that still rose although the signature has held longer than their window: not hung.
+    # Decision: the signature held long enough (sooner with flat steps), unless steps still
+    # rose although the signature has held longer than their window (not hung).
+    judged, stalled = sig.judged, sig.stalled
+    held_acc = persist(cur["acc"], stalled, dt, params.min_seconds)
+    acc = np.where(judged, held_acc, cur["acc"]).astype(np.float32)
     # How long the signature has held without a break (independent of the stall counter).
     since = np.where(
         stalled, np.fmin(cur["since"], now - dt), np.where(judged, np.nan, cur["since"])
@@ -152,69 +232,63 @@ def detect(
     held = now - np.fmin(since, now)
     # Rising steps within the first window of the signature are inconclusive (the window still
     # holds pre-hang steps): the DCGM rule alone decides then, as for jobs without steps.
-    progressing = steps_moving & (held > window + interval)
+    progressing = steps.moving & (held > steps.window + interval)
     acc = np.where(progressing, 0.0, acc).astype(np.float32)
-    need = np.where(steps_flat, params.min_seconds_with_steps, params.min_seconds)
+    need = np.where(steps.flat, params.min_seconds_with_steps, params.min_seconds)
     active = ((acc >= need) | (~np.isnan(cur["onset"]) & (acc > 0))) & ~progressing
     onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
+    new_power, new_nvlink = _learn_baselines(readings, stalled, cur, params)
 
-    # Learn each job's computing baseline while it clearly computes (not stalled).
-    computing = np.zeros(nj, dtype=bool)
-    if compute is not None:
-        cmed = group_median(compute, np.where(fresh, jid, NO_INDEX).astype(np.int32), nj)
-        computing = cmed >= 2 * params.compute_idle + 0.1
-    a = params.baseline_alpha
-    new_power, new_nvl = cur["power"], cur["nvlink"]
-    if power is not None:
-        pmed = group_median(power, np.where(fresh, jid, NO_INDEX).astype(np.int32), nj)
-        upd = computing & ~stalled & ~np.isnan(pmed)
-        new_power = np.where(
-            upd, np.where(np.isnan(new_power), pmed, (1 - a) * new_power + a * pmed), new_power
-        ).astype(np.float32)
-    if nvl is not None:
-        nmed = group_median(nvl, np.where(fresh, jid, NO_INDEX).astype(np.int32), nj)
-        upd = computing & ~stalled & ~np.isnan(nmed)
-        new_nvl = np.where(
-            upd, np.where(np.isnan(new_nvl), nmed, (1 - a) * new_nvl + a * nmed), new_nvl
-        ).astype(np.float32)
-
-    findings: list[Finding] = []
-    for jpos in np.flatnonzero(active):
-        j = int(jpos)
-        job = snapshot.jobs[j]
-        members = np.flatnonzero(g.job_index == j)
-        nodes = sorted({snapshot.nodes[k].name for k in np.unique(g.node_index[members]) if k >= 0})
-        findings.append(
-            Finding(
-                kind=FindingKind.NCCL_HANG,
-                severity=Severity.CRITICAL,
-                summary=(
-                    f"job {job.key} looks hung in a collective for {now - onset[j]:.0f}s: "
-                    f"{int(n_sig[j])}/{int(n_fresh[j])} GPUs busy-spinning with no compute"
-                ),
-                first_seen=float(onset[j]),
-                last_seen=now,
-                job=str(job.key),
-                evidence={
-                    "gpus_with_signature": int(n_sig[j]),
-                    "gpus_fresh": int(n_fresh[j]),
-                    "gpus_total": int(total[j]),
-                    "util_median": _median(util, members),
-                    "compute_median": None if compute is None else _median(compute, members),
-                    "power_median_w": None if power is None else _median(power, members),
-                    "power_baseline_w": None
-                    if np.isnan(cur["power"][j])
-                    else round(float(cur["power"][j]), 1),
-                    "steps_increase": snapshot.job_steps_increase.get(job.key),
-                    "stalled_s": round(float(now - onset[j]), 1),
-                    "nvlink_bytes_per_s": None if nvl is None else _median(nvl, members),
-                    "nodes": nodes[:16],
-                },
-                recommended_action=ACTION,
-            )
-        )
-    new = cur.replace(acc=acc, onset=onset, since=since, power=new_power, nvlink=new_nvl)
+    findings = [
+        _finding(snapshot, now, int(j), float(onset[j]), readings, sig, cur["power"])
+        for j in np.flatnonzero(active)
+    ]
+    new = cur.replace(acc=acc, onset=onset, since=since, power=new_power, nvlink=new_nvlink)
     return findings, State(new, now)
+
+
+def _finding(
+    snapshot: FleetSnapshot,
+    now: float,
+    j: int,
+    onset: float,
+    r: _JobReadings,
+    sig: _Signature,
+    power_baseline: np.ndarray,
+) -> Finding:
+    """Output: the critical finding for job `j`, with the readings that show the stall."""
+    g = snapshot.gpus
+    job = snapshot.jobs[j]
+    members = np.flatnonzero(g.job_index == j)
+    nodes = sorted({snapshot.nodes[k].name for k in np.unique(g.node_index[members]) if k >= 0})
+    spinning, fresh = int(sig.job_spinning[j]), int(r.job_fresh[j])
+    return Finding(
+        kind=FindingKind.NCCL_HANG,
+        severity=Severity.CRITICAL,
+        summary=(
+            f"job {job.key} looks hung in a collective for {now - onset:.0f}s: "
+            f"{spinning}/{fresh} GPUs busy-spinning with no compute"
+        ),
+        first_seen=onset,
+        last_seen=now,
+        job=str(job.key),
+        evidence={
+            "gpus_with_signature": spinning,
+            "gpus_fresh": fresh,
+            "gpus_total": int(r.job_gpus[j]),
+            "util_median": _median(r.util, members),
+            "compute_median": None if r.compute is None else _median(r.compute, members),
+            "power_median_w": None if r.power is None else _median(r.power, members),
+            "power_baseline_w": None
+            if np.isnan(power_baseline[j])
+            else round(float(power_baseline[j]), 1),
+            "steps_increase": snapshot.job_steps_increase.get(job.key),
+            "stalled_s": round(float(now - onset), 1),
+            "nvlink_bytes_per_s": None if r.nvlink is None else _median(r.nvlink, members),
+            "nodes": nodes[:16],
+        },
+        recommended_action=ACTION,
+    )
 
 
 def _median(values: np.ndarray, rows: np.ndarray) -> float | None:
@@ -228,5 +302,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.NCCL_HANG,),
+    severities=(Severity.CRITICAL,),
     doc="Every rank busy-spinning with no compute (steps flat where exported).",
 )

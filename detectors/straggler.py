@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from detectors.base import DetectorSpec
-from detectors.findings import Finding, FindingKind
+from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     POWER,
     SM_CLOCK,
@@ -364,5 +364,6 @@ SPEC = DetectorSpec(
     params_type=Params,
     detect=detect,
     kinds=(FindingKind.STRAGGLER,),
+    severities=(Severity.WARNING, Severity.INFO),
     doc="A GPU persistently pacing its job (busy while peers wait, or clock-limited).",
 )

@@ -36,6 +36,50 @@ def test_xid48_is_critical_within_one_scrape_and_holds_until_reset() -> None:
     assert max(t for t, fs in cycles if fs) < T0 + 600  # cleared when the gauge is reset
 
 
+def test_a_critical_xid_held_at_first_sight_is_reported_as_pre_existing() -> None:
+    fleet = Fleet(nodes=1).set(XID, 79.0, gpu=(0, 3))  # in the gauge before gpufleet started
+    found = all_findings(replay("gpu_xid", fleet, steps(T0, T0 + 90)))
+    assert found and all(f.pre_existing for f in found)
+    assert {f.severity for f in found} == {Severity.CRITICAL}
+    assert "present before gpufleet started" in found[0].summary
+    assert found[0].evidence["pre_existing"] == "present before gpufleet started"
+    assert found[0].to_json()["pre_existing"] is True
+
+
+def test_an_xid_that_appears_while_watching_is_not_pre_existing() -> None:
+    fleet = Fleet(nodes=1)
+
+    def change(f: Fleet, t: float) -> None:
+        f.set(XID, 48.0 if t >= T0 + 60 else 0.0, gpu=(0, 3))
+
+    found = all_findings(replay("gpu_xid", fleet, steps(T0, T0 + 120), change))
+    assert found and not any(f.pre_existing for f in found)
+    assert "before gpufleet" not in found[0].summary
+
+
+def test_a_count_total_with_no_earlier_value_is_pre_existing_until_it_rises() -> None:
+    fleet = Fleet(nodes=1).set(XID, 13.0, gpu=(0, 4)).set(XID_COUNT_METRIC, 2.0, gpu=(0, 4))
+
+    def change(f: Fleet, t: float) -> None:
+        f.set(XID_COUNT_METRIC, 2.0 if t < T0 + 90 else 3.0, gpu=(0, 4))
+
+    cycles = replay("gpu_xid", fleet, steps(T0, T0 + 120), change)
+    assert [fs[0].pre_existing for _, fs in cycles] == [True, True, True, False, False]
+
+
+def test_an_xid_missing_from_the_catalog_is_a_warning_never_critical() -> None:
+    for code in (7.0, 201.0, 999.0):
+        fleet = Fleet(nodes=1)
+
+        def change(f: Fleet, t: float, code: float = code) -> None:
+            f.set(XID, code if t >= T0 + 30 else 0.0, gpu=(0, 0))
+
+        found = all_findings(replay("gpu_xid", fleet, steps(T0, T0 + 90), change))
+        assert found and {f.severity for f in found} == {Severity.WARNING}
+        assert "unknown XID, see NVIDIA's XID catalog" in found[0].summary
+        assert found[0].evidence["unknown_xid"] is True
+
+
 def test_benign_xid_is_info_and_an_old_app_xid_on_first_sight_is_not_replayed() -> None:
     fleet = Fleet(nodes=1).set(XID, 31.0, gpu=(0, 1))  # present before we started watching
 
@@ -74,6 +118,33 @@ def test_dbe_and_remap_failure_are_critical_but_a_counter_reset_is_not_an_error(
     assert by_gpu["GPU-000-5"].severity == Severity.CRITICAL
     assert by_gpu["GPU-000-6"].severity == Severity.CRITICAL
     assert "remapping failed" in by_gpu["GPU-000-6"].summary
+
+
+def test_a_dbe_total_with_no_earlier_value_is_pre_existing_until_new_errors() -> None:
+    fleet = Fleet(nodes=1).set(DBE, 3.0, gpu=(0, 2))  # the total gpufleet finds at start
+
+    def change(f: Fleet, t: float) -> None:
+        if t >= T0 + 90:  # new uncorrectable errors while gpufleet watches
+            f.set(DBE, 5.0, gpu=(0, 2)).set_increase(DBE, 2.0, gpu=(0, 2))
+
+    cycles = replay("gpu_memory", fleet, steps(T0, T0 + 150), change)
+    marks = [fs[0].pre_existing for _, fs in cycles]
+    assert marks == [True, True, True, False, False, False]
+    first = cycles[0][1][0]
+    assert first.severity == Severity.CRITICAL  # still reported as it is
+    assert "present before gpufleet started" in first.summary
+    assert first.evidence["pre_existing"] == "present before gpufleet started"
+
+
+def test_a_memory_error_that_appears_while_watching_is_not_pre_existing() -> None:
+    fleet = Fleet(nodes=1).set(DBE, 0.0)
+
+    def change(f: Fleet, t: float) -> None:
+        if t >= T0 + 60:
+            f.set(REMAP_FAIL, 1.0, gpu=(0, 1))
+
+    found = all_findings(replay("gpu_memory", fleet, steps(T0, T0 + 120), change))
+    assert found and not any(f.pre_existing for f in found)
 
 
 def test_sbe_storm_and_remapped_rows_warn() -> None:

@@ -32,14 +32,53 @@ def test_a_gpu_whose_series_stop_is_lost_within_two_scrapes() -> None:
     f = all_findings(cycles)[0]
     assert (f.kind, f.severity, f.node, f.gpu_uuid, f.job) == (
         FindingKind.GPU_LOST,
-        Severity.CRITICAL,
+        Severity.WARNING,  # uncorroborated: silent for under 3 intervals
         "node-001",
         "GPU-001-5",
         None,
     )
+    critical = first_fire(cycles, Severity.CRITICAL.rank)
+    assert critical is not None and 90.0 <= critical - gone <= 120.0
+    assert all_findings(cycles)[-1].evidence["corroboration"] == "silent_while_node_reports"
     assert f.evidence["job"] == "ml/t"  # GPU kinds: entity is the GPU; the job is evidence
     assert "reboot" in f.recommended_action
     assert all_findings(replay("monitoring_gap", fleet, [T0 + 300])) == []
+
+
+def test_one_missing_scrape_is_never_critical() -> None:
+    fleet = Fleet(nodes=2)
+    last_before = T0 + 60.0  # the scrape at T0 + 90 misses the GPU, the one at T0 + 120 has it
+
+    def one_missed_scrape(f: Fleet, t: float) -> None:
+        f.age = np.full(f.n, (t - T0) % 30.0)
+        if T0 + 90.0 <= t < T0 + 120.0:
+            f.stale(t - last_before, gpu=(1, 5))
+
+    cycles = replay("gpu_lost", fleet, steps(T0 + 5, T0 + 300, 15), one_missed_scrape)
+    found = all_findings(cycles)
+    assert found, "a missed scrape is still reported"
+    assert {f.severity for f in found} == {Severity.WARNING}
+    assert "at most a warning" in found[0].evidence["corroboration"]
+
+
+def test_xid_79_corroborates_a_lost_gpu_at_once() -> None:
+    fleet = Fleet(nodes=2)
+    fleet.set("DCGM_FI_DEV_XID_ERRORS", 79.0, gpu=(0, 2))
+    found = all_findings(replay("gpu_lost", fleet, [T0]))
+    assert [(f.gpu_uuid, f.severity) for f in found] == [("GPU-000-2", Severity.CRITICAL)]
+    assert found[0].evidence["corroboration"] == "xid_79"
+    assert found[0].pre_existing  # held in the gauge when gpufleet first saw the GPU
+    assert "present before gpufleet started" in found[0].summary
+
+
+def test_xid_79_raised_while_watching_is_not_pre_existing() -> None:
+    fleet = Fleet(nodes=2)
+
+    def change(f: Fleet, t: float) -> None:
+        f.set("DCGM_FI_DEV_XID_ERRORS", 79.0 if t >= T0 + 30 else 0.0, gpu=(0, 2))
+
+    found = all_findings(replay("gpu_lost", fleet, [T0, T0 + 30, T0 + 60], change))
+    assert found and {(f.severity, f.pre_existing) for f in found} == {(Severity.CRITICAL, False)}
 
 
 def test_a_gpu_dropped_from_the_snapshot_is_remembered_and_lost() -> None:

@@ -1,0 +1,275 @@
+"""Which detectors run on the DCGM fields a fleet exports: full evidence, reduced, or not at all.
+
+dcgm-exporter's shipped field lists leave ECC counters, NVLink error counters and clock-event
+(throttle) reasons off (docs: /work/shared/reference/gpu-health-facts.md). A detector whose
+fields are missing must not go silent: it either infers from what is present (SM clocks,
+temperature, power, activity) and says so, or it says that it cannot run and which exporter
+lines would turn its fields on. `coverage(present)` takes a plain set of field (series) names,
+as the observer finds them, and answers per registered detector; `notices(...)` turns the
+detectors that cannot run into findings (info, kind monitoring_gap: missing evidence, never a
+fault), so they reach the same outputs as every other finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from detectors.findings import Finding, FindingKind, Severity
+from detectors.gpu_interconnect import NVLINK_CRC, PCIE_REPLAY
+from detectors.gpu_memory import (
+    DBE,
+    REMAP_FAIL,
+    REMAP_PENDING,
+    RETIRED_DBE,
+    RETIRED_SBE,
+    SBE,
+    UNCORR_ROWS,
+)
+from detectors.signals import (
+    DRAM_ACTIVE,
+    GPU_TEMP,
+    GR_ACTIVE,
+    MEM_TEMP,
+    POWER,
+    SM_CLOCK,
+    TENSOR_ACTIVE,
+    THROTTLE,
+    UTIL,
+    XID,
+)
+from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind, canonical_name
+
+ANY_GPU_SERIES = "*"
+"""Stands for "any per-GPU series": freshness needs no particular field."""
+
+
+class Evidence(StrEnum):
+    FULL = "full"
+    REDUCED = "reduced"
+    CANNOT_RUN = "cannot_run"
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What one detector reads. It runs when at least one field of every `requires` group is
+    present; it runs on full evidence when every `full` field is present as well; `reduced`
+    says, per missing field, what the detector infers from instead."""
+
+    requires: tuple[tuple[str, ...], ...]
+    full: tuple[str, ...]
+    reduced: Mapping[str, str]
+    infers_from: Mapping[str, tuple[str, ...]]
+    """Per missing field: the present fields the detector then leans on."""
+
+
+NEEDS: Mapping[str, Needs] = {
+    "monitoring_gap": Needs(((ANY_GPU_SERIES,),), (), {}, {}),
+    "gpu_lost": Needs(
+        ((ANY_GPU_SERIES,),),
+        (XID,),
+        {XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals"},
+        {XID: ()},
+    ),
+    "gpu_xid": Needs(
+        ((XID,),),
+        (XID, XID_COUNT_METRIC),
+        {XID_COUNT_METRIC: "last-XID gauge only: a repeat of the same code is invisible"},
+        {XID_COUNT_METRIC: ()},
+    ),
+    "gpu_memory": Needs(
+        ((DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS, RETIRED_SBE, RETIRED_DBE),),
+        (DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS),
+        {
+            DBE: "no uncorrectable ECC counts: infers from remapped rows and remap failure "
+            "(an uncorrectable error remaps a row)",
+            SBE: "no single-bit ECC storms: the early warning before uncorrectable errors is lost",
+            REMAP_PENDING: "pending row remaps unseen until the rows are counted",
+            REMAP_FAIL: "a failed row remap is unseen",
+            UNCORR_ROWS: "remapped rows unseen",
+        },
+        {
+            DBE: (UNCORR_ROWS, REMAP_FAIL),
+            SBE: (),
+            REMAP_PENDING: (UNCORR_ROWS,),
+            REMAP_FAIL: (),
+            UNCORR_ROWS: (),
+        },
+    ),
+    "gpu_throttle": Needs(
+        ((THROTTLE, SM_CLOCK),),
+        (THROTTLE, SM_CLOCK, UTIL, GPU_TEMP),
+        {
+            THROTTLE: "no clock-event reasons: infers throttling from the SM clock below its "
+            "model peers while busy; the cause (thermal, power brake) is read from temperature "
+            "and power, not from the reason bits",
+            SM_CLOCK: "reason bits only: a slow clock with no reason bit is unseen",
+            UTIL: "cannot tell busy from idle GPUs: clock comparisons skipped",
+            GPU_TEMP: "no temperature in the evidence",
+        },
+        {
+            THROTTLE: (SM_CLOCK, UTIL, GPU_TEMP, POWER),
+            SM_CLOCK: (THROTTLE,),
+            UTIL: (),
+            GPU_TEMP: (),
+        },
+    ),
+    "gpu_interconnect": Needs(
+        ((NVLINK_CRC, PCIE_REPLAY),),
+        (NVLINK_CRC, PCIE_REPLAY),
+        {
+            NVLINK_CRC: "no NVLink CRC error rates: PCIe replays only",
+            PCIE_REPLAY: "no PCIe replays: NVLink CRC errors only",
+        },
+        {NVLINK_CRC: (PCIE_REPLAY,), PCIE_REPLAY: (NVLINK_CRC,)},
+    ),
+    "straggler": Needs(
+        ((TENSOR_ACTIVE, GR_ACTIVE, UTIL),),
+        (TENSOR_ACTIVE, GR_ACTIVE, UTIL, SM_CLOCK),
+        {
+            TENSOR_ACTIVE: "no tensor pipe: compares graphics-engine activity (or utilisation), "
+            "which waiting ranks also keep up, so fewer stragglers stand out",
+            GR_ACTIVE: "no graphics engine: falls back to utilisation where tensor is unused",
+            UTIL: "busy test skipped",
+            SM_CLOCK: "clock-limited GPUs unseen",
+        },
+        {
+            TENSOR_ACTIVE: (GR_ACTIVE, UTIL, SM_CLOCK),
+            GR_ACTIVE: (UTIL,),
+            UTIL: (),
+            SM_CLOCK: (),
+        },
+    ),
+    "nccl_hang": Needs(
+        ((UTIL,),),
+        (UTIL, TENSOR_ACTIVE, POWER),
+        {
+            TENSOR_ACTIVE: "no tensor pipe: no-compute read from the graphics engine, or from "
+            "near-idle power alone",
+            POWER: "no power: the spin kernel's near-idle draw is not checked",
+        },
+        {TENSOR_ACTIVE: (GR_ACTIVE, POWER), POWER: (UTIL,)},
+    ),
+    "gpu_idle": Needs(
+        ((UTIL,),),
+        (UTIL, GR_ACTIVE),
+        {GR_ACTIVE: "utilisation only (a kernel resident but doing little reads as busy)"},
+        {GR_ACTIVE: (UTIL,)},
+    ),
+    "anomaly": Needs(
+        ((UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),),
+        (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),
+        {},
+        {},
+    ),
+}
+"""Per built-in detector (tests check every registered detector has an entry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorCoverage:
+    detector: str
+    evidence: Evidence
+    missing: tuple[str, ...]
+    """Fields the detector reads that are absent."""
+    infers_from: tuple[str, ...]
+    """Present fields it leans on instead (reduced evidence)."""
+    notes: tuple[str, ...]
+    """What the missing fields cost, in words."""
+    exporter_lines: tuple[str, ...]
+    """dcgm-exporter counters-CSV lines that turn the missing fields on."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "evidence": self.evidence.value,
+            "missing": list(self.missing),
+            "infers_from": list(self.infers_from),
+            "notes": list(self.notes),
+            "exporter_lines": list(self.exporter_lines),
+        }
+
+
+def exporter_line(field: str) -> str:
+    """The line of dcgm-exporter's counters CSV (`name, type, help`) that enables `field`."""
+    if field == XID_COUNT_METRIC:
+        return (
+            f"{XID_COUNT_METRIC}, gauge, Count of XID errors within the user-specified window "
+            "(see --xid-count-window-size)."
+        )
+    spec = BY_NAME.get(field)
+    kind = "counter" if (spec is not None and spec.kind is Kind.COUNTER) else "gauge"
+    if spec is None and field.endswith(("_TOTAL", "_COUNT", "_COUNTER")):
+        kind = "counter"
+    text = spec.help if spec is not None else field.removeprefix("DCGM_FI_DEV_").replace("_", " ")
+    return f"{field}, {kind}, {text}"
+
+
+def _present(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(canonical_name(n) for n in names)
+
+
+def detector_coverage(name: str, present: Iterable[str]) -> DetectorCoverage:
+    """One detector's coverage for the present field names."""
+    have = _present(present)
+    needs = NEEDS[name]
+
+    def there(f: str) -> bool:
+        return bool(have) if f == ANY_GPU_SERIES else f in have
+
+    unmet = [g for g in needs.requires if not any(there(f) for f in g)]
+    if unmet:
+        missing = tuple(f for g in unmet for f in g if f != ANY_GPU_SERIES)
+        note = (
+            "no GPU series at all"
+            if any(ANY_GPU_SERIES in g for g in unmet)
+            else "none of " + ", ".join(missing) + " is exported"
+        )
+        lines = tuple(exporter_line(f) for f in missing)
+        return DetectorCoverage(name, Evidence.CANNOT_RUN, missing, (), (note,), lines)
+    missing = tuple(f for f in needs.full if not there(f))
+    if not missing:
+        return DetectorCoverage(name, Evidence.FULL, (), (), (), ())
+    infers = tuple(
+        dict.fromkeys(f for m in missing for f in needs.infers_from.get(m, ()) if there(f))
+    )
+    notes = tuple(needs.reduced.get(m, f"{m} missing") for m in missing)
+    lines = tuple(exporter_line(f) for f in missing)
+    return DetectorCoverage(name, Evidence.REDUCED, missing, infers, notes, lines)
+
+
+def coverage(
+    present: Iterable[str], detectors: Iterable[str] | None = None
+) -> tuple[DetectorCoverage, ...]:
+    """Per detector (every one in NEEDS unless named), how it runs on the present fields."""
+    have = _present(present)
+    names = list(detectors) if detectors is not None else list(NEEDS)
+    return tuple(detector_coverage(n, have) for n in names)
+
+
+def notices(report: Iterable[DetectorCoverage], now: float) -> list[Finding]:
+    """A finding for each detector that cannot run, so that it never goes silent."""
+    out: list[Finding] = []
+    for c in report:
+        if c.evidence is not Evidence.CANNOT_RUN:
+            continue
+        out.append(
+            Finding(
+                kind=FindingKind.MONITORING_GAP,
+                severity=Severity.INFO,
+                summary=f"detector {c.detector} cannot run: {c.notes[0]}",
+                first_seen=now,
+                last_seen=now,
+                evidence={"coverage": c.to_json()},
+                recommended_action=(
+                    "add these lines to dcgm-exporter's counters CSV: "
+                    + " | ".join(c.exporter_lines)
+                    if c.exporter_lines
+                    else "check that dcgm-exporter is scraped"
+                ),
+                detector="coverage",
+            )
+        )
+    return out

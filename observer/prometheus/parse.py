@@ -24,13 +24,9 @@ from observer.fleet.catalog import (
     LABEL_UUID,
     canonical_name,
 )
-from observer.fleet.model import FloatArray, Node, Pod, StrArray
+from observer.fleet.model import FloatArray, Pod, StrArray
 from observer.prometheus.plan import IDENTITY_LABELS, TS_LABEL
-from observer.snapshot.inputs import GpuColumns, MetricSeries, PodSeries, str_column
-from observer.snapshot.kube_records import (
-    nodes_from_kube_state_metrics,
-    pods_from_kube_state_metrics,
-)
+from observer.snapshot.inputs import GpuColumns, MetricSeries, PodSeries, keys_list
 
 Vector = Sequence[Mapping[str, Any]]
 """An instant vector as the HTTP API returns it."""
@@ -99,13 +95,6 @@ def gpu_series(
         return MetricSeries(np.full(len(v), np.nan), stamp, uuid, mig, increase=v,
                             window_seconds=window)  # fmt: skip
     return MetricSeries(v, stamp, uuid, mig)
-
-
-def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
-    migs = mig.tolist()
-    if not any(migs):  # no MIG instance: the key is the UUID (~3x faster at 10k GPUs)
-        return [str(u) for u in uuid.tolist()]
-    return [u if not m else f"{u}/{m}" for u, m in zip(uuid.tolist(), migs, strict=True)]
 
 
 def newest_pods(current: Vector) -> dict[str, str] | None:
@@ -193,61 +182,6 @@ def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> Vector:
     ]
 
 
-def fill_zero(
-    series: MetricSeries | None,
-    current: GpuColumns,
-    n_current: int,
-    *,
-    increase: bool = False,
-    window: float = 0.0,
-) -> MetricSeries:
-    """A sparse answer plus 0 for every currently reporting GPU it does not name."""
-    uuid = current.uuid[:n_current]
-    mig = None if current.mig_instance is None else current.mig_instance[:n_current]
-    stamp = current.timestamp[:n_current] if current.timestamp is not None else np.zeros(n_current)
-    named: set[str] = set()
-    if series is not None:
-        assert series.uuid is not None
-        named = set(keys_list(series.uuid, series.mig_instance))
-    missing = np.fromiter((k not in named for k in keys_list(uuid, mig)), bool, n_current)
-    zeros = np.zeros(int(missing.sum()))
-    filler = MetricSeries(
-        np.full(zeros.shape[0], np.nan) if increase else zeros,
-        stamp[missing],
-        uuid[missing],
-        None if mig is None else mig[missing],
-        increase=zeros if increase else None,
-        window_seconds=window,
-    )
-    return filler if series is None else _concat(series, filler)
-
-
-def keys_list(uuid: StrArray, mig: StrArray | None) -> list[str]:
-    return _keys(uuid, mig if mig is not None else str_column([""] * len(uuid)))
-
-
-def _concat(a: MetricSeries, b: MetricSeries) -> MetricSeries:
-    def col(x: MetricSeries, c: StrArray | None) -> StrArray:
-        return c if c is not None else str_column([""] * len(x))
-
-    assert a.uuid is not None and b.uuid is not None
-    inc = None
-    if a.increase is not None or b.increase is not None:
-        inc = np.concatenate([_inc(a), _inc(b)])
-    return MetricSeries(
-        np.concatenate([a.value, b.value]),
-        np.concatenate([a.timestamp, b.timestamp]),
-        np.concatenate([a.uuid, b.uuid]),
-        np.concatenate([col(a, a.mig_instance), col(b, b.mig_instance)]),
-        increase=inc,
-        window_seconds=max(a.window_seconds, b.window_seconds),
-    )
-
-
-def _inc(s: MetricSeries) -> FloatArray:
-    return s.increase if s.increase is not None else np.full(len(s), np.nan)
-
-
 def merge_counter(value: MetricSeries | None, inc: MetricSeries | None) -> MetricSeries | None:
     """One counter column: latest value and increase, joined on the GPU key."""
     if value is None or inc is None:
@@ -329,36 +263,3 @@ def last_up(
         if name is not None:
             out[name] = max(out.get(name, -np.inf), float(r["value"][1]))
     return out
-
-
-def kube_records(
-    kube: Vector, status: Vector, strip: Sequence[str]
-) -> tuple[list[Node], list[Pod]]:
-    """Nodes and pods from kube-state-metrics series (Prometheus' target labels removed)."""
-    drop = set(strip) | {"__name__"}
-    fams: dict[str, list[dict[str, str]]] = {}
-    for r in [*kube, *status]:
-        m = r["metric"]
-        fams.setdefault(m.get("__name__", ""), []).append(
-            {k: v for k, v in m.items() if k not in drop}
-        )
-    ones = [(row, 1.0) for row in fams.get("kube_pod_status_phase", [])]
-    pods = pods_from_kube_state_metrics(
-        fams.get("kube_pod_info", []), fams.get("kube_pod_labels", []), ones
-    )
-    unsched_rows = [
-        (row, float(r["value"][1]))
-        for r, row in zip(
-            [r for r in kube if r["metric"].get("__name__") == "kube_node_spec_unschedulable"],
-            fams.get("kube_node_spec_unschedulable", []),
-            strict=True,
-        )
-    ]
-    nodes = nodes_from_kube_state_metrics(
-        fams.get("kube_node_info", []),
-        fams.get("kube_node_labels", []),
-        unsched_rows,
-        [(row, 1.0) for row in fams.get("kube_node_status_condition", [])],
-        fams.get("kube_node_spec_taint", []),
-    )
-    return nodes, pods

@@ -3,7 +3,7 @@
 Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 24 on a cold
 start, 14 afterwards (the 10 `cold` ones are then answered from memory: observer.prometheus.memory
 for
-3, observer.prometheus.counter_memory for the 7 counter increases). Each does its
+3, observer.prometheus.memory for the 7 counter increases). Each does its
 filtering and label stripping on the server, so the payload stays close to "one number per GPU
 per metric", and the plan avoids reading any series twice where it can (Prometheus spends
 ~10 us per series read; at 10k GPUs x 22 families that is the cycle's main cost):
@@ -49,6 +49,7 @@ from observer.fleet.catalog import (
     Kind,
 )
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
 
 TS_LABEL = "gf_ts"
 """Marks the `timestamp()` twin of a series in a query that returns both."""
@@ -83,15 +84,6 @@ EXTRA_GAUGES = (
     "DCGM_FI_DEV_RETIRED_PENDING",
 )
 """Fields outside dcgm-exporter's defaults that the detectors read when a user enables them."""
-KSM_FAMILIES = (
-    "kube_pod_info",
-    "kube_pod_labels",
-    "kube_node_info",
-    "kube_node_labels",
-    "kube_node_spec_unschedulable",
-    "kube_node_spec_taint",
-)
-KSM_STATUS_FAMILIES = ("kube_pod_status_phase", "kube_node_status_condition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +140,7 @@ class Query:
     """`query` (PromQL), or `names`: the `__name__` values of series matching `promql`."""
     cold: bool = False
     """Asked on a cold start only; later cycles answer it from memory (observer.prometheus.memory,
-    and observer.prometheus.counter_memory for the `family` queries: counter increases)."""
+    and observer.prometheus.memory for the `family` queries: counter increases)."""
 
 
 def _dur(seconds: float) -> str:

@@ -27,15 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from observer.fleet.catalog import STEPS_METRIC, XID_COUNT_METRIC
-from observer.prometheus.answers import QueryFailed, Seen
 from observer.prometheus.assemble import drop_partial, interval_from
-from observer.prometheus.counter_memory import CounterMemory
-from observer.prometheus.memory import PromMemory
+from observer.prometheus.client import PrometheusClient, QueryFailed, Seen
+from observer.prometheus.memory import CounterMemory, PromMemory
 from observer.prometheus.parse import present_families
 from observer.prometheus.plan import (
     IDENTITY_LABELS,
-    KSM_FAMILIES,
-    KSM_STATUS_FAMILIES,
     SPARSE_COUNTERS,
     PromSettings,
     value_groups,
@@ -51,13 +48,13 @@ from observer.prometheus.replay.chunk_grids import (
     values,
     xid_counts,
 )
-from observer.prometheus.replay.fetch import RawFetch
 from observer.prometheus.replay.matrix import RawBlock, carry
 from observer.prometheus.replay.step_grid import newest
 from observer.prometheus.replay.steps import Chunk, Selected
-from observer.prometheus.replay.workers import WorkerPool
+from observer.prometheus.replay.workers import WorkerPool, fetch_block
 from observer.snapshot.cycle_stats import QueryStat
 from observer.snapshot.inputs import GpuColumns
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +101,8 @@ Runner = Callable[
     [Callable[[RawQuery], tuple[RawBlock, Seen]], Sequence[RawQuery]],
     tuple[dict[str, RawBlock | None], list[QueryStat], list[str]],
 ]
-"""observer.prometheus.cycle.PromCycles._run: the queries concurrently, failures judged."""
+"""observer.prometheus.collector.PrometheusCollector._run: the queries concurrently, failures
+judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +122,7 @@ class RawReplay:
     def __init__(
         self,
         s: PromSettings,
-        fetch: RawFetch,
+        client: PrometheusClient,
         run: Runner,
         names: Callable[[float, float], list[object]],
         lookback: float,
@@ -132,7 +130,7 @@ class RawReplay:
         workers: int = 2,
     ) -> None:
         self.s = s
-        self.fetch = fetch
+        self.client = client
         self.run = run
         self.names = names
         self.lookback = lookback
@@ -165,7 +163,7 @@ class RawReplay:
                 span_ms = c1_ms - c0_ms + reach_ms
             selector = f"{q.selector}[{span_ms}ms]"
             if self._procs is None:
-                block, seen, _ = self.fetch.fetch(selector, c1)
+                block, seen, _ = fetch_block(self.client, selector, c1)
             else:
                 block, seen, _ = self._procs.fetch(self.s, selector, c1)
             return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen

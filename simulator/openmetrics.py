@@ -23,7 +23,13 @@ from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
 from simulator.engine import FleetSimulator, Sample
 from simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
 from simulator.layout import SimPod
-from simulator.series import FLOAT_FAMILIES, GpuLabelCache, sample_lines
+from simulator.series import (
+    FLOAT_FAMILIES,
+    POD_LABEL_LAYOUTS,
+    GpuLabelCache,
+    exporter_target_labels,
+    sample_lines,
+)
 
 DCGM_JOB = "dcgm-exporter"
 DCGM_PORT = 9400
@@ -77,14 +83,26 @@ class OpenMetricsWriter:
         *,
         pods_at: Callable[[float], Sequence[SimPod]] | None = None,
         kube: bool = True,
+        pod_labels: str = "direct",
     ) -> None:
+        """`pod_labels`: where DCGM series carry the workload (simulator.series.POD_LABEL_LAYOUTS);
+        `exported` and `none` also give every DCGM and `up` series the exporter pod's own
+        target labels, as Prometheus' Kubernetes service discovery does."""
+        if pod_labels not in POD_LABEL_LAYOUTS:
+            raise ValueError(
+                f"pod_labels: expected one of {POD_LABEL_LAYOUTS} (got {pod_labels!r})"
+            )
         self.sim = sim
         self.pods_at = pods_at
         self.kube = kube
         nodes = [sim.layout.nodes[int(i)].name for i in sim.layout.gpu_node]
-        extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"' for n in nodes]
-        self._labels = GpuLabelCache(sim.layout, extra)
-        self._up = [f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"' for n in sim.layout.nodes]
+        target = exporter_target_labels if pod_labels != "direct" else (lambda _node: "")
+        extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"{target(n)}' for n in nodes]
+        self._labels = GpuLabelCache(sim.layout, extra, pod_labels)
+        self._up = [
+            f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"{target(n.name)}'
+            for n in sim.layout.nodes
+        ]
         self._kube_cache: tuple[tuple[int, ...], dict[str, list[str]]] | None = None
 
     def families(self) -> dict[str, _Family]:

@@ -39,6 +39,7 @@ from observer.fleet.model import Event, FleetSnapshot, Node, Pod
 from observer.prometheus.assemble import assemble, drop_partial
 from observer.prometheus.client import PrometheusClient, PrometheusUnreachable, QueryFailed, Seen
 from observer.prometheus.memory import CounterMemory, PromMemory
+from observer.prometheus.parse import exporter_pods_of, workload_answers
 from observer.prometheus.plan import PromSettings, Query, counter_families, plan
 from observer.prometheus.replay.chunks import chunks
 from observer.prometheus.replay.range_replay import RawQuery, RawReplay, memory_from
@@ -95,6 +96,9 @@ class PrometheusCollector:
         self.memory = PromMemory(settings.inventory_window)
         self.counters = counter_memory(settings)
         self.api = PrometheusClient(settings)
+        self.pod_layouts: set[str] = set()
+        """Where the last cycle found the workloads' pod labels (`PromSettings.pod_labels`):
+        `direct`, `exported`, `none`."""
         self._pool = ThreadPoolExecutor(max(1, settings.concurrency), "prom-query")
 
     def close(self) -> None:
@@ -193,6 +197,7 @@ class PrometheusCollector:
                 lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
             )
             answers = drop_partial(answers, stats)
+            answers, self.pod_layouts = workload_answers(answers, self.settings.pod_labels)
             snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
         took = time.perf_counter() - began
         return CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)
@@ -230,8 +235,11 @@ class PrometheusCollector:
         began = time.perf_counter()
         spent = self.range_seconds = dict.fromkeys(("setup", "wait", "grids", "steps"), 0.0)
         spent["chunks"] = 0
-        cold_queries = [q for q in self.queries if (q.cold and not q.family) or q.essential]
+        cold_queries = [  # `up`: which pods are the exporters' own (never a GPU's workload)
+            q for q in self.queries if (q.cold and not q.family) or q.essential or q.name == "up"
+        ]
         answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
+        answers, self.pod_layouts = workload_answers(answers, self.settings.pod_labels)
         self.memory = PromMemory(self.settings.inventory_window)
         self.memory.remember(answers, start, cold=True)
         memory = memory_from(self.memory, counter_memory(self.settings))
@@ -239,6 +247,7 @@ class PrometheusCollector:
             self.settings, self.api, self._run,
             lambda a, b: self.api.names(_dcgm_names(self.queries), a, b)[0],
             *self._server_semantics(start),
+            exporter_pods=exporter_pods_of(answers.get("up") or []),
             workers=2 if end - start > self.settings.range_chunk else 0,  # short: not worth it
         )  # fmt: skip
         builder = self.builder.with_pod_cache()

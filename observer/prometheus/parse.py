@@ -9,7 +9,7 @@ GPU reports stays NaN ("not collected"). Pure functions; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -263,3 +263,68 @@ def last_up(
         if name is not None:
             out[name] = max(out.get(name, -np.inf), float(r["value"][1]))
     return out
+
+
+_WORKLOAD = (LABEL_POD, LABEL_NAMESPACE, "container")
+_EXPORTED = tuple(f"exported_{k}" for k in _WORKLOAD)
+
+
+def pod_label_layout(series: Sequence[Mapping[str, str]], mode: str) -> str:
+    """`direct`, `exported` or `none` for one answer's label sets. `auto`: `exported` when any
+    series carries `exported_pod`/`exported_namespace` (Prometheus scraped dcgm-exporter without
+    `honorLabels`, so `pod`/`namespace`/`container` name the exporter), else `direct`."""
+    if mode != "auto":
+        return mode
+    exported = any(_EXPORTED[0] in m or _EXPORTED[1] in m for m in series)
+    return "exported" if exported else "direct"
+
+
+def workload_labels(
+    series: Sequence[Mapping[str, str]], mode: str, exporter_pods: Collection[tuple[str, str]]
+) -> tuple[list[dict[str, str]], str]:
+    """Label sets whose `pod`/`namespace`/`container` name the workload holding the GPU, or
+    are absent; and the layout read (`pod_label_layout`). A pod in `exporter_pods` (namespace,
+    name: the exporters' own, from `up`) is never a GPU's workload."""
+    layout = pod_label_layout(series, mode)
+    out: list[dict[str, str]] = []
+    for m in series:
+        d = {k: v for k, v in m.items() if k not in _EXPORTED and k not in _WORKLOAD}
+        if layout == "exported":
+            d.update({k: m[e] for k, e in zip(_WORKLOAD, _EXPORTED, strict=True) if m.get(e)})
+        elif layout == "direct" and (
+            (m.get(LABEL_NAMESPACE, ""), m.get(LABEL_POD, "")) not in exporter_pods
+        ):
+            d.update({k: m[k] for k in _WORKLOAD if m.get(k)})
+        out.append(d)
+    if layout == "direct" and out and not any(LABEL_POD in d for d in out):
+        layout = "none"  # no GPU names a workload: attribute by node from Kubernetes
+    return out, layout
+
+
+def exporter_pods_of(up: Vector) -> set[tuple[str, str]]:
+    """(namespace, pod) of the exporters themselves: Prometheus' target labels on `up`."""
+    return {
+        (m.get(LABEL_NAMESPACE, ""), m[LABEL_POD])
+        for m in (r["metric"] for r in up)
+        if m.get(LABEL_POD)
+    }
+
+
+WORKLOAD_ANSWERS = ("identity", "vanished", "xid_count")
+"""Answers besides `values:*` whose label sets name pods on DCGM series."""
+
+
+def workload_answers(
+    answers: Mapping[str, list[dict[str, Any]] | None], mode: str
+) -> tuple[dict[str, list[dict[str, Any]] | None], set[str]]:
+    """The DCGM answers with workload pod labels (`workload_labels`), and the layouts read."""
+    exporters = exporter_pods_of(answers.get("up") or [])
+    out = dict(answers)
+    layouts: set[str] = set()
+    for name, vector in answers.items():
+        if not vector or not (name in WORKLOAD_ANSWERS or name.startswith("values:")):
+            continue
+        labels, layout = workload_labels([r["metric"] for r in vector], mode, exporters)
+        layouts.add(layout)
+        out[name] = [{**r, "metric": m} for r, m in zip(vector, labels, strict=True)]
+    return out, layouts

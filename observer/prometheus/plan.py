@@ -66,7 +66,11 @@ IDENTITY_LABELS = (
     LABEL_PCI_BUS_ID,
     LABEL_POD,
     LABEL_NAMESPACE,
+    "exported_pod",
+    "exported_namespace",
 )
+"""GPU identity labels; `exported_*` carry the workload's pod when Prometheus scraped
+dcgm-exporter without `honorLabels` (observer.prometheus.parse.workload_labels)."""
 KEY = f"{LABEL_UUID}, {LABEL_MIG_INSTANCE}"
 SPARSE_COUNTERS = (
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -84,6 +88,10 @@ EXTRA_GAUGES = (
     "DCGM_FI_DEV_RETIRED_PENDING",
 )
 """Fields outside dcgm-exporter's defaults that the detectors read when a user enables them."""
+
+
+POD_LABEL_MODES = ("auto", "direct", "exported", "none")
+"""Where the workload's pod labels are on DCGM series (`PromSettings.pod_labels`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +131,22 @@ class PromSettings:
     range_chunk: float = 3600.0
     """Longest span of one range request; longer windows are split into chunks."""
     cluster: str = "default"
+    pod_labels: str = "auto"
+    """Where DCGM series name the GPU's workload: `direct` (`pod`, `namespace`: dcgm-exporter's
+    own labels, honorLabels), `exported` (`exported_pod`, `exported_namespace`: Prometheus
+    renamed them because the target's own `pod` label won), `none` (no pod labels: GPUs are
+    attributed from Kubernetes by node), `auto` (per answer: `exported` when such labels
+    appear, else `direct`). Never the exporter's own pod (the `up` series name it)."""
     headers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     target_labels: tuple[str, ...] = ("job", "instance", "endpoint", "service", "prometheus")
     """Labels Prometheus adds on scrape; stripped from kube-state-metrics pod/node labels."""
+
+    def __post_init__(self) -> None:
+        if self.pod_labels not in POD_LABEL_MODES:
+            raise ValueError(
+                f"pod_labels: expected one of {', '.join(POD_LABEL_MODES)} "
+                f"(got {self.pod_labels!r})"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +225,7 @@ def value_groups(s: PromSettings) -> tuple[tuple[str, ...], ...]:
 
 def values_query(selector: str) -> str:
     """Latest values keyed by family, GPU and pod (the pod tells a lingering old series)."""
-    return f"max by (__name__, {KEY}, {LABEL_POD}) ({selector})"
+    return f"max by (__name__, {KEY}, {LABEL_POD}, exported_pod) ({selector})"
 
 
 def plan(s: PromSettings) -> tuple[Query, ...]:

@@ -18,9 +18,10 @@ backfilled data always does; the cycle's rules (newest pod, sample age) are made
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from observer.fleet.catalog import STEPS_METRIC, XID_COUNT_METRIC
 from observer.prometheus.assemble import drop_partial, interval_from
 from observer.prometheus.client import PrometheusClient, QueryFailed, Seen
 from observer.prometheus.memory import CounterMemory, PromMemory
-from observer.prometheus.parse import present_families
+from observer.prometheus.parse import present_families, workload_labels
 from observer.prometheus.plan import (
     IDENTITY_LABELS,
     SPARSE_COUNTERS,
@@ -128,7 +129,10 @@ class RawReplay:
         lookback: float,
         left_open: bool,
         workers: int = 2,
+        exporter_pods: Collection[tuple[str, str]] = (),
     ) -> None:
+        self.exporter_pods = frozenset(exporter_pods)
+        """(namespace, pod) of the exporters themselves: never a GPU's workload."""
         self.s = s
         self.client = client
         self.run = run
@@ -166,6 +170,8 @@ class RawReplay:
                 block, seen, _ = fetch_block(self.client, selector, c1)
             else:
                 block, seen, _ = self._procs.fetch(self.s, selector, c1)
+            if q.name in _WORKLOAD_BLOCKS or q.name.startswith("raw:values:"):
+                block = self._workload(block)
             return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen
 
         blocks, stats, problems = self.run(ask, self.plan)
@@ -180,6 +186,11 @@ class RawReplay:
             problems.append(f"query families failed: {exc}")
             families = None
         return Fetched(c0, c1, blocks, stats, problems, families)
+
+    def _workload(self, block: RawBlock) -> RawBlock:
+        """The block with workload pod labels (observer.prometheus.parse.workload_labels)."""
+        labels, _ = workload_labels(block.labels, self.s.pod_labels, self.exporter_pods)
+        return dataclasses.replace(block, labels=labels)
 
     def chunks(self, spans: Sequence[tuple[float, float]]) -> Iterator[Fetched]:
         """Fetched chunks in order, the next one on its way while the caller uses this one."""
@@ -250,6 +261,7 @@ class RawReplay:
         )
 
 
+_WORKLOAD_BLOCKS = frozenset({"raw:sparse", "raw:xid"})
 _KUBE_MAIN = frozenset(KSM_FAMILIES)
 _KUBE_STATUS = frozenset(KSM_STATUS_FAMILIES)
 

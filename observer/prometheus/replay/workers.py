@@ -5,8 +5,7 @@ observer.prometheus.replay.matrix.
 
 Parsing a chunk's millions of samples takes about as long as everything else a replay does with
 that chunk, and under one interpreter lock the two cannot overlap. So range replays hand each
-raw fetch to a child process started as `python -m
-observer.prometheus.replay.workers`
+raw fetch to a child process started as `python -c` that calls `serve`
 (no re-import of the caller's `__main__`, unlike multiprocessing's spawn) and read the parsed
 arrays back as pickles over its stdout. A worker that dies fails its request as a temporary
 query failure; the replay marks that chunk degraded, as for any failed query.
@@ -53,13 +52,20 @@ def fetch_block(client: PrometheusClient, selector: str, at: float) -> Result:
     return block, seen, time.perf_counter() - began
 
 
+_MAIN = (
+    "import sys; from observer.prometheus.replay.workers import serve; "
+    "serve(sys.stdin.buffer, sys.stdout.buffer)"
+)
+"""The worker's entry (not `-m`: the package's __init__ imports this module first)."""
+
+
 class _Worker:
     def __init__(self) -> None:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "observer.prometheus.replay.workers"], stdin=subprocess.PIPE,
+            [sys.executable, "-c", _MAIN], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env,
         )  # fmt: skip
 

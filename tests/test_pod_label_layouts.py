@@ -17,9 +17,12 @@ import pytest
 
 from detectors.suite import DetectorSuite
 from evaluation.replay import replay
+from observer.fleet.model import Pod
 from observer.prometheus import PrometheusCollector, PromSettings
-from observer.prometheus.parse import workload_labels
+from observer.prometheus.parse import pod_labels_note, workload_labels
+from observer.snapshot.kube_records import pod_from_api
 from simulator.engine import FleetSimulator
+from simulator.kube_api.pods import set_running, set_scheduled, workload_pod
 from simulator.openmetrics import OpenMetricsWriter
 from simulator.scenario import demo_scenario
 from tests.prometheus_fixture import PrometheusFactory
@@ -82,3 +85,41 @@ def test_job_level_detection_is_the_same_in_the_exported_layout(
     kinds = {k for k, *_ in direct}
     assert {"straggler", "nccl_hang", "gpu_idle"} <= kinds, kinds
     assert exported == direct
+
+
+def _api_pods(sim: FleetSimulator, t: float) -> list[Pod]:
+    """The running workload pods as the Kubernetes collector reads them from the API."""
+    out = []
+    for p in sim.sample(t).pods:
+        if p.start <= t < (p.end or float("inf")):
+            obj = workload_pod(p, ts=p.start, owner_uid="u", pool=None)
+            set_scheduled(obj, p.node, p.start)
+            set_running(obj, p.start, "10.0.0.1")
+            out.append(pod_from_api(obj))
+    return out
+
+
+@pytest.mark.prometheus
+def test_without_pod_labels_gpus_are_attributed_by_node_where_certain(
+    prometheus_factory: PrometheusFactory, tmp_path: Path
+) -> None:
+    """The exporter's Kubernetes mapping off: the summary says so, whole-node pods are
+    attributed from the Kubernetes API, shared nodes stay unattributed, the exporter never."""
+    sc = demo_scenario()
+    sim = FleetSimulator(sc)
+    t = sc.start + 30 * MIN
+    om = tmp_path / "demo-none.om"
+    OpenMetricsWriter(FleetSimulator(sc), pod_labels="none").write(om, t - 10 * MIN, t)
+    prom = prometheus_factory(om)
+    pods = _api_pods(sim, t)
+    with PrometheusCollector(PromSettings(prom.url)) as collector:
+        snap = collector.collect(t, pods=pods).snapshot
+        assert collector.pod_layouts == {"none"}
+        assert "NONE" in pod_labels_note(collector.pod_layouts)
+    held = {snap.pods[i].name for i in snap.gpus.pod_index.tolist() if i >= 0}
+    whole_node = {p.name for p in pods if p.gpus == 8}
+    shared = {p.name for p in pods if p.gpus < 8}
+    assert whole_node and held == whole_node, (held, whole_node)
+    assert not held & shared and not any(n.startswith(EXPORTER) for n in held)
+    job_gpus = np.asarray(snap.gpus.job_index) >= 0
+    assert job_gpus.sum() == 8 * len(whole_node)

@@ -302,12 +302,11 @@ def workload_labels(
 
 
 def exporter_pods_of(up: Vector) -> set[tuple[str, str]]:
-    """(namespace, pod) of the exporters themselves: Prometheus' target labels on `up`."""
-    return {
-        (m.get(LABEL_NAMESPACE, ""), m[LABEL_POD])
-        for m in (r["metric"] for r in up)
-        if m.get(LABEL_POD)
-    }
+    """(namespace, pod) of the exporters themselves: Prometheus' target labels on `up`; also
+    ("", pod), as the `values:*` answers keep the pod but not its namespace."""
+    named = [(m.get(LABEL_NAMESPACE, ""), m[LABEL_POD]) for m in (r["metric"] for r in up)
+             if m.get(LABEL_POD)]  # fmt: skip
+    return {*named, *(("", pod) for _, pod in named)}
 
 
 WORKLOAD_ANSWERS = ("identity", "vanished", "xid_count")
@@ -317,7 +316,8 @@ WORKLOAD_ANSWERS = ("identity", "vanished", "xid_count")
 def workload_answers(
     answers: Mapping[str, list[dict[str, Any]] | None], mode: str
 ) -> tuple[dict[str, list[dict[str, Any]] | None], set[str]]:
-    """The DCGM answers with workload pod labels (`workload_labels`), and the layouts read."""
+    """The DCGM answers with workload pod labels (`workload_labels`), and the layout the
+    `identity` answer (the one that attributes GPUs to pods) was read in."""
     exporters = exporter_pods_of(answers.get("up") or [])
     out = dict(answers)
     layouts: set[str] = set()
@@ -325,6 +325,21 @@ def workload_answers(
         if not vector or not (name in WORKLOAD_ANSWERS or name.startswith("values:")):
             continue
         labels, layout = workload_labels([r["metric"] for r in vector], mode, exporters)
-        layouts.add(layout)
+        if name == "identity":  # the answer that attributes GPUs to pods
+            layouts.add(layout)
         out[name] = [{**r, "metric": m} for r, m in zip(vector, labels, strict=True)]
     return out, layouts
+
+
+def pod_labels_note(layouts: Collection[str]) -> str:
+    """One line for `collect --summary` and logs: where the last cycle found GPUs' pods."""
+    if not layouts:
+        return "pod labels: no DCGM answer"
+    if "none" in layouts:
+        return (
+            "pod labels: NONE on DCGM series (dcgm-exporter's Kubernetes mapping off?): GPUs are "
+            "attributed by node from Kubernetes only where a node has a single GPU pod; job-level "
+            "detection (stragglers, hangs, idle-allocated) needs them (--kubernetes-gpus in "
+            "dcgm-exporter, or DCGM_EXPORTER_KUBERNETES=true)"
+        )
+    return "pod labels: " + ", ".join(sorted(layouts))

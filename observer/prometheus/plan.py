@@ -92,6 +92,11 @@ EXTRA_GAUGES = (
 
 POD_LABEL_MODES = ("auto", "direct", "exported", "none")
 """Where the workload's pod labels are on DCGM series (`PromSettings.pod_labels`)."""
+POD_LABELS_HELP = (
+    "where DCGM series name the GPU's pod: auto (the default: per answer), direct "
+    "(pod/namespace), exported (exported_pod/exported_namespace: scraped without honorLabels), "
+    "none (no pod labels; attribute by node from Kubernetes)"
+)
 
 
 @dataclass(frozen=True, slots=True)

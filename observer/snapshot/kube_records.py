@@ -151,7 +151,24 @@ def pod_from_api(obj: Mapping[str, Any]) -> Pod:
         owner_kind=_get(owner, "kind"),
         owner_name=_get(owner, "name"),
         priority_class=_get(spec, "priorityClassName", "priority_class_name"),
+        gpus=_gpu_request(spec),
     )
+
+
+def _gpu_request(spec: Mapping[str, Any]) -> int:
+    """`nvidia.com/gpu` over the pod's containers (limits, else requests; GPUs are not
+    overcommitted, so the two are equal when both are set)."""
+    total = 0
+    for c in _get(spec, "containers") or []:
+        res = _get(c, "resources") or {}
+        amount = (_get(res, "limits") or {}).get("nvidia.com/gpu") or (
+            _get(res, "requests") or {}
+        ).get("nvidia.com/gpu")
+        try:
+            total += int(amount or 0)
+        except (TypeError, ValueError):
+            continue
+    return total
 
 
 def node_from_api(obj: Mapping[str, Any]) -> Node:

@@ -339,7 +339,7 @@ def pod_labels_note(layouts: Collection[str]) -> str:
         return (
             "pod labels: NONE on DCGM series (dcgm-exporter's Kubernetes mapping off?): GPUs are "
             "attributed by node from Kubernetes only where a node has a single GPU pod; job-level "
-            "detection (stragglers, hangs, idle-allocated) needs them (--kubernetes-gpus in "
-            "dcgm-exporter, or DCGM_EXPORTER_KUBERNETES=true)"
+            "detection (stragglers, hangs, idle-allocated) needs them (dcgm-exporter --kubernetes, "
+            "i.e. DCGM_EXPORTER_KUBERNETES=true)"
         )
     return "pod labels: " + ", ".join(sorted(layouts))

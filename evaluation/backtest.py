@@ -27,7 +27,7 @@ from detectors.findings import Finding
 from detectors.suite import CycleResult, DetectorSuite
 from evaluation.replay import Replayer, ReplayResult
 from observer.fleet.model import FleetSnapshot
-from observer.prometheus.cycle import PromCycles
+from observer.prometheus.collector import PrometheusCollector
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DryRunEngine
 from remediations.decisions import ActionDecision
@@ -84,7 +84,7 @@ def step_count(start: float, end: float, step: float) -> int:
 
 
 def replay_window(
-    collector: PromCycles,
+    collector: PrometheusCollector,
     start: float,
     end: float,
     step: float,
@@ -189,7 +189,7 @@ class SnapshotViews:
 
 
 def backtest(
-    collector: PromCycles,
+    collector: PrometheusCollector,
     start: float,
     end: float,
     step: float,

@@ -37,13 +37,15 @@ def _family(name: str, help_: str, kind: str, lines: str) -> str:
     return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n{lines}" if lines else ""
 
 
-def dcgm_text(sample: Sample, layout: Layout, node: str) -> str:
-    """One node's dcgm-exporter /metrics (only the GPUs whose series are present)."""
+def dcgm_text(sample: Sample, layout: Layout, node: str, pod_labels: str = "direct") -> str:
+    """One node's dcgm-exporter /metrics (only the GPUs whose series are present).
+    `pod_labels="none"`: the exporter's Kubernetes mapping off (no pod labels); `exported`:
+    the workload as `exported_*`, as a relabelling proxy would show it."""
     pos = layout.node_position()[node]
     gpus = np.flatnonzero(layout.gpu_node == pos)
     static = gpu_static_labels(layout, gpus.tolist())
     labels = [
-        s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k])
+        s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k], pod_labels)
         for s, g in zip(static, gpus.tolist(), strict=True)
     ]
     parts: list[str] = []

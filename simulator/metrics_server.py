@@ -29,7 +29,16 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 class LiveMetrics:
     """Samples the engine at the cluster clock's scenario time, with the live placement."""
 
-    def __init__(self, engine: FleetSimulator, cluster: SimCluster, max_age: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: FleetSimulator,
+        cluster: SimCluster,
+        max_age: float = 1.0,
+        pod_labels: str = "direct",
+    ) -> None:
+        self.pod_labels = pod_labels
+        """simulator.series.POD_LABEL_LAYOUTS: `none` serves pages without pod labels (the
+        exporter's Kubernetes mapping off), `exported` with `exported_*` labels."""
         self.engine = engine
         self.cluster = cluster
         self.max_age = max_age
@@ -57,7 +66,7 @@ class LiveMetrics:
         pos = self.engine.layout.node_position()[node]
         if not s.scrape_ok or not bool(s.exporter_up[pos]):
             return None
-        return dcgm_text(s, self.engine.layout, node)
+        return dcgm_text(s, self.engine.layout, node, self.pod_labels)
 
     def kube_state_page(self) -> str:
         s, pods = self.sample()

@@ -20,10 +20,17 @@ from typing import IO
 import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
+from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
 from simulator.engine import FleetSimulator, Sample
 from simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
 from simulator.layout import SimPod
-from simulator.series import FLOAT_FAMILIES, GpuLabelCache, sample_lines
+from simulator.series import (
+    FLOAT_FAMILIES,
+    POD_LABEL_LAYOUTS,
+    GpuLabelCache,
+    exporter_target_labels,
+    sample_lines,
+)
 
 DCGM_JOB = "dcgm-exporter"
 DCGM_PORT = 9400
@@ -77,19 +84,38 @@ class OpenMetricsWriter:
         *,
         pods_at: Callable[[float], Sequence[SimPod]] | None = None,
         kube: bool = True,
+        pod_labels: str = "direct",
+        shipped_fields_only: bool = False,
     ) -> None:
+        """`pod_labels`: where DCGM series carry the workload (simulator.series.POD_LABEL_LAYOUTS);
+        `exported` and `none` also give every DCGM and `up` series the exporter pod's own
+        target labels, as Prometheus' Kubernetes service discovery does. `shipped_fields_only`:
+        only the fields dcgm-exporter's shipped counters file turns on
+        (observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS): no ECC, retired-page or NVLink error
+        counters, no throttle reasons."""
+        if pod_labels not in POD_LABEL_LAYOUTS:
+            raise ValueError(
+                f"pod_labels: expected one of {POD_LABEL_LAYOUTS} (got {pod_labels!r})"
+            )
         self.sim = sim
+        self.metrics = tuple(
+            m for m in METRICS if not shipped_fields_only or m.name in SHIPPED_DEFAULT_FIELDS
+        )
         self.pods_at = pods_at
         self.kube = kube
         nodes = [sim.layout.nodes[int(i)].name for i in sim.layout.gpu_node]
-        extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"' for n in nodes]
-        self._labels = GpuLabelCache(sim.layout, extra)
-        self._up = [f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"' for n in sim.layout.nodes]
+        target = exporter_target_labels if pod_labels != "direct" else (lambda _node: "")
+        extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"{target(n)}' for n in nodes]
+        self._labels = GpuLabelCache(sim.layout, extra, pod_labels)
+        self._up = [
+            f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"{target(n.name)}'
+            for n in sim.layout.nodes
+        ]
         self._kube_cache: tuple[tuple[int, ...], dict[str, list[str]]] | None = None
 
     def families(self) -> dict[str, _Family]:
         """Sample name -> family, in file order."""
-        fam = {m.name: _om_family(m.name, m.kind, m.help) for m in METRICS}
+        fam = {m.name: _om_family(m.name, m.kind, m.help) for m in self.metrics}
         fam[XID_COUNT_METRIC] = _Family(XID_COUNT_METRIC, "gauge", XID_COUNT_HELP)
         fam[STEPS_METRIC] = _om_family(STEPS_METRIC, "counter", STEPS_HELP)
         fam["up"] = _Family("up", "gauge", "Whether the scrape target answered.")
@@ -150,7 +176,7 @@ class OpenMetricsWriter:
         ts = f" {t:.3f}\n"
         labels = self._labels.labels(s.gpu_pod, s.pods)
         count = 0
-        for m in METRICS:
+        for m in self.metrics:
             values = s.metrics[m.name]
             spools[m.name].write(
                 sample_lines(m.name, labels, values, m.name not in FLOAT_FAMILIES, ts)

@@ -80,17 +80,39 @@ def gpu_static_labels(layout: Layout, gpus: Sequence[int] | None = None) -> list
     return out
 
 
-def pod_label_part(pod: SimPod) -> str:
+POD_LABEL_LAYOUTS = ("direct", "exported", "none")
+"""How a GPU's workload reaches Prometheus: dcgm-exporter's `pod`/`namespace`/`container`
+(`direct`: honorLabels), the same as `exported_*` beside the exporter's own target labels
+(`exported`: a ServiceMonitor without honorLabels), or not at all (`none`: the exporter's
+Kubernetes mapping off; only the exporter's target labels)."""
+EXPORTER_NAMESPACE = "gpu-operator"
+
+
+def pod_label_part(pod: SimPod, layout: str = "direct") -> str:
+    if layout == "none":
+        return ""
+    p = "exported_" if layout == "exported" else ""
     return (
-        f',container="{container_name(pod)}",namespace="{escape(pod.namespace)}",'
-        f'pod="{escape(pod.name)}"'
+        f',{p}container="{container_name(pod)}",{p}namespace="{escape(pod.namespace)}",'
+        f'{p}pod="{escape(pod.name)}"'
+    )
+
+
+def exporter_target_labels(node: str) -> str:
+    """The labels Prometheus' Kubernetes service discovery adds for the exporter pod on `node`."""
+    return (
+        f',container="nvidia-dcgm-exporter",namespace="{EXPORTER_NAMESPACE}",'
+        f'pod="nvidia-dcgm-exporter-{escape(node)}"'
     )
 
 
 class GpuLabelCache:
     """Full per-GPU label strings for a placement, rebuilt only when the placement changes."""
 
-    def __init__(self, layout: Layout, extra: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, layout: Layout, extra: Sequence[str] | None = None, pod_labels: str = "direct"
+    ) -> None:
+        self.pod_labels = pod_labels
         self._static = gpu_static_labels(layout)
         if extra is not None:
             self._static = [s + e for s, e in zip(self._static, extra, strict=True)]
@@ -100,7 +122,7 @@ class GpuLabelCache:
     def labels(self, gpu_pod: np.ndarray, pods: Sequence[SimPod]) -> list[str]:
         key = (gpu_pod.tobytes(), tuple(id(p) for p in pods))
         if key != self._key:
-            parts = [pod_label_part(p) for p in pods]
+            parts = [pod_label_part(p, self.pod_labels) for p in pods]
             self._labels = [
                 s if k < 0 else s + parts[k]
                 for s, k in zip(self._static, gpu_pod.tolist(), strict=True)

@@ -127,11 +127,14 @@ def start_simulation(
     tick_interval: float = 0.5,
     bookmark_interval: float = 10.0,
     start_offset: float = 0.0,
+    pod_labels: str = "direct",
 ) -> SimulationHandle:
     """Start the Kubernetes API and the exporters on `host` (port 0: a free port).
 
     `start_offset`: scenario seconds already elapsed at start (the demo skips the quiet part
-    of its scenario); the cluster is built as it stands at that time."""
+    of its scenario); the cluster is built as it stands at that time. `pod_labels`: the
+    exporters' pod-label layout (simulator.series.POD_LABEL_LAYOUTS; `none`: the exporter's
+    Kubernetes mapping off)."""
     sc = scenario if scenario is not None else demo_scenario()
     layout = build_layout(sc)
     wall0 = wall() - start_offset / speed if speed > 0 else None
@@ -140,7 +143,9 @@ def start_simulation(
     engine = FleetSimulator(sc, layout)
     k8s = KubeApiServer(cluster, host=host, port=k8s_port, bookmark_interval=bookmark_interval)
     try:
-        metrics = MetricsServer(LiveMetrics(engine, cluster), host=host, port=metrics_port)
+        metrics = MetricsServer(
+            LiveMetrics(engine, cluster, pod_labels=pod_labels), host=host, port=metrics_port
+        )
     except OSError:
         k8s.stop()
         raise
@@ -193,6 +198,7 @@ def run_server(
     kubeconfig_out: str | Path | None = None,
     speed: float = 1.0,
     host: str = "127.0.0.1",
+    pod_labels: str = "direct",
 ) -> int:
     """Serve `scenario` live until SIGINT/SIGTERM; 1 if a port cannot be bound."""
     try:
@@ -203,6 +209,7 @@ def run_server(
             kubeconfig_out=kubeconfig_out,
             speed=speed,
             host=host,
+            pod_labels=pod_labels,
         )
     except OSError as exc:
         print(

@@ -24,7 +24,7 @@ from detectors.registry import bind
 from errors import GpufleetError
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
-from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.memory import CounterMemory
 from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings
 from tests.http_proxy import FaultyProxy
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus

@@ -20,7 +20,7 @@ import pytest
 
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
-from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.memory import CounterMemory
 from observer.prometheus.plan import PromSettings
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus
 

@@ -266,7 +266,7 @@ def test_compression_is_a_wire_choice_only(prom: PrometheusHandle, scenario: Sce
     for compress in (False, True):
         seen: list[str] = []
         with PrometheusCollector(PromSettings(prom.url, compress=compress)) as c:
-            session = c.api._session  # type: ignore[attr-defined]
+            session = c.api._session
             session.hooks["response"].append(
                 lambda r, *a, seen=seen, **k: seen.append(r.headers.get("Content-Encoding", ""))
             )

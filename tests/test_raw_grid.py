@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from observer.prometheus.cycle import chunk_span
+from observer.prometheus.collector import chunk_span
 from observer.prometheus.replay.matrix import RawBlock
 from observer.prometheus.replay.step_grid import increase, newest
 from observer.promql import parse_duration

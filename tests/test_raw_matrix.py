@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from observer.prometheus.answers import PARTIAL_WARNING
+from observer.prometheus.client import PARTIAL_WARNING
 from observer.prometheus.replay.matrix import MalformedAnswer, carry, parse_matrix
 
 

@@ -21,7 +21,7 @@ from evaluation.backtest import Progress, backtest, iso, step_count
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_all
 from observer.prometheus.collector import PrometheusCollector
-from observer.prometheus.plan import PromSettings
+from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -64,6 +64,8 @@ def register(sub: Any) -> None:
     p.add_argument("--config", metavar="FILE", help="gpufleet config (YAML; `detectors:` section)")
     p.add_argument("--policy", metavar="FILE", help="remediation policy (YAML); default shipped")
     p.add_argument("--output", "-o", metavar="OUT.json", required=True, help="where to write")
+    p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
+                   help=POD_LABELS_HELP)  # fmt: skip
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="per request (30; range requests are larger than live ones)")  # fmt: skip
     p.set_defaults(func=run, _parser=p)
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         parser.error(f"--output: directory {str(out.parent)!r} does not exist")
     cfg, policy = load_all(args)  # ConfigError -> exit 2 in gpufleet.cli
     suite, grace = detector_suite(cfg, str(args.config or "<defaults>"))
-    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster)
+    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster,
+                            pod_labels=args.pod_labels)  # fmt: skip
     total = step_count(start, end, step)
     print(f"gpufleet backtest: {iso(start)} .. {iso(end)} every {step:g} s ({total} steps), "
           f"{len(suite.detectors)} detectors", file=sys.stderr)  # fmt: skip

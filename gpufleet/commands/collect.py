@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from errors import GpufleetError, TemporaryError
+from observer.fleet.coverage import snapshot_coverage
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
+from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP
 from observer.snapshot.json_dump import snapshot_to_dict
 from observer.snapshot.summary import summarize
 
@@ -58,6 +60,8 @@ def register(sub: Any) -> None:
     out.add_argument("--summary", action="store_true", help="print a summary (the default)")
     out.add_argument("--output", "-o", metavar="FILE", help="write the snapshot as JSON")
     p.add_argument("--kubeconfig", metavar="F", help="also read nodes/pods/events from the API")
+    p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
+                   help=POD_LABELS_HELP)  # fmt: skip
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request (10)")
     p.add_argument("--window", type=float, default=120.0, metavar="S",
                    help="counter increase window in seconds (120)")  # fmt: skip
@@ -95,15 +99,18 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
     nodes, pods, events = k8s if k8s is not None else (None, None, [])
     if args.prometheus_url:
         from observer.prometheus.collector import PrometheusCollector
+        from observer.prometheus.parse import pod_labels_note
         from observer.prometheus.plan import PromSettings
 
         at = parse_at(args.at) if args.at else None
-        settings = PromSettings(args.prometheus_url, timeout=args.timeout, window=args.window)
+        settings = PromSettings(args.prometheus_url, timeout=args.timeout, window=args.window,
+                                pod_labels=args.pod_labels)  # fmt: skip
         with PrometheusCollector(settings) as c:
             r = c.collect(at, nodes=nodes, pods=pods, events=events)
         stats = r.stats
         kb = stats.bytes_body / 1e3
         cost = f"{stats.query_count} queries, {kb:.0f} kB JSON, {stats.seconds:.2f} s"
+        cost += "; " + pod_labels_note(c.pod_layouts)
         return r.snapshot, stats.problems, cost
     from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 
@@ -157,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     else:
         print(summarize(snapshot, source))
+        print("\n".join(snapshot_coverage(snapshot).lines()))
         print(f"cost: {cost}")
     for p in problems:
         print(f"gpufleet collect: warning: {p}", file=sys.stderr)

@@ -21,7 +21,7 @@ from evaluation.backtest import current_findings, iso, replay_window
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_config
 from observer.prometheus.collector import PrometheusCollector
-from observer.prometheus.plan import PromSettings
+from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -61,6 +61,8 @@ def register(sub: Any) -> None:
     p.add_argument("--step", default="15s", metavar="D", help="warm-up step (15s)")
     p.add_argument("--fail-on", choices=tuple(FAIL_ON), default="critical",
                    help="lowest severity that makes the exit code 1 (critical)")  # fmt: skip
+    p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
+                   help=POD_LABELS_HELP)  # fmt: skip
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request (10)")
     p.set_defaults(func=run, _parser=p)
 
@@ -95,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     step = parse_duration_arg(parser, "--step", args.step)
     cfg, path = load_config(args.config)  # ConfigError -> exit 2 in gpufleet.cli
     suite, grace = detector_suite(cfg, str(path or "<defaults>"))
-    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster)
+    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster,
+                            pod_labels=args.pod_labels)  # fmt: skip
     try:
         with PrometheusCollector(settings) as c:
             t = c.now() if at is None else at

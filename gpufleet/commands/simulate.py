@@ -53,6 +53,17 @@ def register(sub: Any) -> None:
     out.add_argument(
         "--step", metavar="S", help="seconds between samples (default: scrape_interval)"
     )
+    p.add_argument(
+        "--pod-labels", choices=("direct", "exported", "none"), default="direct",
+        help="where DCGM series name the workload: pod/namespace (direct), exported_pod/"
+        "exported_namespace beside the exporter's own labels (exported), or "
+        "nowhere (none: the exporter's Kubernetes mapping off)",
+    )  # fmt: skip
+    out.add_argument(
+        "--shipped-fields", action="store_true",
+        help="only the fields dcgm-exporter's shipped counters file turns on (no ECC, NVLink "
+        "error counters or throttle reasons)",
+    )  # fmt: skip
     live = p.add_argument_group("live mode")
     live.add_argument("--serve", action="store_true", help="serve the fleet live on 127.0.0.1")
     live.add_argument(
@@ -126,9 +137,10 @@ def run(args: argparse.Namespace) -> int:
     if args.truth:
         write_truth(args.truth, ground_truth(sc, layout))
     if args.openmetrics:
-        stats = OpenMetricsWriter(sim).write(
-            args.openmetrics, times[0], times[1], step, progress=_Progress()
+        writer = OpenMetricsWriter(
+            sim, pod_labels=args.pod_labels, shipped_fields_only=args.shipped_fields
         )
+        stats = writer.write(args.openmetrics, times[0], times[1], step, progress=_Progress())
         print(
             f"gpufleet simulate: wrote {stats.samples} samples over {stats.steps} steps "
             f"({stats.bytes / 1e6:.1f} MB) to {args.openmetrics} in {stats.seconds:.1f} s",
@@ -155,5 +167,6 @@ def _serve(sc: Scenario, args: argparse.Namespace) -> int:
         k8s_port=args.k8s_port,
         kubeconfig_out=args.kubeconfig_out,
         speed=args.speed,
+        pod_labels=args.pod_labels,
     )
     return int(result or 0)

@@ -75,6 +75,9 @@ class Pod:
     job_index: int = NO_INDEX
     """Position of the pod's job in `FleetSnapshot.jobs`, or NO_INDEX."""
     rank: int = NO_INDEX
+    gpus: int = 0
+    """GPUs the pod requests (`nvidia.com/gpu` limits, from the Kubernetes API; 0: unknown or
+    none). Used only to attribute GPUs by node when DCGM series carry no pod labels."""
 
     @property
     def key(self) -> PodKey:

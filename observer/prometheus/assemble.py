@@ -3,12 +3,12 @@
 Separate from the HTTP adapter (observer.prometheus.collector) so that instant cycles and the steps
 of a range replay assemble identically, and so the rules live in one readable place:
 - counters join their latest value with their increase: the server-side `increase()` on a cold
-  start, on warm cycles the collector's memory of totals (observer.prometheus.counter_memory), with
+  start, on warm cycles the collector's memory of totals (observer.prometheus.memory), with
   the
   seconds each GPU's increase covers (`span`: the window, or more after a gap);
 - sparse answers become 0 for GPUs that report: error counters when the family exists at all
   and the answer is complete (a failed or partial one fills nothing; the memory reads a missing
-  total as absent, never as 0 — observer.prometheus.counter_feed), the XID count always
+  total as absent, never as 0 — observer.prometheus.memory.feed), the XID count always
   (dcgm-exporter
   omits zero counts);
 - `up`, each exporter's last good scrape and the inferred scrape interval feed TelemetryHealth;
@@ -24,19 +24,15 @@ import numpy as np
 
 from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
-from observer.prometheus.counter_feed import feed
-from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.memory import CounterMemory, feed
 from observer.prometheus.parse import (
     Columns,
     Vector,
     exporter_up,
     family_rows,
-    fill_zero,
     fresh_xid_counts,
     gpu_series,
     identity,
-    keys_list,
-    kube_records,
     last_up,
     merge_counter,
     newest_pods,
@@ -48,7 +44,8 @@ from observer.prometheus.parse import (
 from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings, counter_families
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import QueryStat
-from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, fill_zero, keys_list
+from observer.snapshot.kube_records import records_from_series
 from observer.snapshot.telemetry_health import snap_interval
 
 R = TypeVar("R")
@@ -171,9 +168,9 @@ def assemble(
 ) -> tuple[FleetSnapshot, BuildReport]:
     """Build the snapshot at `at`. Kubernetes records given by the caller (the Kubernetes
     collector) win over kube-state-metrics'. With `counters`, warm cycles (`cold` False) derive
-    counter increases from it, and cold ones seed it (observer.prometheus.counter_memory)."""
+    counter increases from it, and cold ones seed it (observer.prometheus.memory)."""
     gpus = identity(answers.get("identity") or [], answers.get("vanished") or [])
-    ksm_nodes, ksm_pods = kube_records(
+    ksm_nodes, ksm_pods = records_from_series(
         answers.get("kube") or [], answers.get("kube_status") or [], s.target_labels
     )
     node_list = list(nodes) if nodes is not None else ksm_nodes

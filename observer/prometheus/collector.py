@@ -1,178 +1,71 @@
-"""The Prometheus collector: PromQL over prometheus-api-client -> one FleetSnapshot per cycle.
+"""The Prometheus collector: PromQL answers -> one FleetSnapshot per cycle.
 
-The only module that imports prometheus_api_client (import-linter contract). It owns the HTTP
-side — `PrometheusConnect` with a urllib3 `Retry` (backoff, Retry-After, connection errors, read
-timeouts, 429/5xx), a per-request timeout also sent to Prometheus as the query `timeout`, and a
-response hook that records bytes, `warnings` and `resultType`, which `custom_query` drops. The
-PromQL is in observer.prometheus.plan, the cycle in observer.prometheus.cycle, the parsing in
-observer.prometheus.parse / prom_assemble.
+A collection cycle, file by file (all in observer/prometheus/):
+
+1. `collector` (here): runs the plan's queries concurrently on a thread pool, the essential
+   `identity` first in line; when it fails, or Prometheus is unreachable, the cycle stops with
+   errors.TemporaryError or PermanentError and no snapshot. Any other failed, timed-out, warned
+   or mistyped answer marks the snapshot degraded (`TelemetryHealth.source_ok` False,
+   `degraded_reason` naming the queries and why).
+2. `plan`: which PromQL to ask (settings, queries, what a warm cycle may skip).
+3. `client`: the one HTTP client (retries, timeouts, errors) that asks them.
+4. `memory`: what earlier cycles saw (GPU inventory, exporter health, counter totals), so
+   warm cycles ask less and derive counter increases from totals.
+5. `assemble`: answers + memory -> the builder's columns -> snapshot.
+6. `parse`: PromQL answers (label sets, values) -> numpy columns.
+
+Range replays (`collect_range`) read each chunk's raw samples once and evaluate every step
+locally with the instant cycle's rules (observer.prometheus.replay), so that a replayed step
+equals the instant cycle at that time.
 
     collector = PrometheusCollector(PromSettings(url="http://prometheus:9090"))
     result = collector.collect(at=t)              # one instant cycle (at=None: now)
-    for result in collector.collect_range(t0, t1, step=30):   # chunked range queries
+    for result in collector.collect_range(t0, t1, step=30):   # snapshots at every step
         detect(result.snapshot, ...)
-
-Failure behaviour: Prometheus unreachable, or the essential `identity` query failing, raises
-errors.TemporaryError or PermanentError (no snapshot). Any other query failing, timing out,
-answering with warnings or an unexpected `resultType` yields a snapshot marked degraded
-(`TelemetryHealth.source_ok` False, `degraded_reason` naming the queries and why).
 """
 
 from __future__ import annotations
 
-import re
-import threading
+import logging
+import math
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
 
-import orjson
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
+from errors import PermanentError, TemporaryError
+from observer.fleet.model import Event, FleetSnapshot, Node, Pod
+from observer.prometheus.assemble import assemble, drop_partial
+from observer.prometheus.client import PrometheusClient, PrometheusUnreachable, QueryFailed, Seen
+from observer.prometheus.memory import CounterMemory, PromMemory
+from observer.prometheus.parse import exporter_pods_of, workload_answers
+from observer.prometheus.plan import PromSettings, Query, counter_families, plan
+from observer.prometheus.replay.chunks import chunks
+from observer.prometheus.replay.range_replay import RawQuery, RawReplay, memory_from
+from observer.prometheus.replay.steps import KubeCache, build_step
+from observer.promql import DEFAULT_LOOKBACK, LEFT_OPEN_PROBE, parse_duration
+from observer.snapshot.builder import BuildReport, SnapshotBuilder
+from observer.snapshot.cycle_stats import CycleStats, QueryStat
+from observer.snapshot.gc_pause import paused_gc
+from observer.snapshot.job_identity import JobIdentity
 
-from observer.prometheus.answers import PARTIAL_WARNING, flagged_partial
-from observer.prometheus.cycle import Answer, CollectResult, PromCycles, QueryFailed, Seen
-from observer.prometheus.plan import PromSettings
-from observer.snapshot.builder import SnapshotBuilder
-
-RETRY_STATUS = (429, 500, 502, 503, 504)
-_RESULT_TYPE = re.compile(rb'"resultType"\s*:\s*"(\w+)"')
-__all__ = ["CollectResult", "PrometheusApi", "PrometheusCollector", "QueryFailed"]
-
-
-class _OrjsonResponse(requests.Response):
-    """A response whose `.json()` decodes with orjson: prometheus-api-client calls `.json()` on
-    every answer, and a 10k-GPU cycle's ~28 MB of JSON took the stdlib decoder ~0.45 CPU s,
-    orjson ~0.3 (both with GC paused; measured on the development machine)."""
-
-    def json(self, **kwargs: Any) -> Any:
-        return orjson.loads(self.content)
+log = logging.getLogger(__name__)
 
 
-class PrometheusApi:
-    """prometheus-api-client with our retries, timeouts and response accounting."""
-
-    def __init__(self, s: PromSettings) -> None:
-        self.settings = s
-        retry = Retry(
-            total=s.retries,
-            connect=s.retries,
-            read=s.retries,
-            status=s.retries,
-            backoff_factor=s.backoff,
-            backoff_max=max(s.backoff * 8, 1.0),
-            status_forcelist=RETRY_STATUS,
-            allowed_methods=frozenset({"GET", "POST"}),
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
-        self._session = requests.Session()
-        if not s.compress:  # requests asks for gzip by default; see PromSettings.compress
-            self._session.headers["Accept-Encoding"] = "identity"
-        self._session.hooks["response"].append(self._capture)
-        self._local = threading.local()
-        self._conn = PrometheusConnect(
-            url=s.url.rstrip("/"),
-            headers=dict(s.headers) or None,
-            retry=retry,
-            session=self._session,
-            timeout=s.timeout,  # requests takes float seconds
-        )
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def _capture(self, r: requests.Response, *args: Any, **kwargs: Any) -> None:
-        r.__class__ = _OrjsonResponse  # same layout; only `.json()` differs
-        body = r.content
-        seen = Seen(status=r.status_code, bytes_body=len(body))
-        try:
-            seen.bytes_wire = int(r.raw.tell())  # 0 when unknown (chunked transfer)
-        except (AttributeError, OSError, TypeError):
-            seen.bytes_wire = 0
-        m = _RESULT_TYPE.search(body[:200])
-        seen.result_type = m.group(1).decode() if m else ""
-        if r.status_code != 200 or b'"warnings"' in body or flagged_partial(body):
-            try:
-                doc = r.json()
-                seen.warnings = tuple(str(w) for w in doc.get("warnings") or ())
-                if doc.get("isPartial") is True:
-                    seen.warnings += (PARTIAL_WARNING,)
-                seen.error = f"{doc.get('errorType', '')}: {doc.get('error', '')}".strip(": ")
-            except ValueError:
-                seen.error = body[:200].decode(errors="replace")
-        self._local.seen = seen
-
-    def _call(self, fn: Callable[[], Any], expect: str) -> Answer:
-        self._local.seen = Seen()
-        try:
-            result = fn()
-        except PrometheusApiClientException as exc:
-            seen: Seen = self._local.seen
-            temporary = seen.status in RETRY_STATUS or seen.status == 0
-            raise QueryFailed(
-                f"HTTP {seen.status}: {seen.error or exc}", temporary=temporary
-            ) from None
-        except requests.exceptions.ConnectionError as exc:
-            text = str(exc)
-            timed_out = "timed out" in text or "Read timed out" in text
-            if timed_out:
-                raise QueryFailed(
-                    f"timed out after {self.settings.timeout:g} s", temporary=True
-                ) from None
-            raise QueryFailed(_short(text), temporary=True, unreachable=True) from None
-        except requests.exceptions.Timeout:
-            raise QueryFailed(
-                f"timed out after {self.settings.timeout:g} s", temporary=True
-            ) from None
-        except requests.exceptions.RequestException as exc:
-            raise QueryFailed(_short(str(exc)), temporary=True) from None
-        except (KeyError, ValueError) as exc:  # a 200 that is not the API's JSON
-            raise QueryFailed(f"malformed answer ({exc!r})", temporary=True) from None
-        seen = self._local.seen
-        if expect and seen.result_type != expect:
-            raise QueryFailed(
-                f"resultType {seen.result_type!r}, expected {expect!r}", temporary=False
-            )
-        if not isinstance(result, list):
-            raise QueryFailed(f"unexpected result {type(result).__name__}", temporary=False)
-        return result, seen
-
-    def _params(self) -> dict[str, str]:
-        return {"timeout": f"{max(1.0, self.settings.timeout):g}s"}
-
-    def names(self, match: str, start: float, end: float) -> Answer:
-        """`__name__` values of the series matching `match` in [start, end] (index only)."""
-        params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
-        return self._call(lambda: self._conn.get_label_values("__name__", params=params), "")
-
-    def instant(self, promql: str, at: float, expect: str = "vector") -> Answer:
-        """An instant query; `expect="matrix"` for a range selector (raw samples, `x[1h]`)."""
-        params = {**self._params(), "time": f"{at:.3f}"}
-        return self._call(lambda: self._conn.custom_query(promql, params=params), expect)
-
-    def range(self, promql: str, start: float, end: float, step: float) -> Answer:
-        def call() -> Any:
-            return self._conn.custom_query_range(
-                promql,
-                start_time=datetime.fromtimestamp(start, UTC),
-                end_time=datetime.fromtimestamp(end, UTC),
-                step=f"{step:g}",
-                params=self._params(),
-            )
-
-        return self._call(call, "matrix")
+@dataclass(frozen=True, slots=True)
+class CollectResult:
+    snapshot: FleetSnapshot
+    stats: CycleStats
+    report: BuildReport
 
 
-def _short(text: str) -> str:
-    m = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)|(Name or service not known)", text)
-    return (next(g for g in m.groups() if g) if m else text[:160]).strip()
+__all__ = ["CollectResult", "PrometheusCollector"]
+R = TypeVar("R", bound=Sized)
+Q = TypeVar("Q", Query, RawQuery)
 
 
-class PrometheusCollector(PromCycles):
+class PrometheusCollector:
     """Instant and range collection cycles against one Prometheus-compatible server."""
 
     def __init__(
@@ -181,5 +74,247 @@ class PrometheusCollector(PromCycles):
         *,
         now: Callable[[], float] = time.time,
         builder: SnapshotBuilder | None = None,
+        lookback: float | None = None,
     ) -> None:
-        super().__init__(settings, PrometheusApi(settings), now=now, builder=builder)
+        self.settings = settings
+        self.lookback = lookback
+        """Prometheus' `--query.lookback-delta` in seconds, for range replays (None: ask the
+        server's flags; 5 minutes when it does not say)."""
+        self.range_seconds: dict[str, float] = {}
+        """Where the last range replay's collection time went: setup (cold queries, probes,
+        workers), wait (for samples not yet fetched), grids (per chunk), steps (per snapshot),
+        and how many chunks it read."""
+        self.now = now
+        self.builder = (
+            builder
+            or SnapshotBuilder(
+                JobIdentity(tuple(settings.job_label_keys)), settings.cluster
+            ).with_pod_cache()
+        )
+        self.queries: tuple[Query, ...] = plan(settings)
+        self.warm_queries = tuple(q for q in self.queries if not q.cold)
+        self.memory = PromMemory(settings.inventory_window)
+        self.counters = counter_memory(settings)
+        self.api = PrometheusClient(settings)
+        self.pod_layouts: set[str] = set()
+        """Where the last cycle found the workloads' pod labels (`PromSettings.pod_labels`):
+        `direct`, `exported`, `none`."""
+        self._pool = ThreadPoolExecutor(max(1, settings.concurrency), "prom-query")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.api.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(
+        self,
+        ask: Callable[[Q], tuple[R, Seen]],
+        queries: Sequence[Q],
+    ) -> tuple[dict[str, R | None], list[QueryStat], list[str]]:
+        def one(q: Q) -> tuple[Q, R | None, QueryStat, QueryFailed | None]:
+            t0 = time.perf_counter()
+            try:
+                result, seen = ask(q)
+            except QueryFailed as exc:
+                dt = time.perf_counter() - t0
+                return q, None, QueryStat(q.name, dt, 0, 0, 0, False, str(exc)), exc
+            dt = time.perf_counter() - t0
+            problem = "warnings: " + " | ".join(seen.warnings) if seen.warnings else ""
+            stat = QueryStat(
+                q.name, dt, seen.bytes_wire, seen.bytes_body, len(result), True, problem
+            )
+            return q, result, stat, None
+
+        answers: dict[str, R | None] = {}
+        stats: list[QueryStat] = []
+        problems: list[str] = []
+        failures: list[tuple[Q, QueryFailed]] = []
+        futures = [self._pool.submit(one, q) for q in queries]
+        for fut in futures:  # the essential query is first: when it fails, stop right there
+            q, result, stat, exc = fut.result()
+            if exc is not None and (q.essential or isinstance(exc, PrometheusUnreachable)):
+                for other in futures:
+                    other.cancel()
+                self._raise_if_fatal([(q, exc)])
+            answers[q.name] = result
+            stats.append(stat)
+            if exc is not None:
+                failures.append((q, exc))
+                problems.append(f"query {q.name} failed: {exc}")
+            elif stat.problem:
+                problems.append(f"query {q.name}: {stat.problem}")
+        self._raise_if_fatal(failures)
+        for p in problems:
+            log.warning("prometheus %s: %s", self.settings.url, p)
+        return answers, stats, problems
+
+    def _raise_if_fatal(self, failures: Sequence[tuple[Query | RawQuery, QueryFailed]]) -> None:
+        url = self.settings.url
+        for _q, exc in failures:
+            if isinstance(exc, PrometheusUnreachable):
+                raise TemporaryError(
+                    f"Prometheus at {url} is unreachable: {exc}",
+                    delay=exc.delay,
+                    source=url,
+                    hint="check --prometheus-url and that Prometheus is running",
+                )
+        for q, exc in failures:
+            if not q.essential:
+                continue
+            message = f"Prometheus at {url} did not answer the GPU inventory query: {exc}"
+            if isinstance(exc, TemporaryError):
+                raise TemporaryError(message, delay=exc.delay, source=url, hint="retry later")
+            raise PermanentError(
+                message,
+                source=url,
+                hint="check the URL, credentials and that it serves the Prometheus HTTP API",
+            )
+
+    def collect(
+        self,
+        at: float | None = None,
+        *,
+        nodes: Sequence[Node] | None = None,
+        pods: Sequence[Pod] | None = None,
+        events: Iterable[Event] = (),
+    ) -> CollectResult:
+        """One instant cycle at `at` (default: now). Kubernetes records, if given, replace
+        kube-state-metrics' (the Kubernetes collector is fresher). Cycles in time order reuse
+        what earlier ones saw (observer.prometheus.memory); a
+        cold start asks
+        10 more queries. Cyclic GC is paused while the answers are decoded and assembled
+        (observer.snapshot.gc_pause says why)."""
+        t = self.now() if at is None else float(at)
+        began = time.perf_counter()
+        cold = not (self.memory.warm(t) and self.counters.warm(t))
+        with paused_gc():
+            answers, stats, problems = self._run(
+                lambda q: self._ask_instant(q, t), self.queries if cold else self.warm_queries
+            )
+            answers = drop_partial(answers, stats)
+            answers, self.pod_layouts = workload_answers(answers, self.settings.pod_labels)
+            snap, report = self._assemble(answers, t, cold, problems, nodes, pods, events)
+        took = time.perf_counter() - began
+        return CollectResult(snap, CycleStats(tuple(stats), took, tuple(problems)), report)
+
+    def _ask_instant(self, q: Query, t: float) -> tuple[Any, Any]:
+        if q.kind == "names":
+            return self.api.names(q.promql, t - self.settings.names_lookback, t)
+        return self.api.instant(q.promql, t)
+
+    def _assemble(
+        self,
+        answers: dict[str, list[dict[str, Any]] | None],
+        t: float,
+        cold: bool,
+        problems: Sequence[str],
+        nodes: Sequence[Node] | None = None,
+        pods: Sequence[Pod] | None = None,
+        events: Iterable[Event] = (),
+    ) -> tuple[FleetSnapshot, BuildReport]:
+        if not cold:
+            answers = {**answers, **self.memory.answers(answers.get("identity") or [], t)}
+        result = assemble(
+            answers, t, self.settings, problems, self.builder, nodes=nodes, pods=pods,
+            events=events, counters=self.counters, cold=cold,
+        )  # fmt: skip
+        self.memory.remember(answers, t, cold)
+        self.counters.compact(t)
+        return result
+
+    def collect_range(self, start: float, end: float, step: float) -> Iterator[CollectResult]:
+        """Snapshots at start, start+step, ... end, equal to instant cycles at those times
+        (observer.prometheus.replay.range_replay): the cold-start queries once, as instant queries
+        at `start`, then
+        per chunk of `settings.range_chunk` the raw samples, every step evaluated locally."""
+        began = time.perf_counter()
+        spent = self.range_seconds = dict.fromkeys(("setup", "wait", "grids", "steps"), 0.0)
+        spent["chunks"] = 0
+        cold_queries = [  # `up`: which pods are the exporters' own (never a GPU's workload)
+            q for q in self.queries if (q.cold and not q.family) or q.essential or q.name == "up"
+        ]
+        answers, stats, problems = self._run(lambda q: self._ask_instant(q, start), cold_queries)
+        answers, self.pod_layouts = workload_answers(answers, self.settings.pod_labels)
+        self.memory = PromMemory(self.settings.inventory_window)
+        self.memory.remember(answers, start, cold=True)
+        memory = memory_from(self.memory, counter_memory(self.settings))
+        replay = RawReplay(
+            self.settings, self.api, self._run,
+            lambda a, b: self.api.names(_dcgm_names(self.queries), a, b)[0],
+            *self._server_semantics(start),
+            exporter_pods=exporter_pods_of(answers.get("up") or []),
+            workers=2 if end - start > self.settings.range_chunk else 0,  # short: not worth it
+        )  # fmt: skip
+        builder = self.builder.with_pod_cache()
+        spent["setup"] = time.perf_counter() - began
+        try:
+            span = chunk_span(self.settings.range_chunk, step, len(self.memory.gpus),
+                              self.memory.interval)  # fmt: skip
+            fetches = replay.chunks(list(chunks(start, end, step, span, first_span=span / 6)))
+            while True:
+                t0 = time.perf_counter()
+                fetched = next(fetches, None)
+                if fetched is None:
+                    break
+                t1 = time.perf_counter()
+                chunk = replay.grids(fetched, step, memory)
+                spent["wait"] += t1 - t0
+                spent["chunks"] += 1
+                spent["grids"] += time.perf_counter() - t1
+                stats += fetched.stats
+                problems += fetched.problems
+                took = time.perf_counter() - began
+                cache = KubeCache()
+                cycle = CycleStats(tuple(stats), took, tuple(problems))
+                for k in range(int(chunk.timing.steps_ms.shape[0])):
+                    t2 = time.perf_counter()
+                    snap, report = build_step(chunk, k, self.settings, builder, cache)
+                    spent["steps"] += time.perf_counter() - t2
+                    yield CollectResult(snap, cycle, report)
+                began = time.perf_counter()
+                stats, problems = [], []
+        finally:
+            replay.close()
+            self.counters = memory.counters  # instant cycles after the replay go on from it
+
+    def _server_semantics(self, at: float) -> tuple[float, bool]:
+        """(lookback delta in seconds, windows left-open?) of the server."""
+        lookback = self.lookback
+        if lookback is None:
+            lookback = parse_duration(self.api.flags().get("query.lookback-delta", ""))
+        left_open = False
+        try:
+            probe, _ = self.api.instant(LEFT_OPEN_PROBE, 30.0 * math.floor(at / 30.0))
+            left_open = bool(probe) and float(probe[0]["value"][1]) < 3
+        except (QueryFailed, KeyError, IndexError, ValueError):
+            log.warning("prometheus %s: window probe failed; assuming closed windows (2.x)",
+                        self.settings.url)  # fmt: skip
+        return (lookback if lookback else DEFAULT_LOOKBACK), left_open
+
+
+MAX_CHUNK_SAMPLES = 4_000_000
+"""Raw samples one chunk may hold (~16 bytes each, and grids of similar size): about 1 h of
+1k GPUs at 30 s; larger fleets get shorter chunks, so a replay's memory stays bounded."""
+SERIES_PER_GPU = 25
+
+
+def chunk_span(longest: float, step: float, gpus: int, interval: float | None) -> float:
+    """Seconds per replay chunk: `longest`, or less when the fleet would exceed
+    MAX_CHUNK_SAMPLES in that time (estimated from its GPUs and scrape interval)."""
+    per_second = max(1, gpus) * SERIES_PER_GPU / (interval if interval and interval > 0 else 30.0)
+    return max(step, min(longest, MAX_CHUNK_SAMPLES / per_second))
+
+
+def counter_memory(s: PromSettings) -> CounterMemory:
+    """Memory of counter totals for increases over `s.window`, kept as long as PromMemory
+    keeps a GPU (the inventory window)."""
+    return CounterMemory(counter_families(), s.window, s.inventory_window)
+
+
+def _dcgm_names(queries: Sequence[Query]) -> str:
+    return next((q.promql for q in queries if q.kind == "names"), '{__name__=~"DCGM_.+"}')

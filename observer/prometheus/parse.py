@@ -9,7 +9,7 @@ GPU reports stays NaN ("not collected"). Pure functions; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -24,13 +24,9 @@ from observer.fleet.catalog import (
     LABEL_UUID,
     canonical_name,
 )
-from observer.fleet.model import FloatArray, Node, Pod, StrArray
+from observer.fleet.model import FloatArray, Pod, StrArray
 from observer.prometheus.plan import IDENTITY_LABELS, TS_LABEL
-from observer.snapshot.inputs import GpuColumns, MetricSeries, PodSeries, str_column
-from observer.snapshot.kube_records import (
-    nodes_from_kube_state_metrics,
-    pods_from_kube_state_metrics,
-)
+from observer.snapshot.inputs import GpuColumns, MetricSeries, PodSeries, keys_list
 
 Vector = Sequence[Mapping[str, Any]]
 """An instant vector as the HTTP API returns it."""
@@ -99,13 +95,6 @@ def gpu_series(
         return MetricSeries(np.full(len(v), np.nan), stamp, uuid, mig, increase=v,
                             window_seconds=window)  # fmt: skip
     return MetricSeries(v, stamp, uuid, mig)
-
-
-def _keys(uuid: StrArray, mig: StrArray) -> list[str]:
-    migs = mig.tolist()
-    if not any(migs):  # no MIG instance: the key is the UUID (~3x faster at 10k GPUs)
-        return [str(u) for u in uuid.tolist()]
-    return [u if not m else f"{u}/{m}" for u, m in zip(uuid.tolist(), migs, strict=True)]
 
 
 def newest_pods(current: Vector) -> dict[str, str] | None:
@@ -193,61 +182,6 @@ def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> Vector:
     ]
 
 
-def fill_zero(
-    series: MetricSeries | None,
-    current: GpuColumns,
-    n_current: int,
-    *,
-    increase: bool = False,
-    window: float = 0.0,
-) -> MetricSeries:
-    """A sparse answer plus 0 for every currently reporting GPU it does not name."""
-    uuid = current.uuid[:n_current]
-    mig = None if current.mig_instance is None else current.mig_instance[:n_current]
-    stamp = current.timestamp[:n_current] if current.timestamp is not None else np.zeros(n_current)
-    named: set[str] = set()
-    if series is not None:
-        assert series.uuid is not None
-        named = set(keys_list(series.uuid, series.mig_instance))
-    missing = np.fromiter((k not in named for k in keys_list(uuid, mig)), bool, n_current)
-    zeros = np.zeros(int(missing.sum()))
-    filler = MetricSeries(
-        np.full(zeros.shape[0], np.nan) if increase else zeros,
-        stamp[missing],
-        uuid[missing],
-        None if mig is None else mig[missing],
-        increase=zeros if increase else None,
-        window_seconds=window,
-    )
-    return filler if series is None else _concat(series, filler)
-
-
-def keys_list(uuid: StrArray, mig: StrArray | None) -> list[str]:
-    return _keys(uuid, mig if mig is not None else str_column([""] * len(uuid)))
-
-
-def _concat(a: MetricSeries, b: MetricSeries) -> MetricSeries:
-    def col(x: MetricSeries, c: StrArray | None) -> StrArray:
-        return c if c is not None else str_column([""] * len(x))
-
-    assert a.uuid is not None and b.uuid is not None
-    inc = None
-    if a.increase is not None or b.increase is not None:
-        inc = np.concatenate([_inc(a), _inc(b)])
-    return MetricSeries(
-        np.concatenate([a.value, b.value]),
-        np.concatenate([a.timestamp, b.timestamp]),
-        np.concatenate([a.uuid, b.uuid]),
-        np.concatenate([col(a, a.mig_instance), col(b, b.mig_instance)]),
-        increase=inc,
-        window_seconds=max(a.window_seconds, b.window_seconds),
-    )
-
-
-def _inc(s: MetricSeries) -> FloatArray:
-    return s.increase if s.increase is not None else np.full(len(s), np.nan)
-
-
 def merge_counter(value: MetricSeries | None, inc: MetricSeries | None) -> MetricSeries | None:
     """One counter column: latest value and increase, joined on the GPU key."""
     if value is None or inc is None:
@@ -331,34 +265,81 @@ def last_up(
     return out
 
 
-def kube_records(
-    kube: Vector, status: Vector, strip: Sequence[str]
-) -> tuple[list[Node], list[Pod]]:
-    """Nodes and pods from kube-state-metrics series (Prometheus' target labels removed)."""
-    drop = set(strip) | {"__name__"}
-    fams: dict[str, list[dict[str, str]]] = {}
-    for r in [*kube, *status]:
-        m = r["metric"]
-        fams.setdefault(m.get("__name__", ""), []).append(
-            {k: v for k, v in m.items() if k not in drop}
+_WORKLOAD = (LABEL_POD, LABEL_NAMESPACE, "container")
+_EXPORTED = tuple(f"exported_{k}" for k in _WORKLOAD)
+
+
+def pod_label_layout(series: Sequence[Mapping[str, str]], mode: str) -> str:
+    """`direct`, `exported` or `none` for one answer's label sets. `auto`: `exported` when any
+    series carries `exported_pod`/`exported_namespace` (Prometheus scraped dcgm-exporter without
+    `honorLabels`, so `pod`/`namespace`/`container` name the exporter), else `direct`."""
+    if mode != "auto":
+        return mode
+    exported = any(_EXPORTED[0] in m or _EXPORTED[1] in m for m in series)
+    return "exported" if exported else "direct"
+
+
+def workload_labels(
+    series: Sequence[Mapping[str, str]], mode: str, exporter_pods: Collection[tuple[str, str]]
+) -> tuple[list[dict[str, str]], str]:
+    """Label sets whose `pod`/`namespace`/`container` name the workload holding the GPU, or
+    are absent; and the layout read (`pod_label_layout`). A pod in `exporter_pods` (namespace,
+    name: the exporters' own, from `up`) is never a GPU's workload."""
+    layout = pod_label_layout(series, mode)
+    out: list[dict[str, str]] = []
+    for m in series:
+        d = {k: v for k, v in m.items() if k not in _EXPORTED and k not in _WORKLOAD}
+        if layout == "exported":
+            d.update({k: m[e] for k, e in zip(_WORKLOAD, _EXPORTED, strict=True) if m.get(e)})
+        elif layout == "direct" and (
+            (m.get(LABEL_NAMESPACE, ""), m.get(LABEL_POD, "")) not in exporter_pods
+        ):
+            d.update({k: m[k] for k in _WORKLOAD if m.get(k)})
+        out.append(d)
+    if layout == "direct" and out and not any(LABEL_POD in d for d in out):
+        layout = "none"  # no GPU names a workload: attribute by node from Kubernetes
+    return out, layout
+
+
+def exporter_pods_of(up: Vector) -> set[tuple[str, str]]:
+    """(namespace, pod) of the exporters themselves: Prometheus' target labels on `up`; also
+    ("", pod), as the `values:*` answers keep the pod but not its namespace."""
+    named = [(m.get(LABEL_NAMESPACE, ""), m[LABEL_POD]) for m in (r["metric"] for r in up)
+             if m.get(LABEL_POD)]  # fmt: skip
+    return {*named, *(("", pod) for _, pod in named)}
+
+
+WORKLOAD_ANSWERS = ("identity", "vanished", "xid_count")
+"""Answers besides `values:*` whose label sets name pods on DCGM series."""
+
+
+def workload_answers(
+    answers: Mapping[str, list[dict[str, Any]] | None], mode: str
+) -> tuple[dict[str, list[dict[str, Any]] | None], set[str]]:
+    """The DCGM answers with workload pod labels (`workload_labels`), and the layout the
+    `identity` answer (the one that attributes GPUs to pods) was read in."""
+    exporters = exporter_pods_of(answers.get("up") or [])
+    out = dict(answers)
+    layouts: set[str] = set()
+    for name, vector in answers.items():
+        if not vector or not (name in WORKLOAD_ANSWERS or name.startswith("values:")):
+            continue
+        labels, layout = workload_labels([r["metric"] for r in vector], mode, exporters)
+        if name == "identity":  # the answer that attributes GPUs to pods
+            layouts.add(layout)
+        out[name] = [{**r, "metric": m} for r, m in zip(vector, labels, strict=True)]
+    return out, layouts
+
+
+def pod_labels_note(layouts: Collection[str]) -> str:
+    """One line for `collect --summary` and logs: where the last cycle found GPUs' pods."""
+    if not layouts:
+        return "pod labels: no DCGM answer"
+    if "none" in layouts:
+        return (
+            "pod labels: NONE on DCGM series (dcgm-exporter's Kubernetes mapping off?): GPUs are "
+            "attributed by node from Kubernetes only where a node has a single GPU pod; job-level "
+            "detection (stragglers, hangs, idle-allocated) needs them (dcgm-exporter --kubernetes, "
+            "i.e. DCGM_EXPORTER_KUBERNETES=true)"
         )
-    ones = [(row, 1.0) for row in fams.get("kube_pod_status_phase", [])]
-    pods = pods_from_kube_state_metrics(
-        fams.get("kube_pod_info", []), fams.get("kube_pod_labels", []), ones
-    )
-    unsched_rows = [
-        (row, float(r["value"][1]))
-        for r, row in zip(
-            [r for r in kube if r["metric"].get("__name__") == "kube_node_spec_unschedulable"],
-            fams.get("kube_node_spec_unschedulable", []),
-            strict=True,
-        )
-    ]
-    nodes = nodes_from_kube_state_metrics(
-        fams.get("kube_node_info", []),
-        fams.get("kube_node_labels", []),
-        unsched_rows,
-        [(row, 1.0) for row in fams.get("kube_node_status_condition", [])],
-        fams.get("kube_node_spec_taint", []),
-    )
-    return nodes, pods
+    return "pod labels: " + ", ".join(sorted(layouts))

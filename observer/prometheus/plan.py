@@ -3,7 +3,7 @@
 Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 24 on a cold
 start, 14 afterwards (the 10 `cold` ones are then answered from memory: observer.prometheus.memory
 for
-3, observer.prometheus.counter_memory for the 7 counter increases). Each does its
+3, observer.prometheus.memory for the 7 counter increases). Each does its
 filtering and label stripping on the server, so the payload stays close to "one number per GPU
 per metric", and the plan avoids reading any series twice where it can (Prometheus spends
 ~10 us per series read; at 10k GPUs x 22 families that is the cycle's main cost):
@@ -49,6 +49,7 @@ from observer.fleet.catalog import (
     Kind,
 )
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
 
 TS_LABEL = "gf_ts"
 """Marks the `timestamp()` twin of a series in a query that returns both."""
@@ -65,7 +66,11 @@ IDENTITY_LABELS = (
     LABEL_PCI_BUS_ID,
     LABEL_POD,
     LABEL_NAMESPACE,
+    "exported_pod",
+    "exported_namespace",
 )
+"""GPU identity labels; `exported_*` carry the workload's pod when Prometheus scraped
+dcgm-exporter without `honorLabels` (observer.prometheus.parse.workload_labels)."""
 KEY = f"{LABEL_UUID}, {LABEL_MIG_INSTANCE}"
 SPARSE_COUNTERS = (
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -83,15 +88,15 @@ EXTRA_GAUGES = (
     "DCGM_FI_DEV_RETIRED_PENDING",
 )
 """Fields outside dcgm-exporter's defaults that the detectors read when a user enables them."""
-KSM_FAMILIES = (
-    "kube_pod_info",
-    "kube_pod_labels",
-    "kube_node_info",
-    "kube_node_labels",
-    "kube_node_spec_unschedulable",
-    "kube_node_spec_taint",
+
+
+POD_LABEL_MODES = ("auto", "direct", "exported", "none")
+"""Where the workload's pod labels are on DCGM series (`PromSettings.pod_labels`)."""
+POD_LABELS_HELP = (
+    "where DCGM series name the GPU's pod: auto (the default: per answer), direct "
+    "(pod/namespace), exported (exported_pod/exported_namespace: scraped without honorLabels), "
+    "none (no pod labels; attribute by node from Kubernetes)"
 )
-KSM_STATUS_FAMILIES = ("kube_pod_status_phase", "kube_node_status_condition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +136,22 @@ class PromSettings:
     range_chunk: float = 3600.0
     """Longest span of one range request; longer windows are split into chunks."""
     cluster: str = "default"
+    pod_labels: str = "auto"
+    """Where DCGM series name the GPU's workload: `direct` (`pod`, `namespace`: dcgm-exporter's
+    own labels, honorLabels), `exported` (`exported_pod`, `exported_namespace`: Prometheus
+    renamed them because the target's own `pod` label won), `none` (no pod labels: GPUs are
+    attributed from Kubernetes by node), `auto` (per answer: `exported` when such labels
+    appear, else `direct`). Never the exporter's own pod (the `up` series name it)."""
     headers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     target_labels: tuple[str, ...] = ("job", "instance", "endpoint", "service", "prometheus")
     """Labels Prometheus adds on scrape; stripped from kube-state-metrics pod/node labels."""
+
+    def __post_init__(self) -> None:
+        if self.pod_labels not in POD_LABEL_MODES:
+            raise ValueError(
+                f"pod_labels: expected one of {', '.join(POD_LABEL_MODES)} "
+                f"(got {self.pod_labels!r})"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +166,7 @@ class Query:
     """`query` (PromQL), or `names`: the `__name__` values of series matching `promql`."""
     cold: bool = False
     """Asked on a cold start only; later cycles answer it from memory (observer.prometheus.memory,
-    and observer.prometheus.counter_memory for the `family` queries: counter increases)."""
+    and observer.prometheus.memory for the `family` queries: counter increases)."""
 
 
 def _dur(seconds: float) -> str:
@@ -212,7 +230,7 @@ def value_groups(s: PromSettings) -> tuple[tuple[str, ...], ...]:
 
 def values_query(selector: str) -> str:
     """Latest values keyed by family, GPU and pod (the pod tells a lingering old series)."""
-    return f"max by (__name__, {KEY}, {LABEL_POD}) ({selector})"
+    return f"max by (__name__, {KEY}, {LABEL_POD}, exported_pod) ({selector})"
 
 
 def plan(s: PromSettings) -> tuple[Query, ...]:

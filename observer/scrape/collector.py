@@ -38,15 +38,21 @@ from observer.fleet.catalog import (
     Kind,
 )
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
-from observer.prometheus.parse import fill_zero, kube_records
-from observer.prometheus.plan import KSM_STATUS_FAMILIES
 from observer.scrape.exposition import PageParser, ParsedPage
 from observer.scrape.fetch import discover, fetch_all, new_session
 from observer.scrape.ring_window import RingWindow
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import CycleStats, QueryStat
-from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries, str_column
+from observer.snapshot.inputs import (
+    ExporterHealth,
+    GpuColumns,
+    MetricSeries,
+    PodSeries,
+    fill_zero,
+    str_column,
+)
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
+from observer.snapshot.kube_records import KSM_STATUS_FAMILIES, records_from_series
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +255,7 @@ class ScrapeCollector:
         metrics = self._metrics(cols, t)
         n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
         metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_paged)
-        ksm_nodes, ksm_pods = kube_records(kube, status, ())
+        ksm_nodes, ksm_pods = records_from_series(kube, status, ())
         exporters = ExporterHealth(up=up, last_scrape=last, sample_times=[np.array(self._cycles)])
         return self.builder.build_with_report(
             t,

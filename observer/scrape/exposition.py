@@ -23,7 +23,7 @@ from observer.fleet.catalog import (
     STEPS_METRIC,
     canonical_name,
 )
-from observer.prometheus.plan import KSM_FAMILIES, KSM_STATUS_FAMILIES
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
 
 KUBE_NAMES = frozenset((*KSM_FAMILIES, *KSM_STATUS_FAMILIES))
 DCGM_PREFIXES = ("DCGM_FI_", "DCGM_EXP_")

@@ -70,7 +70,12 @@ from observer.fleet.model import (
 from observer.snapshot.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
-from observer.snapshot.pod_assignment import PodAssignment, PodAssignmentCache, PodLabels
+from observer.snapshot.pod_assignment import (
+    PodAssignment,
+    PodAssignmentCache,
+    PodLabels,
+    attribute_by_node,
+)
 from observer.snapshot.telemetry_health import newest_per_node, telemetry_health
 
 
@@ -146,7 +151,8 @@ class SnapshotBuilder:
             extra_nodes = set(exporters.up) | set(exporters.last_scrape)
         rows = resolve_gpu_rows(gpus, list(nodes), extra_nodes)
         columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
-        pod_list, labels = list(pods), rows.pod_labels()
+        pod_list = list(pods)
+        labels = attribute_by_node(rows.pod_labels(), pod_list)  # no pod labels: by node
         pod_records, jobs, pod_index, synthesised = (
             self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
             if self.pod_cache is not None

@@ -259,3 +259,60 @@ class ExporterHealth:
     """Consecutive sample times of a few series (e.g. a range query's timestamps)."""
     source_ok: bool = True
     degraded_reason: str = ""
+
+
+def fill_zero(
+    series: MetricSeries | None,
+    current: GpuColumns,
+    n_current: int,
+    *,
+    increase: bool = False,
+    window: float = 0.0,
+) -> MetricSeries:
+    """A sparse answer plus 0 for every currently reporting GPU it does not name."""
+    uuid = current.uuid[:n_current]
+    mig = None if current.mig_instance is None else current.mig_instance[:n_current]
+    stamp = current.timestamp[:n_current] if current.timestamp is not None else np.zeros(n_current)
+    named: set[str] = set()
+    if series is not None:
+        assert series.uuid is not None
+        named = set(keys_list(series.uuid, series.mig_instance))
+    missing = np.fromiter((k not in named for k in keys_list(uuid, mig)), bool, n_current)
+    zeros = np.zeros(int(missing.sum()))
+    filler = MetricSeries(
+        np.full(zeros.shape[0], np.nan) if increase else zeros,
+        stamp[missing],
+        uuid[missing],
+        None if mig is None else mig[missing],
+        increase=zeros if increase else None,
+        window_seconds=window,
+    )
+    return filler if series is None else _concat(series, filler)
+
+
+def keys_list(uuid: StrArray, mig: StrArray | None) -> list[str]:
+    """Row keys as a list (the UUID, `UUID/instance` for MIG instances)."""
+    keys: list[str] = gpu_keys(uuid, mig).tolist()
+    return keys
+
+
+def _concat(a: MetricSeries, b: MetricSeries) -> MetricSeries:
+    def col(x: MetricSeries, c: StrArray | None) -> StrArray:
+        return c if c is not None else str_column([""] * len(x))
+
+    assert a.uuid is not None and b.uuid is not None
+    inc = None
+    if a.increase is not None or b.increase is not None:
+        inc = np.concatenate([_inc(a), _inc(b)])
+    return MetricSeries(
+        np.concatenate([a.value, b.value]),
+        np.concatenate([a.timestamp, b.timestamp]),
+        np.concatenate([a.uuid, b.uuid]),
+        np.concatenate([col(a, a.mig_instance), col(b, b.mig_instance)]),
+        increase=inc,
+        window_seconds=max(a.window_seconds, b.window_seconds),
+    )
+
+
+def _inc(s: MetricSeries) -> FloatArray:
+    return s.increase if s.increase is not None else np.full(len(s), np.nan)

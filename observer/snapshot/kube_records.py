@@ -23,8 +23,22 @@ from observer.fleet.model import Node, NodeName, Pod, Taint, frozen_map
 
 LabelRows = Iterable[Mapping[str, str]]
 """Label sets of one metric family, one per series."""
+Vector = Sequence[Mapping[str, Any]]
+"""A PromQL instant vector: `{"metric": labels, "value": [t, v]}` per series."""
 ValueRows = Iterable[tuple[Mapping[str, str], float]]
 """(label set, sample value) per series."""
+
+KSM_FAMILIES = (
+    "kube_pod_info",
+    "kube_pod_labels",
+    "kube_node_info",
+    "kube_node_labels",
+    "kube_node_spec_unschedulable",
+    "kube_node_spec_taint",
+)
+"""kube-state-metrics families the collectors read."""
+KSM_STATUS_FAMILIES = ("kube_pod_status_phase", "kube_node_status_condition")
+"""Status families; only their series equal to 1 count."""
 
 _SKIP_POD = frozenset({"namespace", "pod", "uid"})
 _STATUS = {"true": "True", "false": "False", "unknown": "Unknown"}
@@ -137,7 +151,24 @@ def pod_from_api(obj: Mapping[str, Any]) -> Pod:
         owner_kind=_get(owner, "kind"),
         owner_name=_get(owner, "name"),
         priority_class=_get(spec, "priorityClassName", "priority_class_name"),
+        gpus=_gpu_request(spec),
     )
+
+
+def _gpu_request(spec: Mapping[str, Any]) -> int:
+    """`nvidia.com/gpu` over the pod's containers (limits, else requests; GPUs are not
+    overcommitted, so the two are equal when both are set)."""
+    total = 0
+    for c in _get(spec, "containers") or []:
+        res = _get(c, "resources") or {}
+        amount = (_get(res, "limits") or {}).get("nvidia.com/gpu") or (
+            _get(res, "requests") or {}
+        ).get("nvidia.com/gpu")
+        try:
+            total += int(amount or 0)
+        except (TypeError, ValueError):
+            continue
+    return total
 
 
 def node_from_api(obj: Mapping[str, Any]) -> Node:
@@ -160,3 +191,37 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
         schedulable=not bool(_get(spec, "unschedulable")),
         conditions=frozen_map(conditions),
     )
+
+
+def records_from_series(
+    kube: Vector, status: Vector, strip: Sequence[str]
+) -> tuple[list[Node], list[Pod]]:
+    """Nodes and pods from kube-state-metrics series as PromQL or a scrape answers them
+    (`{"metric": labels, "value": [t, v]}`; `strip`: Prometheus' target labels, removed)."""
+    drop = set(strip) | {"__name__"}
+    fams: dict[str, list[dict[str, str]]] = {}
+    for r in [*kube, *status]:
+        m = r["metric"]
+        fams.setdefault(m.get("__name__", ""), []).append(
+            {k: v for k, v in m.items() if k not in drop}
+        )
+    ones = [(row, 1.0) for row in fams.get("kube_pod_status_phase", [])]
+    pods = pods_from_kube_state_metrics(
+        fams.get("kube_pod_info", []), fams.get("kube_pod_labels", []), ones
+    )
+    unsched_rows = [
+        (row, float(r["value"][1]))
+        for r, row in zip(
+            [r for r in kube if r["metric"].get("__name__") == "kube_node_spec_unschedulable"],
+            fams.get("kube_node_spec_unschedulable", []),
+            strict=True,
+        )
+    ]
+    nodes = nodes_from_kube_state_metrics(
+        fams.get("kube_node_info", []),
+        fams.get("kube_node_labels", []),
+        unsched_rows,
+        [(row, 1.0) for row in fams.get("kube_node_status_condition", [])],
+        fams.get("kube_node_spec_taint", []),
+    )
+    return nodes, pods

@@ -10,7 +10,7 @@ equal: same inputs, same result, so a cached build is indistinguishable from a f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from threading import Lock
 
@@ -67,3 +67,26 @@ def _same(last: _Entry, pods: list[Pod], labels: PodLabels) -> bool:
         )
         and last.pods == pods
     )
+
+
+def attribute_by_node(labels: PodLabels, pods: Sequence[Pod]) -> PodLabels:
+    """GPU rows' (namespace, pod) from Kubernetes when no DCGM series named a pod (the
+    exporter's Kubernetes mapping off). Only where it is certain: a node whose running pods
+    requesting GPUs are exactly one, and that pod requests every GPU row of the node (a
+    whole-node training rank, the common case). Anything else stays unattributed rather than
+    guessed; a GPU is never given to a pod that might not hold it."""
+    ns, name, host = labels
+    if len(name) == 0 or any(name.tolist()):
+        return labels
+    holders: dict[str, list[Pod]] = {}
+    for p in pods:
+        if p.node and p.gpus > 0 and p.phase == "Running":
+            holders.setdefault(str(p.node), []).append(p)
+    if not holders:
+        return labels
+    ns, name = ns.copy(), name.copy()
+    for node, on_node in holders.items():
+        rows = np.flatnonzero(host == node)
+        if len(on_node) == 1 and on_node[0].gpus == rows.size:
+            ns[rows], name[rows] = on_node[0].namespace, on_node[0].name
+    return ns, name, host

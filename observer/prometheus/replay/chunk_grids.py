@@ -17,7 +17,7 @@ or
   series still lingers (backfilled data carries no staleness markers); error counters only
   where non-zero, as the sparse query asks;
 - increases: what warm instant cycles derive from the per-step totals
-  (observer.prometheus.counter_memory,
+  (observer.prometheus.memory,
   stepped through the chunk); at the replay's first step, a cold start,
   `sum by (UUID, GPU_I_ID) (increase(counter[w]))`, error counters only where > 0;
 - XID counts whose own sample is as new as their GPU's (dcgm-exporter drops an emptied window).
@@ -39,7 +39,7 @@ from observer.fleet.catalog import (
     canonical_name,
 )
 from observer.fleet.model import BoolArray, FloatArray
-from observer.prometheus.counter_memory import CounterMemory
+from observer.prometheus.memory import CounterMemory
 from observer.prometheus.plan import IDENTITY_LABELS, SPARSE_COUNTERS
 from observer.prometheus.replay.groups import codes, reduce_rows
 from observer.prometheus.replay.matrix import RawBlock
@@ -65,7 +65,7 @@ def host_of(row: IdentityTuple) -> str:
 @dataclass(slots=True)
 class RawMemory:
     """What earlier steps saw (observer.prometheus.memory's and
-    observer.prometheus.counter_memory's state,
+    observer.prometheus.memory's state,
     carried from chunk to chunk)."""
 
     window: float
@@ -235,13 +235,13 @@ def increases(
 ) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
     """Counter family -> (keys x steps) increase, and the seconds each covers (its span), as
     warm instant cycles at those steps derive them from their totals
-    (observer.prometheus.counter_memory:
+    (observer.prometheus.memory:
     `memory.counters`, stepped through the chunk and carried to the next). The replay's first
     step is a cold start: there the increase is `sum by (UUID, GPU_I_ID) (increase(x[w]))`
     (error counters only where > 0, 0 for the other reporting GPUs), which seeds the memory.
     `values`: the chunk's value grids (error counters only where non-zero: the sparse answer;
     with `sparse_ok`, a reporting GPU without one is absent from a complete answer, which the
-    memory reads as the instant cycle's does, observer.prometheus.counter_feed)."""
+    memory reads as the instant cycle's does, observer.prometheus.memory.feed)."""
     counters = memory.counters
     fams = counters.families
     g, k = len(ident.keys), int(timing.steps_ms.shape[0])

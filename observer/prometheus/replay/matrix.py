@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from observer.fleet.model import FloatArray
-from observer.prometheus.answers import PARTIAL_WARNING, flagged_partial
+from observer.prometheus.client import PARTIAL_WARNING, flagged_partial
 
 _SERIES = b'{"metric":'
 _VALUES = b',"values":'

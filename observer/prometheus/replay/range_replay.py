@@ -18,24 +18,22 @@ backfilled data always does; the cycle's rules (newest pod, sample age) are made
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from observer.fleet.catalog import STEPS_METRIC, XID_COUNT_METRIC
-from observer.prometheus.answers import QueryFailed, Seen
 from observer.prometheus.assemble import drop_partial, interval_from
-from observer.prometheus.counter_memory import CounterMemory
-from observer.prometheus.memory import PromMemory
-from observer.prometheus.parse import present_families
+from observer.prometheus.client import PrometheusClient, QueryFailed, Seen
+from observer.prometheus.memory import CounterMemory, PromMemory
+from observer.prometheus.parse import present_families, workload_labels
 from observer.prometheus.plan import (
     IDENTITY_LABELS,
-    KSM_FAMILIES,
-    KSM_STATUS_FAMILIES,
     SPARSE_COUNTERS,
     PromSettings,
     value_groups,
@@ -51,13 +49,13 @@ from observer.prometheus.replay.chunk_grids import (
     values,
     xid_counts,
 )
-from observer.prometheus.replay.fetch import RawFetch
 from observer.prometheus.replay.matrix import RawBlock, carry
 from observer.prometheus.replay.step_grid import newest
 from observer.prometheus.replay.steps import Chunk, Selected
-from observer.prometheus.replay.workers import WorkerPool
+from observer.prometheus.replay.workers import WorkerPool, fetch_block
 from observer.snapshot.cycle_stats import QueryStat
 from observer.snapshot.inputs import GpuColumns
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +102,8 @@ Runner = Callable[
     [Callable[[RawQuery], tuple[RawBlock, Seen]], Sequence[RawQuery]],
     tuple[dict[str, RawBlock | None], list[QueryStat], list[str]],
 ]
-"""observer.prometheus.cycle.PromCycles._run: the queries concurrently, failures judged."""
+"""observer.prometheus.collector.PrometheusCollector._run: the queries concurrently, failures
+judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +123,18 @@ class RawReplay:
     def __init__(
         self,
         s: PromSettings,
-        fetch: RawFetch,
+        client: PrometheusClient,
         run: Runner,
         names: Callable[[float, float], list[object]],
         lookback: float,
         left_open: bool,
         workers: int = 2,
+        exporter_pods: Collection[tuple[str, str]] = (),
     ) -> None:
+        self.exporter_pods = frozenset(exporter_pods)
+        """(namespace, pod) of the exporters themselves: never a GPU's workload."""
         self.s = s
-        self.fetch = fetch
+        self.client = client
         self.run = run
         self.names = names
         self.lookback = lookback
@@ -165,9 +167,11 @@ class RawReplay:
                 span_ms = c1_ms - c0_ms + reach_ms
             selector = f"{q.selector}[{span_ms}ms]"
             if self._procs is None:
-                block, seen, _ = self.fetch.fetch(selector, c1)
+                block, seen, _ = fetch_block(self.client, selector, c1)
             else:
                 block, seen, _ = self._procs.fetch(self.s, selector, c1)
+            if q.name in _WORKLOAD_BLOCKS or q.name.startswith("raw:values:"):
+                block = self._workload(block)
             return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen
 
         blocks, stats, problems = self.run(ask, self.plan)
@@ -182,6 +186,11 @@ class RawReplay:
             problems.append(f"query families failed: {exc}")
             families = None
         return Fetched(c0, c1, blocks, stats, problems, families)
+
+    def _workload(self, block: RawBlock) -> RawBlock:
+        """The block with workload pod labels (observer.prometheus.parse.workload_labels)."""
+        labels, _ = workload_labels(block.labels, self.s.pod_labels, self.exporter_pods)
+        return dataclasses.replace(block, labels=labels)
 
     def chunks(self, spans: Sequence[tuple[float, float]]) -> Iterator[Fetched]:
         """Fetched chunks in order, the next one on its way while the caller uses this one."""
@@ -252,6 +261,7 @@ class RawReplay:
         )
 
 
+_WORKLOAD_BLOCKS = frozenset({"raw:sparse", "raw:xid"})
 _KUBE_MAIN = frozenset(KSM_FAMILIES)
 _KUBE_STATUS = frozenset(KSM_STATUS_FAMILIES)
 

@@ -20,7 +20,7 @@ import numpy as np
 from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import FleetSnapshot, FloatArray, Node, Pod
 from observer.prometheus.assemble import interval_from
-from observer.prometheus.parse import exporter_up, kube_records, pod_nodes
+from observer.prometheus.parse import exporter_up, pod_nodes
 from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings, counter_families
 from observer.prometheus.replay.chunk_grids import (
     Identity,
@@ -33,6 +33,7 @@ from observer.prometheus.replay.matrix import RawBlock
 from observer.prometheus.replay.step_grid import IndexGrid
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.snapshot.kube_records import records_from_series
 
 COUNTERS = frozenset(counter_families())
 
@@ -54,7 +55,7 @@ class Chunk:
     values: Mapping[str, FloatArray]
     increases: Mapping[str, FloatArray]
     spans: Mapping[str, FloatArray]
-    """Per counter family, the seconds each increase covers (observer.prometheus.counter_memory)."""
+    """Per counter family, the seconds each increase covers (observer.prometheus.memory)."""
     missing: frozenset[str]
     """Families whose fetch failed this chunk (no values, no increase)."""
     xid: FloatArray | None
@@ -100,7 +101,7 @@ def _kube(c: Chunk, k: int, s: PromSettings, cache: KubeCache) -> tuple[list[Nod
             if c.kube_status
             else []
         )
-        cache.records = kube_records(kube, status, s.target_labels)
+        cache.records = records_from_series(kube, status, s.target_labels)
         cache.key = key
     return cache.records
 

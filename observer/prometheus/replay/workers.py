@@ -1,9 +1,11 @@
-"""Worker processes that fetch and parse raw samples, off the replaying process' interpreter.
+"""Raw samples of a range selector: fetched by the client, parsed into arrays, in worker processes.
+
+`fetch_block` is one raw fetch: the body from observer.prometheus.client's `raw`, parsed by
+observer.prometheus.replay.matrix.
 
 Parsing a chunk's millions of samples takes about as long as everything else a replay does with
 that chunk, and under one interpreter lock the two cannot overlap. So range replays hand each
-raw fetch (observer.prometheus.replay.fetch) to a child process started as `python -m
-observer.prometheus.replay.workers`
+raw fetch to a child process started as `python -c` that calls `serve`
 (no re-import of the caller's `__main__`, unlike multiprocessing's spawn) and read the parsed
 arrays back as pickles over its stdout. A worker that dies fails its request as a temporary
 query failure; the replay marks that chunk degraded, as for any failed query.
@@ -19,16 +21,42 @@ import pickle
 import queue
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-from observer.prometheus.answers import QueryFailed, Seen
+from observer.prometheus.client import (
+    PrometheusClient,
+    QueryFailed,
+    QueryRejected,
+    QueryTemporary,
+    Seen,
+)
 from observer.prometheus.plan import PromSettings
-from observer.prometheus.replay.fetch import RawFetch
-from observer.prometheus.replay.matrix import RawBlock
+from observer.prometheus.replay.matrix import MalformedAnswer, RawBlock, parse_matrix
 
 Result = tuple[RawBlock, Seen, float]
+
+
+def fetch_block(client: PrometheusClient, selector: str, at: float) -> Result:
+    """(samples, what the answer held, seconds spent) of `selector` (`x[65m]`) at `at`."""
+    began = time.perf_counter()
+    body, seen = client.raw(selector, at)
+    try:
+        block, warnings = parse_matrix(body)
+    except MalformedAnswer as exc:
+        raise QueryRejected(str(exc), source=client.settings.url) from None
+    seen.result_type = "matrix"
+    seen.warnings = warnings
+    return block, seen, time.perf_counter() - began
+
+
+_MAIN = (
+    "import sys; from observer.prometheus.replay.workers import serve; "
+    "serve(sys.stdin.buffer, sys.stdout.buffer)"
+)
+"""The worker's entry (not `-m`: the package's __init__ imports this module first)."""
 
 
 class _Worker:
@@ -37,7 +65,7 @@ class _Worker:
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "observer.prometheus.replay.workers"], stdin=subprocess.PIPE,
+            [sys.executable, "-c", _MAIN], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env,
         )  # fmt: skip
 
@@ -48,7 +76,7 @@ class _Worker:
             self.proc.stdin.flush()
             ok, payload = pickle.load(self.proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError) as exc:
-            raise QueryFailed(f"raw sample worker failed: {exc!r}", temporary=True) from None
+            raise QueryTemporary(f"raw sample worker failed: {exc!r}") from None
         if not ok:
             raise payload
         result: Result = payload
@@ -97,16 +125,16 @@ class WorkerPool:
 
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """The worker's loop: (settings, selector, at) in, (ok, result or QueryFailed) out."""
-    fetchers: dict[PromSettings, RawFetch] = {}
+    clients: dict[PromSettings, PrometheusClient] = {}
     while True:
         try:
             s, selector, at = pickle.load(stdin)
         except EOFError:
             return
-        fetch = fetchers.get(s) or fetchers.setdefault(s, RawFetch(s))
+        client = clients.get(s) or clients.setdefault(s, PrometheusClient(s))
         answer: tuple[bool, Any]
         try:
-            answer = (True, fetch.fetch(selector, at))
+            answer = (True, fetch_block(client, selector, at))
         except QueryFailed as exc:
             answer = (False, exc)
         pickle.dump(answer, stdout, protocol=pickle.HIGHEST_PROTOCOL)

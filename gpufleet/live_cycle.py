@@ -4,7 +4,9 @@ what a long-running `gpufleet run` will run on its scheduler.
     collect() -> FleetSnapshot            (direct scrape + Kubernetes API here; Prometheus later)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
-    RemediationLoop.tick(findings, now)   (incidents, decisions, journal, actuator writes)
+    RemediationCycle.tick(findings, now)   (incidents, decisions, journal; the actuator's writes
+                                           in the loop's background executor when it has one,
+                                           so a drain waiting on a PDB never delays a cycle)
     Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
 
 Each stage is isolated and the cycle never raises: a collector error ends that cycle before
@@ -28,7 +30,7 @@ from evaluation.episodes import EntityKey, EpisodeTracker
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.scrape.collector import ScrapeCollector
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.decisions import ActionDecision
 from remediations.incidents import IncidentChange
 from remediations.store import ActionRecord, AuditRecord
@@ -93,7 +95,7 @@ class LiveCycle:
         self,
         collect: SnapshotSource,
         suite: DetectorSuite,
-        remediation: RemediationLoop | None = None,
+        remediation: RemediationCycle | None = None,
         *,
         grace_cycles: int = 0,
         audit_after: int | None = 0,

@@ -1,9 +1,9 @@
-"""The remediation engine: decide on each cycle's findings and journal the outcome.
+"""The decision journal: decide on each cycle's findings and journal the outcome.
 
-`RemediationEngine.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
+`DecisionJournal.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
 and journals incidents, decisions and the breaker, each before anything can act on it. Execution
 is the runner's job (`remediations.executor`); approvals come from people through `approve` and
-`reject`. `DryRunEngine` is the same engine on an in-memory journal, for backtests.
+`reject`. `ShadowReplay` is the same engine on an in-memory journal, for backtests.
 """
 
 from __future__ import annotations
@@ -121,7 +121,12 @@ def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
     return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
 
 
-class RemediationEngine:
+class DecisionJournal:
+    """Loads what `decide` needs from the store, runs it, and journals incidents, decisions
+    (live: awaiting approval or approved; shadow: what would be done) and the breaker before
+    anything can act; takes people's approvals and rejections; expires what waited too long.
+    The `Executor` carries out what it journaled."""
+
     def __init__(
         self,
         policy: Policy,
@@ -344,10 +349,10 @@ class RemediationEngine:
 
 
 class _ReplayStore(Store):
-    """The dry-run journal, remembering its two per-cycle reads (the engine state and the
-    action briefs) between writes. Every write passes through this object and carries its
-    time, so a remembered read is exact: it is asked again after any write that could change
-    it, or once an action written earlier leaves the briefs' time horizon."""
+    """The shadow replay's in-memory journal, remembering its two per-cycle reads (the engine
+    state and the action briefs) between writes. Every write passes through this object and
+    carries its time, so a remembered read is exact: it is asked again after any write that
+    could change it, or once an action written earlier leaves the briefs' time horizon."""
 
     def __init__(self, engine: Any, cluster: str = "default") -> None:
         super().__init__(engine, cluster)
@@ -412,7 +417,7 @@ class _ReplayStore(Store):
         super().set_paused(paused, actor, reason, now)
 
 
-class _ReplayEngine(RemediationEngine):
+class _ReplayEngine(DecisionJournal):
     """The engine as a replay runs it: no person approves or rejects during a replay, so new
     deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
     only once the earliest of them has passed (the same answers, one query less per cycle)."""
@@ -432,10 +437,11 @@ class _ReplayEngine(RemediationEngine):
         self.next_deadline = min(waiting, default=math.inf)
 
 
-class DryRunEngine:
-    """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
+class ShadowReplay:
+    """The decision journal in shadow on an in-memory journal: what `gpufleet backtest` asks
+    (every rule in shadow, so nothing is written anywhere).
 
-    >>> eng = DryRunEngine()                  # the shipped default policy
+    >>> eng = ShadowReplay()                  # the shipped default policy
     >>> for t, findings, view in steps:       # view may be None (metrics-only backtest)
     ...     decisions = eng.step(findings, view, t)
     >>> [d.to_json() for d in eng.decisions]
@@ -472,7 +478,7 @@ def replay_episodes(
     last `last_seen`, every episode active then is presented as seen at that step."""
     if not findings:
         return []
-    engine = DryRunEngine(policy, started_at=min(f.first_seen for f in findings) - step)
+    engine = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
     t = min(f.first_seen for f in findings)
     end = max(f.last_seen for f in findings)
     tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
@@ -486,10 +492,17 @@ def replay_episodes(
         engine.close()
 
 
+RemediationEngine = DecisionJournal
+"""Deprecated name of `DecisionJournal` (alerts/, dashboards/ and their tests still use it)."""
+DryRunEngine = ShadowReplay
+"""Deprecated name of `ShadowReplay` (evaluation/backtest.py still uses it)."""
+
 __all__ = [
     "Change",
+    "DecisionJournal",
     "DryRunEngine",
     "RemediationEngine",
+    "ShadowReplay",
     "replay_episodes",
     "summarize",
     "view_from_findings",

@@ -57,9 +57,13 @@ def demo(tmp_path: Path) -> Iterator[tuple[DemoLoop, ManualWall, list[str]]]:
 
 
 def step(loop: DemoLoop, wall: ManualWall) -> CycleReport:
+    """One cycle; then wait for the background executor's pass it asked for (its journal rows
+    show up in the next cycle's report, as in the live demo)."""
     wall.advance(loop.interval)
     loop.handle.cluster.tick()
-    return loop.run_once()
+    report = loop.run_once()
+    assert loop.remediation is not None and loop.remediation.settle(30.0)
+    return report
 
 
 def _spec(handle: SimulationHandle, node: str) -> dict[str, Any]:

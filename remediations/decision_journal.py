@@ -46,6 +46,16 @@ HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
 """States whose disruptive actions hold their nodes (besides what the cluster view shows)."""
 
 
+def _would_ask(a: ActionBrief | ActionRecord, now: float | None) -> bool:
+    """A shadow action whose live twin would still be awaiting approval at `now` (its deadline
+    not passed, its incident not resolved: resolution moves the deadline to then)."""
+    return (
+        a.state is ActionState.SHADOW
+        and a.decision is Verdict.AWAIT_APPROVAL
+        and (now is None or a.deadline is None or now < a.deadline)
+    )
+
+
 def summarize(
     actions: Iterable[ActionBrief],
     open_incidents: set[str],
@@ -58,7 +68,7 @@ def summarize(
     A shadow action counts as its live twin would: one that would have executed as done (rate,
     cooldown, attempts, and its nodes held while its incident is open, so the shadow journal
     shows what the blast radius would have allowed); one that would have asked a person as
-    awaiting approval until its deadline (`now`) or its incident's end."""
+    awaiting approval until its deadline (`now`; its incident's end moves the deadline)."""
     entries: list[LedgerEntry] = []
     blocked: set[tuple[str, str]] = set()
     attempts: dict[tuple[str, str], int] = {}
@@ -71,12 +81,7 @@ def summarize(
             continue
         shadow = a.state is ActionState.SHADOW
         would_run = shadow and a.decision is Verdict.EXECUTE
-        would_ask = (
-            shadow
-            and a.decision is Verdict.AWAIT_APPROVAL
-            and a.incident_id in open_incidents
-            and (now is None or a.deadline is None or now < a.deadline)
-        )
+        would_ask = shadow and _would_ask(a, now)
         legacy_dry = a.dry_run and a.state is ActionState.DONE
         done = a.state is ActionState.DONE or would_run
         done_once = done and a.playbook not in REPEATABLE
@@ -206,7 +211,11 @@ class DecisionJournal:
         """Resolved incidents expire their unstarted actions, unless another still-open
         incident joined the same action (same playbook and target): then it stays."""
         open_ids = {str(t.incident_id) for t in result.memory.tracker.open()}
-        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+        waiting = self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED])
+        asking = self.store.actions(
+            [ActionState.SHADOW], since=now - self.policy.gates.approval_timeout
+        )
+        for a in (*waiting, *(a for a in asking if _would_ask(a, now))):
             if a.incident_id not in resolved and a.id not in self._kept:
                 continue
             if a.incident_id in open_ids:
@@ -215,9 +224,14 @@ class DecisionJournal:
                 self._kept.add(a.id)
                 continue
             self._kept.discard(a.id)
-            self.store.update_action(
-                a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
-            )
+            if a.state is ActionState.SHADOW:  # its live twin would expire: the request ends
+                self.store.update_action(
+                    a, now, deadline=now, message="shadow: would expire (incident resolved)"
+                )
+            else:
+                self.store.update_action(
+                    a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
+                )
 
     def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
         """Journal a cycle's decisions in one transaction (before the runner can act)."""

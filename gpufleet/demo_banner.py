@@ -68,7 +68,11 @@ def kubectl() -> str:
     return "kubectl"
 
 
-def banner(handle: SimulationHandle, config: Path | None, *, shadow: bool = False) -> str:
+def banner(
+    handle: SimulationHandle, config: Path | None, *, shadow: bool = False, dry_run: bool = False
+) -> str:
+    """`dry_run` is the deprecated name of `shadow`."""
+    shadow = shadow or dry_run
     kc = handle.kubeconfig
     sc, clock = handle.scenario, handle.clock
     length = (sc.end - clock()) / clock.speed

@@ -34,7 +34,7 @@ from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
 from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, load_policy
 from remediations.store import Store
@@ -94,8 +94,18 @@ def write_policy(files: DemoFiles, actuation: Actuation) -> Path:
     return files.policy
 
 
-def write_config(files: DemoFiles, cluster: str, kubeconfig: Path) -> Path:
-    """The config `gpufleet actions|audit --config` read; validated by the model it feeds."""
+def write_config(
+    files: DemoFiles,
+    cluster: str,
+    kubeconfig: Path,
+    *,
+    actuation: Actuation = Actuation.LIVE,
+    dry_run: bool = False,
+) -> Path:
+    """The config `gpufleet actions|audit|policy --config` read (validated by the model it
+    feeds), and the demo policy it names (`write_policy`). `dry_run=True` (deprecated, kept for
+    callers from before shadow mode): `actuation=Actuation.SHADOW`."""
+    write_policy(files, Actuation.SHADOW if dry_run else actuation)
     cfg = GpufleetConfig(
         cluster=cluster,
         store_url=files.store_url,
@@ -132,6 +142,7 @@ class DemoLoop:
         self._scrape: ScrapeCollector | None = None
         self._actuator: KubeActuator | None = None
         self.cycle: LiveCycle | None = None
+        self.remediation: RemediationCycle | None = None
         self.skipped = 0
         """Scrape intervals without a cycle because the previous one ran long."""
 
@@ -147,8 +158,8 @@ class DemoLoop:
         assert h.kubeconfig is not None
         cluster = h.scenario.cluster
         self._store = fresh_store(self.files, cluster)
-        policy = load_policy(write_policy(self.files, self.actuation))
-        write_config(self.files, cluster, h.kubeconfig)
+        write_config(self.files, cluster, h.kubeconfig, actuation=self.actuation)
+        policy = load_policy(self.files.policy)
         self._kube = KubeCollector(KubeSettings(kubeconfig=str(h.kubeconfig))).start()
         if not self._kube.wait_synced(SYNC_TIMEOUT):
             log.warning("Kubernetes collector not synced after %.0f s; starting anyway",
@@ -160,9 +171,17 @@ class DemoLoop:
         self._actuator = KubeActuator.from_kubeconfig(
             h.kubeconfig, clock=h.clock, sleep=self._sleep
         )
-        remediation = RemediationLoop(
-            policy, self._store, self._actuator, OWNER, started_at=h.clock() - self.interval
+        self.remediation = RemediationCycle(
+            policy,
+            self._store,
+            self._actuator,
+            OWNER,
+            started_at=h.clock() - self.interval,
+            clock=h.clock,
+            background=True,  # a drain waiting on a PDB never holds up the next cycle
+            idle_wait=1.0,
         )
+        remediation = self.remediation
         self.cycle = LiveCycle(
             scrape_source(self._scrape, self._kube),
             DetectorSuite.default(),
@@ -207,6 +226,9 @@ class DemoLoop:
     def close(self) -> None:
         """Stop collectors and close clients and the journal (idempotent)."""
         self._halt.set()
+        if self.remediation is not None:
+            self.remediation.close()  # the executor thread ends with the halted back-off
+            self.remediation = None
         if self._kube is not None:
             self._kube.stop()
             self._kube = None

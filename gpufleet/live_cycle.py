@@ -4,7 +4,9 @@ what a long-running `gpufleet run` will run on its scheduler.
     collect() -> FleetSnapshot            (direct scrape + Kubernetes API here; Prometheus later)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
-    RemediationLoop.tick(findings, now)   (incidents, decisions, journal, actuator writes)
+    RemediationCycle.tick(findings, now)   (incidents, decisions, journal; the actuator's writes
+                                           in the loop's background executor when it has one,
+                                           so a drain waiting on a PDB never delays a cycle)
     Meter.record_cycle(snapshot, now)     (latest fleet state and GPU-hour rollups, if given)
     Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
 
@@ -30,7 +32,7 @@ from metering import Meter
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.scrape.collector import ScrapeCollector
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.decisions import ActionDecision
 from remediations.incidents import IncidentChange
 from remediations.store import ActionRecord, AuditRecord
@@ -95,7 +97,7 @@ class LiveCycle:
         self,
         collect: SnapshotSource,
         suite: DetectorSuite,
-        remediation: RemediationLoop | None = None,
+        remediation: RemediationCycle | None = None,
         *,
         meter: Meter | None = None,
         grace_cycles: int = 0,

@@ -9,7 +9,8 @@ write with those preconditions, so re-applying after a crash never acts twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from remediations.cluster_view import ClusterReader
@@ -25,6 +26,14 @@ class WriteContext:
     playbook: str
     reason: str
     actor: str = ACTOR
+    keepalive: Callable[[], None] | None = field(default=None, compare=False)
+    """Called by a long-running intent (a drain waiting on PodDisruptionBudgets) at every
+    back-off, so the runner renews its claim on the action while it waits; raises (a
+    TemporaryError) when the claim is lost, which ends the intent for now."""
+
+    def alive(self) -> None:
+        if self.keepalive is not None:
+            self.keepalive()
 
 
 class Actuator(ClusterReader, Protocol):

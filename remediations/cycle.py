@@ -1,21 +1,26 @@
 """One live remediation cycle, wired: read the cluster, decide and journal, then act.
 
 The composition the service (scheduler job), the demo and tests share, so none of them
-re-assembles engine, runner and actuator by hand. `tick(findings, now)` is one cycle; the
-actuator supplies both the cluster view and the writes.
+re-assembles decision journal, executor and actuator by hand. `tick(findings, now)` is one
+cycle; the actuator supplies both the cluster view and the writes.
+
+With `background=True` acting happens outside the cycle: `tick` decides and journals, then
+wakes an `ExecutorThread` that carries out the journal's approved and interrupted actions, so a
+drain waiting on PodDisruptionBudgets never delays the next detection cycle. `close()` stops it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from detectors.findings import Finding
 from remediations.actuator_api import Actuator
 from remediations.cluster_view import ClusterView
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
-from remediations.executor import Runner
+from remediations.executor import Executor
+from remediations.executor_thread import ExecutorThread
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
 
@@ -24,7 +29,10 @@ class LiveActuator(Actuator, Protocol):
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView: ...
 
 
-class RemediationLoop:
+class RemediationCycle:
+    """What schedules remediation in a live process: each `tick` runs the decision journal on
+    the cycle's findings, then the executor (inline, or woken in its background thread)."""
+
     def __init__(
         self,
         policy: Policy,
@@ -34,23 +42,62 @@ class RemediationLoop:
         *,
         started_at: float,
         shadow: bool = False,
+        clock: Callable[[], float] | None = None,
+        background: bool = False,
+        idle_wait: float = 5.0,
+        dry_run: bool = False,
     ) -> None:
+        """`clock`: the journal's clock (`now` comes from it); the runner reads it to renew its
+        lease during a long step, and the background executor to stamp its passes (required
+        with `background=True`). `idle_wait`: wall seconds between unprompted executor passes.
+        `shadow`: every rule in shadow whatever the policy says (`dry_run` is its deprecated
+        name)."""
         self.actuator = actuator
-        self.engine = RemediationEngine(policy, store, started_at=started_at, shadow=shadow)
-        self.runner = Runner(
-            policy, store, actuator, owner, open_incidents=self.engine.open_incident_ids
+        self.engine = DecisionJournal(
+            policy, store, started_at=started_at, shadow=shadow or dry_run
         )
+        self.runner = Executor(
+            policy, store, actuator, owner, open_incidents=self.engine.open_incident_ids,
+            clock=clock,
+        )  # fmt: skip
+        self.worker: ExecutorThread | None = None
+        if background:
+            if clock is None:
+                raise ValueError("a background executor needs the journal's clock")
+            self.worker = ExecutorThread(
+                self.runner,
+                actuator.cluster_view,
+                clock,
+                fresh=self.engine.still_needed,
+                idle_wait=idle_wait,
+            )
 
     def tick(
         self, findings: Sequence[Finding], now: float, view: ClusterView | None = None
     ) -> tuple[CycleResult, list[ActionRecord]]:
-        """Decide on this cycle's findings, then start/resume what is approved and allowed.
+        """Decide on this cycle's findings, then start/resume what is approved and allowed
+        (in the background executor when there is one: then nothing is returned as touched).
         Shadow decisions are journaled as what would be done; when no rule is live (or shadow
         is forced) the runner does not run at all, so nothing is written to Kubernetes."""
         result = self.engine.cycle(findings, view or self.actuator.cluster_view(now), now)
         if not self.engine.may_write:
             return result, []
+        if self.worker is not None:
+            self.worker.start().wake()
+            return result, []
         touched = self.runner.run(
             self.actuator.cluster_view(now), now, fresh=self.engine.still_needed
         )
         return result, touched
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """With a background executor: wait for the pass the latest tick asked for."""
+        return self.worker.settle(timeout) if self.worker is not None else True
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self.worker is not None:
+            self.worker.stop(timeout)
+
+
+RemediationLoop = RemediationCycle
+"""Deprecated name of `RemediationCycle` (gpufleet/service still uses it)."""

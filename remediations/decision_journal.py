@@ -1,9 +1,9 @@
-"""The remediation engine: decide on each cycle's findings and journal the outcome.
+"""The decision journal: decide on each cycle's findings and journal the outcome.
 
-`RemediationEngine.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
+`DecisionJournal.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
 and journals incidents, decisions and the breaker, each before anything can act on it. Execution
 is the runner's job (`remediations.executor`); approvals come from people through `approve` and
-`reject`. `DryRunEngine` is the same engine on an in-memory journal, for backtests.
+`reject`. `ShadowReplay` is the same engine on an in-memory journal, for backtests.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ HOLDING = frozenset({ActionState.EXECUTING, ActionState.VERIFYING})
 """States whose disruptive actions hold their nodes (besides what the cluster view shows)."""
 
 
+def _would_ask(a: ActionBrief | ActionRecord, now: float | None) -> bool:
+    """A shadow action whose live twin would still be awaiting approval at `now` (its deadline
+    not passed, its incident not resolved: resolution moves the deadline to then)."""
+    return (
+        a.state is ActionState.SHADOW
+        and a.decision is Verdict.AWAIT_APPROVAL
+        and (now is None or a.deadline is None or now < a.deadline)
+    )
+
+
 def summarize(
     actions: Iterable[ActionBrief],
     open_incidents: set[str],
@@ -58,7 +68,7 @@ def summarize(
     A shadow action counts as its live twin would: one that would have executed as done (rate,
     cooldown, attempts, and its nodes held while its incident is open, so the shadow journal
     shows what the blast radius would have allowed); one that would have asked a person as
-    awaiting approval until its deadline (`now`) or its incident's end."""
+    awaiting approval until its deadline (`now`; its incident's end moves the deadline)."""
     entries: list[LedgerEntry] = []
     blocked: set[tuple[str, str]] = set()
     attempts: dict[tuple[str, str], int] = {}
@@ -71,12 +81,7 @@ def summarize(
             continue
         shadow = a.state is ActionState.SHADOW
         would_run = shadow and a.decision is Verdict.EXECUTE
-        would_ask = (
-            shadow
-            and a.decision is Verdict.AWAIT_APPROVAL
-            and a.incident_id in open_incidents
-            and (now is None or a.deadline is None or now < a.deadline)
-        )
+        would_ask = shadow and _would_ask(a, now)
         legacy_dry = a.dry_run and a.state is ActionState.DONE
         done = a.state is ActionState.DONE or would_run
         done_once = done and a.playbook not in REPEATABLE
@@ -121,7 +126,12 @@ def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
     return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
 
 
-class RemediationEngine:
+class DecisionJournal:
+    """Loads what `decide` needs from the store, runs it, and journals incidents, decisions
+    (live: awaiting approval or approved; shadow: what would be done) and the breaker before
+    anything can act; takes people's approvals and rejections; expires what waited too long.
+    The `Executor` carries out what it journaled."""
+
     def __init__(
         self,
         policy: Policy,
@@ -201,7 +211,11 @@ class RemediationEngine:
         """Resolved incidents expire their unstarted actions, unless another still-open
         incident joined the same action (same playbook and target): then it stays."""
         open_ids = {str(t.incident_id) for t in result.memory.tracker.open()}
-        for a in self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED]):
+        waiting = self.store.actions([ActionState.AWAITING_APPROVAL, ActionState.APPROVED])
+        asking = self.store.actions(
+            [ActionState.SHADOW], since=now - self.policy.gates.approval_timeout
+        )
+        for a in (*waiting, *(a for a in asking if _would_ask(a, now))):
             if a.incident_id not in resolved and a.id not in self._kept:
                 continue
             if a.incident_id in open_ids:
@@ -210,9 +224,14 @@ class RemediationEngine:
                 self._kept.add(a.id)
                 continue
             self._kept.discard(a.id)
-            self.store.update_action(
-                a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
-            )
+            if a.state is ActionState.SHADOW:  # its live twin would expire: the request ends
+                self.store.update_action(
+                    a, now, deadline=now, message="shadow: would expire (incident resolved)"
+                )
+            else:
+                self.store.update_action(
+                    a, now, state=ActionState.EXPIRED, result="expired: incident resolved"
+                )
 
     def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
         """Journal a cycle's decisions in one transaction (before the runner can act)."""
@@ -344,10 +363,10 @@ class RemediationEngine:
 
 
 class _ReplayStore(Store):
-    """The dry-run journal, remembering its two per-cycle reads (the engine state and the
-    action briefs) between writes. Every write passes through this object and carries its
-    time, so a remembered read is exact: it is asked again after any write that could change
-    it, or once an action written earlier leaves the briefs' time horizon."""
+    """The shadow replay's in-memory journal, remembering its two per-cycle reads (the engine
+    state and the action briefs) between writes. Every write passes through this object and
+    carries its time, so a remembered read is exact: it is asked again after any write that
+    could change it, or once an action written earlier leaves the briefs' time horizon."""
 
     def __init__(self, engine: Any, cluster: str = "default") -> None:
         super().__init__(engine, cluster)
@@ -412,7 +431,7 @@ class _ReplayStore(Store):
         super().set_paused(paused, actor, reason, now)
 
 
-class _ReplayEngine(RemediationEngine):
+class _ReplayEngine(DecisionJournal):
     """The engine as a replay runs it: no person approves or rejects during a replay, so new
     deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
     only once the earliest of them has passed (the same answers, one query less per cycle)."""
@@ -432,10 +451,11 @@ class _ReplayEngine(RemediationEngine):
         self.next_deadline = min(waiting, default=math.inf)
 
 
-class DryRunEngine:
-    """The engine in dry-run on an in-memory journal: what `gpufleet backtest` asks.
+class ShadowReplay:
+    """The decision journal in shadow on an in-memory journal: what `gpufleet backtest` asks
+    (every rule in shadow, so nothing is written anywhere).
 
-    >>> eng = DryRunEngine()                  # the shipped default policy
+    >>> eng = ShadowReplay()                  # the shipped default policy
     >>> for t, findings, view in steps:       # view may be None (metrics-only backtest)
     ...     decisions = eng.step(findings, view, t)
     >>> [d.to_json() for d in eng.decisions]
@@ -472,7 +492,7 @@ def replay_episodes(
     last `last_seen`, every episode active then is presented as seen at that step."""
     if not findings:
         return []
-    engine = DryRunEngine(policy, started_at=min(f.first_seen for f in findings) - step)
+    engine = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
     t = min(f.first_seen for f in findings)
     end = max(f.last_seen for f in findings)
     tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
@@ -486,10 +506,17 @@ def replay_episodes(
         engine.close()
 
 
+RemediationEngine = DecisionJournal
+"""Deprecated name of `DecisionJournal` (alerts/, dashboards/ and their tests still use it)."""
+DryRunEngine = ShadowReplay
+"""Deprecated name of `ShadowReplay` (evaluation/backtest.py still uses it)."""
+
 __all__ = [
     "Change",
+    "DecisionJournal",
     "DryRunEngine",
     "RemediationEngine",
+    "ShadowReplay",
     "replay_episodes",
     "summarize",
     "view_from_findings",

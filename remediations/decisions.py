@@ -171,17 +171,6 @@ def _breaker(
     return seen, None
 
 
-def _pending(
-    journal: Mapping[tuple[str, str], tuple[str, str]],
-    fresh: Mapping[tuple[str, str], tuple[str, str]],
-    plan: Plan,
-) -> tuple[str, str] | None:
-    """(action id, incident id) of the unfinished action for the plan's (playbook, target):
-    journaled earlier or decided earlier in this cycle; None when there is none."""
-    pt = (plan.playbook, plan.target)
-    return journal.get(pt) or fresh.get(pt)
-
-
 SHADOW_EXECUTE = "shadow: would execute; nothing is written to Kubernetes (actuation: shadow)"
 SHADOW_APPROVAL = "shadow: would ask a person to approve; nothing is written (actuation: shadow)"
 
@@ -221,13 +210,47 @@ def decide(
     shadow: bool = False,
     not_before: float | None = None,
 ) -> CycleResult:
-    """One engine cycle, purely. `not_before`: findings last seen earlier never act (the
-    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450).
-    `shadow`: every rule in shadow whatever its `actuation` (backtests, a forced shadow)."""
-    g = policy.gates
+    """One engine cycle, purely, in three steps: evidence (incidents with hysteresis, the
+    breaker), a decision per (open incident, matching rule), and the output for the journal.
+    `not_before`: findings last seen earlier never act (the engine's start time or the last
+    breaker reset: stale replays, NVSentinel #1280/#450). `shadow`: every rule in shadow
+    whatever its `actuation` (backtests, a forced shadow)."""
+    evidence = _gather_evidence(policy, findings, view, now, memory, state, not_before)
+    cycle = _CycleDecisions(policy, view, now, evidence, journal, memory.reported, shadow)
+    for t in evidence.tracker.open():
+        for ri in cycle.rules_for(t):
+            cycle.decide_one(t, ri)
+    return cycle.result()
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """What this cycle's findings say, before any rule is read."""
+
+    tracker: TrackerState
+    changes: list[IncidentChange]
+    fleet: Fleet
+    fault_seen: dict[str, float]
+    trip: str | None
+    state: EngineState
+    """The engine state as the decisions see it (tripped now if `trip`)."""
+    not_before: float | None
+
+
+def _gather_evidence(
+    policy: Policy,
+    findings: Sequence[Finding],
+    view: ClusterView,
+    now: float,
+    memory: Memory,
+    state: EngineState,
+    not_before: float | None,
+) -> _Evidence:
+    """Incidents (hysteresis), the fleet index, the breaker; a breaker reset moves
+    `not_before` up to it (findings from before a reset never act)."""
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
     tracker, changes = step(memory.tracker, findings, now, h)
-    fleet = Fleet.of(view, g.pool_label)
+    fleet = Fleet.of(view, policy.gates.pool_label)
     fault_seen, trip = _breaker(policy, findings, fleet, memory, now, view.complete)
     if trip is not None:
         state = EngineState(
@@ -235,117 +258,184 @@ def decide(
         )
     if state.breaker_reset_at is not None:
         not_before = max(not_before or state.breaker_reset_at, state.breaker_reset_at)
+    return _Evidence(tracker, changes, fleet, fault_seen, trip, state, not_before)
 
-    ledger = journal.ledger
-    reported = dict(memory.reported)
-    fresh: dict[tuple[str, str], tuple[str, str]] = {}
-    """(playbook, target) -> (action id, incident id) of this cycle's new actions."""
-    attached: set[tuple[str, str]] = set()
-    decisions: list[ActionDecision] = []
-    params = [PLAYBOOKS[r.playbook].params(r.params) for r in policy.rules]
-    by_kind: dict[str, list[int]] = {}
-    for i, r in enumerate(policy.rules):
-        for k in r.match.kinds or list(FindingKind):
-            by_kind.setdefault(k.value, []).append(i)
-    for t in tracker.open():
+
+_Outcome = tuple[Verdict, tuple[str, ...], bool, Plan | None, str | None]
+"""verdict, reasons, escalate, plan, merged-into action id."""
+
+
+class _CycleDecisions:
+    """The decisions of one cycle, built one (incident, rule) at a time; carries what earlier
+    decisions of the same cycle change for later ones (ledger, new actions, merges)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        view: ClusterView,
+        now: float,
+        evidence: _Evidence,
+        journal: JournalSummary,
+        reported: Mapping[tuple[str, str], str],
+        shadow: bool,
+    ) -> None:
+        self.policy = policy
+        self.view = view
+        self.now = now
+        self.evidence = evidence
+        self.journal = journal
+        self.shadow = shadow
+        self.ledger = journal.ledger
+        self.reported = dict(reported)
+        self.fresh: dict[tuple[str, str], tuple[str, str]] = {}
+        """(playbook, target) -> (action id, incident id) of this cycle's new actions."""
+        self.attached: set[tuple[str, str]] = set()
+        self.decisions: list[ActionDecision] = []
+        self.params = [PLAYBOOKS[r.playbook].params(r.params) for r in policy.rules]
+        self.by_kind: dict[str, list[int]] = {}
+        for i, r in enumerate(policy.rules):
+            for k in r.match.kinds or list(FindingKind):
+                self.by_kind.setdefault(k.value, []).append(i)
+
+    # ---- which rules -------------------------------------------------------------------------
+
+    def rules_for(self, t: Tracked) -> list[int]:
+        """Indices of the rules that match this incident and have nothing journaled for it."""
         assert t.incident_id is not None
-        for ri in by_kind.get(t.kind, ()):
-            rule = policy.rules[ri]
-            if not matches(rule, t, view, g.pool_label):
+        out = []
+        for ri in self.by_kind.get(t.kind, ()):
+            rule = self.policy.rules[ri]
+            if not matches(rule, t, self.view, self.policy.gates.pool_label):
                 continue
-            in_shadow = shadow or policy.actuation_of(rule) is Actuation.SHADOW
-            key = (t.incident_id, rule.playbook)
-            if key in journal.blocked:
+            if (t.incident_id, rule.playbook) in self.journal.blocked:
                 continue
-            plan: Plan | None
-            reasons: tuple[str, ...]
-            if rule.mode is Mode.NOTIFY:  # report only: no plan, no gates
-                reasons = (f"rule {rule.name}: notify only",)
-                if reported.get(key) != reasons[0]:
-                    reported[key] = reasons[0]
-                    decisions.append(
-                        ActionDecision(
-                            rule.playbook,
-                            _subject_target(t),
-                            now,
-                            Verdict.DENY,
-                            reasons,
-                            t.incident_id,
-                            rule.name,
-                            rule.mode,
-                            in_shadow,
-                        )
-                    )
-                continue
-            subject = Subject(
-                t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job
+            out.append(ri)
+        return out
+
+    # ---- one decision ------------------------------------------------------------------------
+
+    def decide_one(self, t: Tracked, ri: int) -> None:
+        rule = self.policy.rules[ri]
+        in_shadow = self.shadow or self.policy.actuation_of(rule) is Actuation.SHADOW
+        if rule.mode is Mode.NOTIFY:
+            self._notify(t, rule, in_shadow)
+            return
+        outcome = self._plan_and_gate(t, rule, ri, in_shadow)
+        if outcome is not None:
+            self._record(t, rule, in_shadow, outcome)
+
+    def _notify(self, t: Tracked, rule: Rule, in_shadow: bool) -> None:
+        """A notify rule reports only (no plan, no gates), once per incident and rule."""
+        assert t.incident_id is not None
+        key = (t.incident_id, rule.playbook)
+        reasons = (f"rule {rule.name}: notify only",)
+        if self.reported.get(key) == reasons[0]:
+            return
+        self.reported[key] = reasons[0]
+        self.decisions.append(
+            ActionDecision(
+                rule.playbook,
+                _subject_target(t),
+                self.now,
+                Verdict.DENY,
+                reasons,
+                t.incident_id,
+                rule.name,
+                rule.mode,
+                in_shadow,
             )
-            planned = PLAYBOOKS[rule.playbook].plan(subject, view, params[ri])
-            merged: str | None = None
-            if isinstance(planned, NoPlan):
-                verdict, reasons, esc, plan = (
-                    Verdict.DENY,
-                    (f"plan: {planned.reason}",),
-                    False,
-                    None,
-                )
-            elif (joined := _pending(journal.pending, fresh, planned)) is not None:
-                aid, owner = joined
-                if owner == t.incident_id:
-                    continue
-                attached.add((planned.playbook, planned.target))
-                verdict, esc, plan, merged = Verdict.DENY, False, planned, aid
-                reasons = (
-                    f"merged: {planned.playbook} on {planned.target} already pending as "
-                    f"action {aid} for incident {owner}",
-                )
-            elif journal.settled.get((planned.playbook, planned.target), -1.0) >= t.opened_at:
-                continue  # settled while this incident was open: that action covered it too
-            else:
-                plan = planned
-                results = gates.static_gates(
-                    g, plan, view, t.kind, ledger, now, t.last_seen, not_before
-                )
-                if rule.mode is Mode.AUTO and not t.pre_existing:
-                    results += gates.execution_gates(g, plan, fleet, state, ledger, now)
-                verdict, reasons, esc = _verdict(rule, plan, results, in_shadow, t.pre_existing)
-            target = plan.target if plan is not None else f"incident/{t.incident_id}"
-            if verdict is Verdict.DENY:
-                sig = stable_id(*reasons)
-                if reported.get(key) == sig:
-                    continue
-                reported[key] = sig
-            else:
-                reported.pop(key, None)
-            decisions.append(
-                ActionDecision(
-                    playbook=rule.playbook,
-                    target=target,
-                    decided_at=now,
-                    decision=verdict,
-                    reasons=reasons,
-                    incident_id=t.incident_id,
-                    rule=rule.name,
-                    mode=rule.mode,
-                    shadow=in_shadow,
-                    plan=plan,
-                    attempt=journal.attempts.get(key, 0) + 1,
-                    escalate=esc,
-                    merged_into=merged,
+        )
+
+    def _plan_and_gate(self, t: Tracked, rule: Rule, ri: int, in_shadow: bool) -> _Outcome | None:
+        """The playbook's plan and the gates' verdict on it; None when there is nothing to
+        decide (the plan is this incident's own pending action, or one that settled it)."""
+        assert t.incident_id is not None
+        subject = Subject(t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job)
+        planned = PLAYBOOKS[rule.playbook].plan(subject, self.view, self.params[ri])
+        if isinstance(planned, NoPlan):
+            return Verdict.DENY, (f"plan: {planned.reason}",), False, None, None
+        pt = (planned.playbook, planned.target)
+        joined = self.journal.pending.get(pt) or self.fresh.get(pt)
+        if joined is not None:
+            aid, owner = joined
+            if owner == t.incident_id:
+                return None
+            self.attached.add(pt)
+            merged = (
+                f"merged: {planned.playbook} on {planned.target} already pending as "
+                f"action {aid} for incident {owner}",
+            )
+            return Verdict.DENY, merged, False, planned, aid
+        if self.journal.settled.get(pt, -1.0) >= t.opened_at:
+            return None  # settled while this incident was open: that action covered it too
+        verdict, reasons, esc = _verdict(
+            rule, planned, self._gates(t, rule, planned), in_shadow, t.pre_existing
+        )
+        return verdict, reasons, esc, planned, None
+
+    def _gates(self, t: Tracked, rule: Rule, plan: Plan) -> list[GateResult]:
+        """The static gates always; the execution gates when it would run now unasked (an
+        automatic rule on evidence seen while watching)."""
+        g, ev = self.policy.gates, self.evidence
+        results = gates.static_gates(
+            g, plan, self.view, t.kind, self.ledger, self.now, t.last_seen, ev.not_before
+        )
+        if rule.mode is Mode.AUTO and not t.pre_existing:
+            results += gates.execution_gates(g, plan, ev.fleet, ev.state, self.ledger, self.now)
+        return results
+
+    # ---- output ------------------------------------------------------------------------------
+
+    def _record(self, t: Tracked, rule: Rule, in_shadow: bool, outcome: _Outcome) -> None:
+        """Append the decision (a deny only when its reasons changed since last reported), and
+        carry a new action into the rest of the cycle (pending for merges, the ledger)."""
+        assert t.incident_id is not None
+        verdict, reasons, esc, plan, merged = outcome
+        key = (t.incident_id, rule.playbook)
+        if verdict is Verdict.DENY:
+            sig = stable_id(*reasons)
+            if self.reported.get(key) == sig:
+                return
+            self.reported[key] = sig
+        else:
+            self.reported.pop(key, None)
+        d = ActionDecision(
+            playbook=rule.playbook,
+            target=plan.target if plan is not None else f"incident/{t.incident_id}",
+            decided_at=self.now,
+            decision=verdict,
+            reasons=reasons,
+            incident_id=t.incident_id,
+            rule=rule.name,
+            mode=rule.mode,
+            shadow=in_shadow,
+            plan=plan,
+            attempt=self.journal.attempts.get(key, 0) + 1,
+            escalate=esc,
+            merged_into=merged,
+        )
+        self.decisions.append(d)
+        if plan is None or verdict is Verdict.DENY:
+            return
+        self.fresh[(plan.playbook, plan.target)] = (
+            action_id(self.journal.cluster, d.idempotency_key),
+            t.incident_id,
+        )
+        if verdict is Verdict.EXECUTE:
+            self.ledger = self.ledger.add(
+                LedgerEntry(
+                    plan.playbook, plan.target, self.now, plan.target_nodes, plan.disruptive
                 )
             )
-            if verdict is not Verdict.DENY and plan is not None:
-                d = decisions[-1]
-                fresh[(plan.playbook, plan.target)] = (
-                    action_id(journal.cluster, d.idempotency_key),
-                    t.incident_id,
-                )
-            if verdict is Verdict.EXECUTE and plan is not None:
-                ledger = ledger.add(
-                    LedgerEntry(plan.playbook, plan.target, now, plan.target_nodes, plan.disruptive)
-                )
-    live = {t.incident_id for t in tracker.open()}
-    reported = {k: v for k, v in reported.items() if k[0] in live}
-    return CycleResult(
-        Memory(tracker, fault_seen, reported), changes, decisions, trip, frozenset(attached)
-    )
+
+    def result(self) -> CycleResult:
+        evidence = self.evidence
+        live = {t.incident_id for t in evidence.tracker.open()}
+        reported = {k: v for k, v in self.reported.items() if k[0] in live}
+        return CycleResult(
+            Memory(evidence.tracker, evidence.fault_seen, reported),
+            evidence.changes,
+            self.decisions,
+            evidence.trip,
+            frozenset(self.attached),
+        )

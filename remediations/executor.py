@@ -12,11 +12,20 @@ window, blast radius, rate, protection, ownership) and the caller's freshness ch
 Killed anywhere (kill -9), a restarted runner with the same owner (or any runner after the lease)
 resumes at `progress` with the pinned intent, so each write takes effect exactly once. Then it
 verifies, and on failure runs the playbook's rollback steps the same way.
+
+While a step runs long (a drain waiting on PodDisruptionBudgets, up to its timeout) the actuator
+calls back at each back-off and the runner renews its lease on the action (`clock` time), so no
+runner in another process resumes it mid-drain; within this process, an action being carried
+out is never resumed by a second pass (a scheduled job's, or the background executor's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 
 from errors import PermanentError, TemporaryError
 from remediations import gates
@@ -38,7 +47,28 @@ def plan_of(a: ActionRecord) -> Plan:
     return Plan(a.playbook, a.target, a.plan, a.disruptive, a.target_nodes)
 
 
-class Runner:
+class _Claim:
+    """The runner's hold on one action while a step runs: each `renew` extends the lease."""
+
+    def __init__(self, runner: Executor, action: ActionRecord, now: float) -> None:
+        self.runner = runner
+        self.action = action
+        self.now = now
+        self.began = time.monotonic()
+
+    def renew(self) -> None:
+        r = self.runner
+        t = r.clock() if r.clock is not None else self.now + time.monotonic() - self.began
+        renewed = r.store.renew_lease(self.action, t, r.owner, t + r.lease_seconds)
+        if renewed is None:
+            raise TemporaryError(f"lost the claim on action {self.action.id}; stopping")
+        self.action = renewed
+
+
+class Executor:
+    """Carries out the journal's approved and interrupted actions through the one actuator:
+    re-gates, claims, pins -> journals -> writes -> journals each step, verifies, rolls back."""
+
     def __init__(
         self,
         policy: Policy,
@@ -48,6 +78,7 @@ class Runner:
         *,
         lease_seconds: float = 300.0,
         open_incidents: Callable[[], set[str]] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -55,7 +86,30 @@ class Runner:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.open_incidents = open_incidents or (lambda: set())
+        self.clock = clock
+        """The journal's clock (the one `now` comes from), read while a step runs to renew the
+        lease; None: `now` plus the wall time the step has taken so far."""
+        self._busy: set[str] = set()
+        self._busy_lock = threading.Lock()
         store.ensure_state()
+
+    @contextmanager
+    def _carrying(self, action_id: str) -> Iterator[bool]:
+        """True (and held until the block ends) unless this process already carries it out."""
+        with self._busy_lock:
+            mine = action_id not in self._busy
+            self._busy.add(action_id)
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._busy_lock:
+                    self._busy.discard(action_id)
+
+    def carrying(self) -> frozenset[str]:
+        """Ids of the actions this runner is carrying out right now (any thread)."""
+        with self._busy_lock:
+            return frozenset(self._busy)
 
     # ---- selection -----------------------------------------------------------------------------
 
@@ -74,16 +128,19 @@ class Runner:
             if self._shadow(a):
                 continue  # the policy went to shadow mid-action: write nothing, a person looks
             if a.lease_owner == self.owner or (a.lease_until or 0.0) <= now:
-                mine = self.store.update_action(
-                    a,
-                    now,
-                    lease_owner=self.owner,
-                    lease_until=now + self.lease_seconds,
-                    audit_kind="resume",
-                    message=f"resumed by {self.owner} at step {a.progress}",
-                )
-                if mine is not None:
-                    touched.append(self._advance(mine, now))
+                with self._carrying(a.id) as free:
+                    if not free:
+                        continue  # another pass of this process is carrying it out
+                    mine = self.store.update_action(
+                        a,
+                        now,
+                        lease_owner=self.owner,
+                        lease_until=now + self.lease_seconds,
+                        audit_kind="resume",
+                        message=f"resumed by {self.owner} at step {a.progress}",
+                    )
+                    if mine is not None:
+                        touched.append(self._advance(mine, now))
         disrupted: set[str] = set()
         for a in self.store.actions([ActionState.APPROVED]):
             if self._shadow(a):
@@ -165,8 +222,11 @@ class Runner:
                 message=f"approved -> expired (freshness: {why_not})",
             )
             return None
-        claimed = self.store.claim(a, state.version, now, self.owner, now + self.lease_seconds)
-        return self._advance(claimed, now) if claimed is not None else None
+        with self._carrying(a.id) as free:
+            if not free:
+                return None
+            claimed = self.store.claim(a, state.version, now, self.owner, now + self.lease_seconds)
+            return self._advance(claimed, now) if claimed is not None else None
 
     # ---- execution -----------------------------------------------------------------------------
 
@@ -237,9 +297,11 @@ class Runner:
             if journaled is None:
                 return None  # someone else moved it: stop
             a = journaled
+            claim = _Claim(self, a, now)
             try:
-                did = self.actuator.apply(intent, ctx)
+                did = self.actuator.apply(intent, replace(ctx, keepalive=claim.renew))
             except TemporaryError as exc:
+                a = claim.action
                 self.store.audit(
                     now,
                     "k8s_write",
@@ -249,7 +311,8 @@ class Runner:
                 )
                 return a
             except PermanentError as exc:
-                return self._fail(a, now, f"{intent.op} {intent.target}: {exc}")
+                return self._fail(claim.action, now, f"{intent.op} {intent.target}: {exc}")
+            a = claim.action
             done = self.store.update_action(
                 a,
                 now,
@@ -298,4 +361,7 @@ class Runner:
         return self._advance(rolling, now) if rolling is not None else a
 
 
-__all__ = ["FreshnessCheck", "Intent", "Runner", "plan_of"]
+Runner = Executor
+"""Deprecated name of `Executor` (dashboards' test seed still uses it)."""
+
+__all__ = ["Executor", "FreshnessCheck", "Intent", "Runner", "plan_of"]

@@ -386,6 +386,7 @@ class KubeActuator:
             if left <= 0:
                 names = ", ".join(f"{p[0]}/{p[1]}" for p in pending)
                 raise PermanentError(f"disruption budget still blocks {names} after the timeout")
+            ctx.alive()  # renew the claim before waiting (raises when it was lost)
             self.sleep(min(backoff, left))
             backoff = min(backoff * 2, float(a.get("backoff_max") or 60.0))
         return f"evicted {evicted} pod(s) from {node}"

@@ -57,9 +57,13 @@ def demo(tmp_path: Path) -> Iterator[tuple[DemoLoop, ManualWall, list[str]]]:
 
 
 def step(loop: DemoLoop, wall: ManualWall) -> CycleReport:
+    """One cycle; then wait for the background executor's pass it asked for (its journal rows
+    show up in the next cycle's report, as in the live demo)."""
     wall.advance(loop.interval)
     loop.handle.cluster.tick()
-    return loop.run_once()
+    report = loop.run_once()
+    assert loop.remediation is not None and loop.remediation.settle(30.0)
+    return report
 
 
 def _spec(handle: SimulationHandle, node: str) -> dict[str, Any]:
@@ -123,6 +127,36 @@ def test_drain_approved_with_the_cli_runs_in_the_next_cycle(
     assert "did evict_pods h100-0002: evicted 1 pod(s)" in text
     pod = loop.handle.cluster.store.get("pods", "ml", "big-worker-0")
     assert pod is None or pod["spec"].get("nodeName") != "h100-0002"
+
+
+def test_demo_in_shadow_writes_nothing_and_journals_what_it_would_do(tmp_path: Path) -> None:
+    wall = ManualWall(time.time())
+    handle = start_simulation(
+        small_scenario(faults=[FAULT]),
+        kubeconfig_out=tmp_path / "kc",
+        wall=wall,
+        options=ClusterOptions(startup_seconds=0),
+        tick_interval=0.05,
+    )
+    lines: list[str] = []
+    report = DemoLog(handle.scenario.start, write=lines.append)
+    loop = DemoLoop(handle, DemoFiles(tmp_path / "wd"), report, shadow=True).start()
+    try:
+        for _ in range(9):
+            step(loop, wall)
+        assert "actuation: shadow" in loop.files.policy.read_text()
+        assert not _spec(handle, "h100-0002").get("unschedulable")
+        store = Store.open(loop.files.store_url, cluster="small")
+        try:
+            states = {a.playbook: a.state for a in store.actions()}
+            results = [a.result for a in store.actions()]
+        finally:
+            store.close()
+        assert states == {"quarantine": ActionState.SHADOW, "drain": ActionState.SHADOW}
+        assert any(r.startswith("shadow: would quarantine node/h100-0002") for r in results)
+    finally:
+        loop.close()
+        handle.stop()
 
 
 def test_failed_collection_does_not_stop_the_next_cycle(
@@ -227,6 +261,8 @@ def test_demo_command_reports_a_finding_and_stops_on_sigterm(tmp_path: Path) -> 
         text = "".join(seen)
         assert found, text
         assert "gpufleet is watching it" in text and "what will happen" in text
+        assert "LIVE: the demo opts in with `actuation: live`" in text
+        assert "actuation: live" in (tmp_path / "wd" / "demo-policy.yaml").read_text()
         assert f"gpufleet actions list --config {tmp_path / 'wd' / 'demo-config.yaml'}" in text
         assert (tmp_path / "wd" / "demo.db").exists()
         listed = subprocess.run(

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.config import add_arguments, load_all, open_store
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState
 
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({**a.to_json(), "audit": trail}, indent=2))
             return 0
         who = args.by or getpass.getuser()
-        engine = RemediationEngine(policy, store, started_at=time.time())
+        engine = DecisionJournal(policy, store, started_at=time.time())
         try:
             if args.verb == "approve":
                 done = engine.approve(a.id, who, time.time())

@@ -290,6 +290,28 @@ class ActionStore(StoreBase):
     def active_actions(self) -> list[ActionRecord]:
         return self.actions([s for s in ActionState if not s.terminal])
 
+    def renew_lease(
+        self, action: ActionRecord, now: float, owner: str, lease_until: float
+    ) -> ActionRecord | None:
+        """Extend `owner`'s claim on `action` (as read, at its version) while it runs. No audit
+        row: a renewal changes nothing but the lease. None when the action moved meanwhile or
+        is not `owner`'s: the caller has lost its claim and must stop."""
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            res: Any = s.execute(
+                update(ActionRow)
+                .where(
+                    ActionRow.id == action.id,
+                    ActionRow.version == action.version,
+                    ActionRow.lease_owner == owner,
+                )
+                .values(lease_until=lease_until, version=action.version + 1, updated_at=now)
+            )
+            if res.rowcount != 1:
+                return None
+            row = s.get(ActionRow, action.id, populate_existing=True)
+            assert row is not None
+            return action_record(row)
+
     def update_action(
         self,
         action: ActionRecord,

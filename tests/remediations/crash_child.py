@@ -15,8 +15,8 @@ from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
 from remediations.actuator_api import WriteContext
-from remediations.decision_journal import RemediationEngine
-from remediations.executor import Runner
+from remediations.decision_journal import DecisionJournal
+from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
 from remediations.store import Store
 from remediations.types import Intent
@@ -82,8 +82,8 @@ def main(argv: list[str]) -> int:
     store = CrashingStore.open(url, cluster=cluster)
     act = CrashingActuator.from_kubeconfig(kubeconfig)
     started = time.time()
-    eng = RemediationEngine(POLICY, store, started_at=started - 1)
-    runner = Runner(POLICY, store, act, owner="crash-test", open_incidents=eng.open_incident_ids)
+    eng = DecisionJournal(POLICY, store, started_at=started - 1)
+    runner = Executor(POLICY, store, act, owner="crash-test", open_incidents=eng.open_incident_ids)
     while time.time() - started < 90:
         now = time.time()
         f = Finding(

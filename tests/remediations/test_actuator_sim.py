@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.decision_journal import RemediationEngine
-from remediations.executor import Runner
+from remediations.decision_journal import DecisionJournal
+from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
@@ -78,9 +78,9 @@ def _run(
     sim: Sim,
     passes: int = 3,
 ) -> list[ActionRecord]:
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     eng.cycle(findings, act.cluster_view(T0), T0)
-    runner = Runner(policy, store, act, owner="sim-test", open_incidents=eng.open_incident_ids)
+    runner = Executor(policy, store, act, owner="sim-test", open_incidents=eng.open_incident_ids)
     now = T0
     for _ in range(passes):
         now += 31
@@ -139,9 +139,9 @@ def test_drain_gives_up_at_the_timeout_when_a_pdb_blocks(sim: Sim, store: Store)
 
     act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: clock[0], sleep=sleep)
     policy = _policy("drain", timeout="2m", backoff_initial="10s", backoff_max="30s")
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     eng.cycle([finding(node="h100-0000")], act.cluster_view(T0), T0)
-    Runner(policy, store, act, "t").run(act.cluster_view(T0), T0 + 1)
+    Executor(policy, store, act, "t").run(act.cluster_view(T0), T0 + 1)
     (a,) = store.actions()
     assert a.state is ActionState.FAILED and "disruption budget still blocks" in a.result
     assert 115 <= clock[0] <= 125  # backed off 10, 20, 30, 30, 30 ... within the 2 min
@@ -161,9 +161,9 @@ def test_restart_pod_and_restart_job(sim: Sim, actuator: KubeActuator, store: St
     view = actuator.cluster_view(T0)
     gpu_finding = finding(node="h100-0001", gpu="GPU-serve")
     view = type(view)(view.nodes, view.pods, view.jobs, {"GPU-serve": "serving/serve-0"}, T0)
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     eng.cycle([hang, gpu_finding], view, T0)
-    runner = Runner(policy, store, actuator, "t")
+    runner = Executor(policy, store, actuator, "t")
     for i in range(3):
         sim.advance(31)
         runner.run(actuator.cluster_view(T0 + 31 * (i + 1)), T0 + 31 * (i + 1))
@@ -196,7 +196,7 @@ def test_uncordon_leaves_a_persons_cordon_alone(
 ) -> None:
     actuator.core.patch_node("h100-0001", {"spec": {"unschedulable": True}})  # a person
     # the engine denies it (ownership) ...
-    eng = RemediationEngine(_policy("uncordon"), store, started_at=T0 - 60)
+    eng = DecisionJournal(_policy("uncordon"), store, started_at=T0 - 60)
     res = eng.cycle([finding(node="h100-0001")], actuator.cluster_view(T0), T0)
     assert "not changed by gpufleet" in res.decisions[0].reasons[0]
     # ... and the actuator refuses too, should an uncordon intent ever reach it
@@ -237,14 +237,14 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
     data = _policy("quarantine").model_dump(mode="json")
     data["gates"]["breaker"]["threshold_percent"] = 100  # 3 of 4 nodes: keep the breaker out
     policy = live_policy(data)
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     acts = [KubeActuator.from_kubeconfig(sim.kubeconfig) for _ in range(2)]
     fs = [finding(node=f"h100-000{i}", gpu=f"G{i}") for i in (1, 2, 3)]
     eng.cycle(fs, acts[0].cluster_view(T0), T0)
-    runners = [Runner(policy, store, a, owner=f"r{i}") for i, a in enumerate(acts)]
+    runners = [Executor(policy, store, a, owner=f"r{i}") for i, a in enumerate(acts)]
     barrier = threading.Barrier(2)
 
-    def go(r: Runner, a: KubeActuator) -> None:
+    def go(r: Executor, a: KubeActuator) -> None:
         barrier.wait()
         r.run(a.cluster_view(T0 + 1), T0 + 1)
 
@@ -284,7 +284,7 @@ def test_request_reset_and_uncordon_what_we_cordoned(
     assert spec(node).unschedulable and annotations_of(node)[OWNER_ANNOTATION] == "gpufleet"
     assert annotations_of(node)[REQUEST_ANNOTATION] == "reset:GPU-9"
     # later a (hypothetical) all-clear rule undoes gpufleet's own cordon
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     later = T0 + 100
     eng.cycle(
         [
@@ -298,7 +298,7 @@ def test_request_reset_and_uncordon_what_we_cordoned(
         actuator.cluster_view(later),
         later,
     )
-    Runner(policy, store, actuator, "t").run(actuator.cluster_view(later), later + 1)
+    Executor(policy, store, actuator, "t").run(actuator.cluster_view(later), later + 1)
     states = {a.playbook: a.state for a in store.actions()}
     assert states == {
         "cordon": ActionState.DONE,
@@ -314,10 +314,10 @@ def test_failed_quarantine_rolls_back_on_the_api(
 ) -> None:
     sim.api.faults.add(r"^/api/v1/nodes/h100-0003$", 403, count=1, method="PATCH")
     policy = _policy("quarantine")
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     eng.cycle([finding(node="h100-0003")], actuator.cluster_view(T0), T0)
     # the first PATCH (cordon) is forbidden: permanent, nothing to undo yet
-    Runner(policy, store, actuator, "t").run(actuator.cluster_view(T0), T0 + 1)
+    Executor(policy, store, actuator, "t").run(actuator.cluster_view(T0), T0 + 1)
     (a,) = store.actions()
     assert a.state in (ActionState.FAILED, ActionState.ROLLED_BACK), a
     node = actuator.core.read_node("h100-0003")
@@ -327,9 +327,9 @@ def test_failed_quarantine_rolls_back_on_the_api(
 def test_live_loop_quarantines_then_drains_after_approval(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:
-    from remediations.cycle import RemediationLoop
+    from remediations.cycle import RemediationCycle
 
-    loop = RemediationLoop(live_policy(), store, actuator, "loop", started_at=T0 - 60)
+    loop = RemediationCycle(live_policy(), store, actuator, "loop", started_at=T0 - 60)
     xid = finding(node="h100-0002", gpu="GPU-2")
     result, touched = loop.tick([xid], T0)
     assert {d.playbook: d.decision.value for d in result.decisions} == {
@@ -347,5 +347,5 @@ def test_live_loop_quarantines_then_drains_after_approval(
     assert done is not None and done.state is ActionState.DONE
     big = actuator.pod("ml", "big-worker-0")
     assert big is not None and big.node != "h100-0002"
-    dry = RemediationLoop(live_policy(), store, actuator, "dry", started_at=T0, shadow=True)
+    dry = RemediationCycle(live_policy(), store, actuator, "dry", started_at=T0, shadow=True)
     assert dry.tick([], T0 + 200)[1] == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.fake_cluster import FakeCluster
@@ -28,7 +28,7 @@ def test_approve_reject_pause_breaker_audit(
 ) -> None:
     now = time.time()
     store = Store.open(store_url, cluster="cli-test")
-    eng = RemediationEngine(live_policy(), store, started_at=now - 60)
+    eng = DecisionJournal(live_policy(), store, started_at=now - 60)
     cluster = FakeCluster({"a": 10})
     eng.cycle(
         [

@@ -4,9 +4,9 @@ most await approval, and the circuit breaker counts hardware faults only."""
 from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.decisions import COLD_START
-from remediations.executor import Runner
+from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster
@@ -17,8 +17,8 @@ T0 = 1_700_000_000.0
 
 def test_pre_existing_evidence_awaits_approval_with_the_reason(store: Store) -> None:
     cluster = FakeCluster({"a": 40})
-    eng = RemediationEngine(live_policy(), store, started_at=T0 - 60)
-    runner = Runner(eng.policy, store, cluster, owner="t", open_incidents=eng.open_incident_ids)
+    eng = DecisionJournal(live_policy(), store, started_at=T0 - 60)
+    runner = Executor(eng.policy, store, cluster, owner="t", open_incidents=eng.open_incident_ids)
     old = finding(node="a-0001", gpu="G1", first_seen=T0, pre_existing=True)
     new = finding(node="a-0002", gpu="G2", first_seen=T0)
     for i in range(3):
@@ -45,7 +45,7 @@ def test_pre_existing_evidence_awaits_approval_with_the_reason(store: Store) -> 
 
 def test_many_long_idle_gpus_never_trip_the_breaker(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    eng = RemediationEngine(live_policy(), store, started_at=T0 - 60)
+    eng = DecisionJournal(live_policy(), store, started_at=T0 - 60)
     for i in range(40):  # 20 minutes of every GPU node idle (and throttled, and lagging)
         t = T0 + 30 * i
         findings = [
@@ -68,7 +68,7 @@ def test_many_long_idle_gpus_never_trip_the_breaker(store: Store) -> None:
 
 def test_pre_existing_faults_do_not_trip_the_breaker(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    eng = RemediationEngine(live_policy(), store, started_at=T0 - 60)
+    eng = DecisionJournal(live_policy(), store, started_at=T0 - 60)
     held = [finding(node=f"a-{n:04d}", gpu=f"G{n}", first_seen=T0, pre_existing=True)
             for n in range(8)]  # fmt: skip
     assert eng.cycle(held, cluster.view(T0), T0).trip is None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
-from remediations.decision_journal import DryRunEngine, RemediationEngine
-from remediations.executor import Runner
+from remediations.decision_journal import DecisionJournal, ShadowReplay
+from remediations.executor import Executor
 from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
@@ -14,8 +14,8 @@ from tests.remediations.helpers import finding, live_policy
 T0 = 1_700_000_000.0
 
 
-def _engine(store: Store, policy: Policy | None = None) -> RemediationEngine:
-    return RemediationEngine(policy or live_policy(), store, started_at=T0 - 60)
+def _engine(store: Store, policy: Policy | None = None) -> DecisionJournal:
+    return DecisionJournal(policy or live_policy(), store, started_at=T0 - 60)
 
 
 def test_default_policy_quarantines_critical_xid_and_asks_before_draining(store: Store) -> None:
@@ -27,7 +27,7 @@ def test_default_policy_quarantines_critical_xid_and_asks_before_draining(store:
     by = {d.playbook: d for d in res.decisions}
     assert by["quarantine"].decision is Verdict.EXECUTE
     assert by["drain"].decision is Verdict.AWAIT_APPROVAL
-    runner = Runner(eng.policy, store, cluster, owner="test")
+    runner = Executor(eng.policy, store, cluster, owner="test")
     runner.run(cluster.view(T0), T0 + 1)
     node = cluster.nodes["a-0001"]
     assert node.unschedulable and (QUARANTINE_TAINT, "gpu_xid", "NoSchedule") in node.taints
@@ -59,7 +59,7 @@ def test_replayed_findings_create_no_second_action(store: Store) -> None:
 
 def test_stale_findings_after_restart_never_act(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    eng = RemediationEngine(live_policy(), store, started_at=T0 + 100)
+    eng = DecisionJournal(live_policy(), store, started_at=T0 + 100)
     old = finding(node="a-0003", first_seen=T0, last_seen=T0)
     res = eng.cycle([old], cluster.view(T0 + 100), T0 + 100)
     assert all(d.decision is Verdict.DENY for d in res.decisions if d.playbook == "quarantine")
@@ -89,7 +89,7 @@ def test_breaker_trips_on_mass_faults_and_stops_everything(store: Store) -> None
     assert res.trip is not None and "6/10 GPU nodes" in res.trip
     assert store.engine_state().breaker_tripped
     assert not any(d.decision is Verdict.EXECUTE for d in res.decisions)
-    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    Executor(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
     assert cluster.writes == []
     store.reset_breaker("bob", T0 + 10)
     # the same (old) findings after the reset must not act (NVSentinel #450)
@@ -137,7 +137,7 @@ def test_failed_quarantine_rolls_back(store: Store) -> None:
     cluster.fail_ops.add("label")
     eng = _engine(store)
     eng.cycle([finding(node="a-0005", first_seen=T0)], cluster.view(T0), T0)
-    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    Executor(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
     q = next(a for a in store.actions() if a.playbook == "quarantine")
     assert q.state is ActionState.ROLLED_BACK, q
     n = cluster.nodes["a-0005"]
@@ -145,7 +145,7 @@ def test_failed_quarantine_rolls_back(store: Store) -> None:
 
 
 def test_shadow_replay_engine_for_backtest() -> None:
-    dr = DryRunEngine()
+    dr = ShadowReplay()
     cluster = FakeCluster({"a": 10})
     for i in range(3):
         t = T0 + 30 * i
@@ -167,7 +167,7 @@ def test_blast_radius_in_one_cycle(store: Store) -> None:
     res = eng.cycle(fs, cluster.view(T0), T0)
     execs = [d for d in res.decisions if d.decision is Verdict.EXECUTE]
     assert len(execs) == 2  # max_nodes: 2
-    Runner(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
+    Executor(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
     assert len(cluster.unavailable_gpu_nodes()) == 2
     assert not any(
         d.playbook == "quarantine" and d.decision is Verdict.EXECUTE
@@ -229,7 +229,7 @@ def test_freshness_recheck_expires_approved_actions(store: Store) -> None:
     def recheck(action: object) -> str:  # the caller's re-check against current data
         return "GPU healthy again in current data"
 
-    Runner(policy, store, cluster, "t").run(cluster.view(T0 + 31), T0 + 31, recheck)
+    Executor(policy, store, cluster, "t").run(cluster.view(T0 + 31), T0 + 31, recheck)
     a2 = store.get_action(a.id)
     assert a2 is not None and a2.state is ActionState.EXPIRED and "healthy again" in a2.result
     assert cluster.writes == []

@@ -9,8 +9,8 @@ first incident must not expire an action the second still needs.
 from __future__ import annotations
 
 from detectors.findings import Finding, FindingKind
-from remediations.decision_journal import DryRunEngine, RemediationEngine
-from remediations.executor import Runner
+from remediations.decision_journal import DecisionJournal, ShadowReplay
+from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster
@@ -26,10 +26,10 @@ def _pair(t: float, first: float = T0) -> list:  # type: ignore[type-arg]
     return [xid, mem]
 
 
-def _setup(store: Store) -> tuple[FakeCluster, RemediationEngine]:
+def _setup(store: Store) -> tuple[FakeCluster, DecisionJournal]:
     cluster = FakeCluster({"a": 10})
     cluster.add_pod("ml", "w-0", NODE, job="ml/train")
-    return cluster, RemediationEngine(live_policy(), store, started_at=T0 - 60)
+    return cluster, DecisionJournal(live_policy(), store, started_at=T0 - 60)
 
 
 def test_two_kinds_on_one_node_share_one_quarantine_and_one_drain(store: Store) -> None:
@@ -51,7 +51,7 @@ def test_two_kinds_on_one_node_share_one_quarantine_and_one_drain(store: Store) 
     merges = [r for r in store.audit_log() if r.kind == "merge"]
     assert sorted(r.action_id or "" for r in merges) == sorted(a.id for a in actions)
 
-    runner = Runner(eng.policy, store, cluster, owner="t", open_incidents=eng.open_incident_ids)
+    runner = Executor(eng.policy, store, cluster, owner="t", open_incidents=eng.open_incident_ids)
     runner.run(cluster.view(T0), T0 + 1, fresh=eng.still_needed)
     # later cycles: no second action, no repeated merge report, no cooldown denial
     for i in range(1, 4):
@@ -109,7 +109,7 @@ def _with(f: Finding, t: float) -> Finding:
 
 def test_dry_run_backtest_reports_one_drain_approval_per_node() -> None:
     cluster = FakeCluster({"a": 10})
-    dr = DryRunEngine(live_policy(), started_at=T0 - 60)
+    dr = ShadowReplay(live_policy(), started_at=T0 - 60)
     for i in range(3):
         t = T0 + 30 * i
         dr.step(_pair(t), cluster.view(t), t)

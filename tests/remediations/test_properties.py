@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.decision_journal import RemediationEngine
-from remediations.executor import Runner
+from remediations.decision_journal import DecisionJournal
+from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.fake_cluster import FakeCluster
@@ -170,7 +170,7 @@ def _check_journal(store: Store) -> None:
             assert sum(1 for s in ts if t - g.attempts.window < s <= t) <= g.attempts.max_attempts
 
 
-def _run(runner: Runner, store: Store, cluster: FakeCluster, now: float) -> None:
+def _run(runner: Executor, store: Store, cluster: FakeCluster, now: float) -> None:
     state = store.engine_state()
     before = len(cluster.writes)
     runner.run(cluster.view(now), now)
@@ -183,8 +183,8 @@ def _run(runner: Runner, store: Store, cluster: FakeCluster, now: float) -> None
 def test_engine_never_exceeds_its_limits(plan: list[tuple]) -> None:  # type: ignore[type-arg]
     store = Store.open("sqlite://", cluster="prop")
     cluster = _cluster()
-    eng = RemediationEngine(POLICY, store, started_at=T0 - 60)
-    runner = Runner(POLICY, store, cluster, "prop", open_incidents=eng.open_incident_ids)
+    eng = DecisionJournal(POLICY, store, started_at=T0 - 60)
+    runner = Executor(POLICY, store, cluster, "prop", open_incidents=eng.open_incident_ids)
     now = T0
     try:
         for step in plan:

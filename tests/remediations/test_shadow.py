@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
-from remediations.cycle import RemediationLoop
-from remediations.decision_journal import RemediationEngine
+from remediations.cycle import RemediationCycle
+from remediations.decision_journal import DecisionJournal
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, Policy, load_policy, policy_from_dict
 from remediations.store import Store
@@ -48,7 +48,7 @@ def _write_counters(sim: Sim) -> list[FaultRule]:
     return [sim.api.faults.add(r".*", status=0, count=-1, method=m) for m in WRITES]
 
 
-def _cycles(loop: RemediationLoop, node: str, n: int = 4) -> None:
+def _cycles(loop: RemediationCycle, node: str, n: int = 4) -> None:
     for i in range(n):
         t = T0 + 30 * i
         loop.tick([finding(node=node, gpu="GPU-2", first_seen=T0, last_seen=t)], t)
@@ -61,7 +61,7 @@ def test_fresh_install_writes_nothing_and_journals_what_it_would_do(
     assert policy.actuation is Actuation.SHADOW
     counters = _write_counters(sim)
     rv = sim.cluster.store.resource_version
-    loop = RemediationLoop(policy, store, actuator, "fresh", started_at=T0 - 60)
+    loop = RemediationCycle(policy, store, actuator, "fresh", started_at=T0 - 60)
     _cycles(loop, "h100-0002")
 
     assert [c.hits for c in counters] == [0, 0, 0, 0]
@@ -85,7 +85,7 @@ def test_actions_list_and_audit_say_shadow_would(
     tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = Store.open(store_url, cluster="shadow-cli")
-    engine = RemediationEngine(load_policy(), store, started_at=T0 - 60)
+    engine = DecisionJournal(load_policy(), store, started_at=T0 - 60)
     engine.cycle([finding(node="a-0001", first_seen=T0)], FakeCluster({"a": 10}).view(T0), T0)
     store.close()
     cfg = tmp_path / "gpufleet.yaml"
@@ -124,7 +124,7 @@ def test_rule_actuation_overrides_the_policy(
     sim: Sim, actuator: KubeActuator, store: Store, rule: str | None, top: str | None, writes: bool
 ) -> None:
     counters = _write_counters(sim)
-    loop = RemediationLoop(_rules(rule, top), store, actuator, "o", started_at=T0 - 60)
+    loop = RemediationCycle(_rules(rule, top), store, actuator, "o", started_at=T0 - 60)
     _cycles(loop, "h100-0003", n=2)
     (a,) = store.actions()
     assert (sum(c.hits for c in counters) > 0) is writes
@@ -137,7 +137,7 @@ def test_forced_shadow_writes_nothing_even_with_a_live_policy(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:
     counters = _write_counters(sim)
-    loop = RemediationLoop(live_policy(), store, actuator, "f", started_at=T0 - 60, shadow=True)
+    loop = RemediationCycle(live_policy(), store, actuator, "f", started_at=T0 - 60, shadow=True)
     _cycles(loop, "h100-0002")
     assert sum(c.hits for c in counters) == 0
     assert {a.state for a in store.actions()} == {ActionState.SHADOW}

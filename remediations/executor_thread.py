@@ -1,0 +1,116 @@
+"""The executor in a worker thread, fed by the journal: remediation never blocks detection.
+
+A drain may wait on PodDisruptionBudgets for up to its timeout (10 minutes by default). Run in
+the detection cycle, that wait would hold every later cycle back. Here the detection cycle only
+decides and journals (fast), then `wake()`s this thread, which carries out what the journal says
+is approved or interrupted (`Executor.run`, every gate re-checked at the moment of acting). The
+thread also runs a pass every `idle_wait` wall seconds without being woken, so approvals given
+between cycles and interrupted actions move on. While a step runs, the executor renews its
+lease on the action, so no runner elsewhere resumes it mid-drain.
+
+    worker = ExecutorThread(executor, view=actuator.cluster_view, clock=clock,
+                            fresh=engine.still_needed).start()
+    ...each detection cycle: engine.cycle(findings, view, now); worker.wake()
+    worker.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from remediations.cluster_view import ClusterView
+from remediations.executor import Executor, FreshnessCheck
+from remediations.store import ActionRecord
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorThread:
+    """One daemon thread running executor passes; `start`, `wake` after each cycle, `stop`."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        view: Callable[[float], ClusterView],
+        clock: Callable[[], float],
+        *,
+        fresh: FreshnessCheck | None = None,
+        idle_wait: float = 5.0,
+        name: str = "gpufleet-executor",
+    ) -> None:
+        self.executor = executor
+        self.view = view
+        self.clock = clock
+        self.fresh = fresh
+        self.idle_wait = idle_wait
+        self.name = name
+        self.passes = 0
+        self.errors = 0
+        self.last_error = ""
+        self.touched: list[ActionRecord] = []
+        """What the latest pass started, resumed or finished."""
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ExecutorThread:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Ask for a pass soon (after the cycle journaled its decisions)."""
+        with self._idle:
+            self._requested += 1
+        self._wake.set()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until a pass that began after the latest `wake` has finished (tests, shutdown
+        reports). False on timeout, e.g. while a drain still waits on a disruption budget."""
+        with self._idle:
+            want = self._requested
+            return self._idle.wait_for(lambda: self._done >= want, timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the current pass (a waiting drain ends when the actuator's sleep is
+        interrupted by whoever owns it; the action resumes on the next start)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("%s still busy after %.0f s; left as a daemon", self.name, timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.idle_wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            with self._idle:
+                asked = self._requested
+            self._pass()
+            with self._idle:
+                self._done = max(self._done, asked)
+                self._idle.notify_all()
+
+    def _pass(self) -> None:
+        try:
+            now = self.clock()
+            self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)
+            self.passes += 1
+        except Exception as exc:  # isolation: the next pass must run
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("executor pass failed")

@@ -185,9 +185,13 @@ def test_straggler_slows_job_and_peers_wait(sim: FleetSimulator) -> None:
     tensor = m(s, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[TRAIN]
     util = m(s, "DCGM_FI_DEV_GPU_UTIL")[TRAIN]
     peers = np.delete(np.arange(16), STRAGGLER)
+    gr = m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[TRAIN]
     assert tensor[STRAGGLER] > tensor[peers].max()
-    assert util[STRAGGLER] > util[peers].mean() + 10
-    assert m(at(sim, 8), "DCGM_FI_DEV_GPU_UTIL")[peers].mean() > util[peers].mean() + 10
+    # Waiting peers spin in NCCL kernels: utilisation and graphics engine stay busy (as on real
+    # hardware), only their tensor pipe drops by the waiting share.
+    assert util[peers].min() >= 90 and gr[peers].min() > 0.85
+    before = m(at(sim, 8), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[peers].mean()
+    assert tensor[peers].mean() < before / 1.15
     steps = (at(sim, 19).pod_steps[0] - at(sim, 17).pod_steps[0]) / (2 * MIN)
     assert steps == pytest.approx(1 / 1.25, rel=0.03)
     assert (at(sim, 23).pod_steps[0] - at(sim, 21).pod_steps[0]) / (2 * MIN) == pytest.approx(1)
@@ -197,8 +201,9 @@ def test_nccl_hang_signature(sim: FleetSimulator) -> None:
     s = at(sim, 25)
     assert m(s, "DCGM_FI_DEV_GPU_UTIL")[HANG].min() >= 95
     assert m(s, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[HANG].max() < 0.02
-    assert m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[HANG].max() < 0.05
-    assert m(s, "DCGM_FI_DEV_POWER_USAGE")[HANG].max() < 58 + 0.15 * (400 - 58)
+    # A resident NCCL spin kernel keeps the graphics engine busy on real hardware.
+    assert m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[HANG].min() > 0.9
+    assert m(s, "DCGM_FI_DEV_POWER_USAGE")[HANG].max() < 58 + 0.2 * (400 - 58)
     hang_pod = 2
     assert at(sim, 27).pod_steps[hang_pod] == at(sim, 23).pod_steps[hang_pod]
     assert rate(sim, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 23, 27)[HANG].max() < 1e6

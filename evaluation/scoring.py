@@ -120,6 +120,15 @@ class Score:
         above = [r for r in self.faults if r.size.above_limit]
         return sum(r.found for r in above) / len(above) if above else 1.0
 
+    def above_limit_by_kind(self) -> dict[str, tuple[int, int]]:
+        """Fault kind -> (faults above the limit, found)."""
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.faults:
+            if r.size.above_limit:
+                n, k = out.get(r.kind, (0, 0))
+                out[r.kind] = (n + 1, k + int(r.found))
+        return out
+
     def by_size(self) -> dict[tuple[str, float | None], tuple[int, int]]:
         """(fault kind, size) -> (faults, found): detection rate as a function of fault size."""
         out: dict[tuple[str, float | None], tuple[int, int]] = {}

@@ -68,6 +68,8 @@ class FaultResult:
     size: FaultSize
     found: bool
     ttd: float | None
+    ttd_seen: float | None = None
+    """Time to detect net of blind time."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +81,7 @@ class FaultResult:
             "above_limit": self.size.above_limit,
             "found": self.found,
             "ttd_s": self.ttd,
+            "ttd_net_of_blind_s": self.ttd_seen,
         }
 
 
@@ -295,7 +298,7 @@ def score(
             per[fault["kind"]] = KindScore(
                 cur.faults + 1, cur.found + 1, (*cur.ttd, ttd), (*cur.ttd_seen, seen)
             )
-            results.append(FaultResult(fid, fault["kind"], size, True, ttd))
+            results.append(FaultResult(fid, fault["kind"], size, True, ttd, seen))
         else:
             per[fault["kind"]] = KindScore(cur.faults + 1, cur.found, cur.ttd, cur.ttd_seen)
             missed.append(fid)

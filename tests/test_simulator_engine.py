@@ -276,3 +276,46 @@ def test_counters_never_decrease_between_any_two_times(a: float, b: float) -> No
             assert (y.metrics[spec.name][ok] >= x.metrics[spec.name][ok]).all(), spec.name
     ok = ~np.isnan(x.pod_steps) & ~np.isnan(y.pod_steps)
     assert (y.pod_steps[ok] >= x.pod_steps[ok]).all()
+
+
+def _confounded() -> FleetSimulator:
+    doc = {
+        "name": "confounded",
+        "seed": 9,
+        "duration": "30m",
+        "scrape_interval": "30s",
+        "pools": [{"name": "a100", "model": "A100", "nodes": 2}],
+        "workloads": [{"name": "t", "kind": "training", "namespace": "ml", "replicas": 2}],
+        "confounders": [
+            {"kind": "app_xid", "job": "ml/t", "rank": 1, "xid": 31, "start": "5m", "end": "9m"},
+            {"kind": "power_cap", "job": "ml/t", "cap": 0.6, "start": "10m", "end": "20m"},
+        ],
+    }
+    return FleetSimulator(scenario_from_dict(doc))
+
+
+def test_app_xid_and_power_cap_confounders() -> None:
+    sim = _confounded()
+    xid = m(at(sim, 6), "DCGM_FI_DEV_XID_ERRORS")
+    assert xid[8] == 31 and np.count_nonzero(xid) == 1  # rank 1's first GPU only
+    assert at(sim, 6).xid_counts[31][8] == 1
+    assert m(at(sim, 10), "DCGM_FI_DEV_XID_ERRORS")[8] == 0  # window over
+    before, capped = at(sim, 8), at(sim, 12)
+    power = m(capped, "DCGM_FI_DEV_POWER_USAGE")
+    assert power.max() <= 0.6 * 400 * 1.1  # held at the cap (plus per-GPU offsets and noise)
+    assert m(before, "DCGM_FI_DEV_POWER_USAGE").min() > 0.6 * 400 * 1.1
+    bits = m(capped, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").astype(int)
+    assert np.all(bits & 0x4) and not np.any(bits & 0xE8)  # SW power cap only, nothing harmful
+    clock = m(capped, "DCGM_FI_DEV_SM_CLOCK")
+    assert clock.max() < m(before, "DCGM_FI_DEV_SM_CLOCK").min()
+
+
+def test_app_xid_must_be_an_application_code() -> None:
+    from errors import ConfigError
+
+    bad = {"kind": "app_xid", "node": "a100-0000", "gpu": 0, "xid": 79, "start": 0, "end": 60}
+    with pytest.raises(ConfigError, match="13, 31, 43, 45"):
+        scenario_from_dict(
+            {"name": "x", "pools": [{"name": "a100", "model": "A100", "nodes": 1}],
+             "confounders": [bad]}
+        )  # fmt: skip

@@ -6,9 +6,21 @@ Issue 4 asks for the scored table of these rules side by side with the detectors
     increase(DBE) > 0             -> gpu_memory, critical
     GPU utilisation == 0 for 10m  -> anomaly, warning (the usual "stuck GPU" page; reported as
                                      anomaly so that scoring counts it as a page, as teams do)
+and, so that the comparison is fair (issue 15), the rules a good team adds for lost GPUs and
+link errors:
+    up{job="dcgm-exporter"} == 0 for 5m
+                                  -> monitoring_gap, warning, on the node
+    DCGM_FI_DEV_GPU_TEMP offset 10m unless on (UUID) DCGM_FI_DEV_GPU_TEMP,
+      and on (Hostname) up == 1   -> gpu_lost, critical: a GPU that reported 10 minutes ago and
+                                     no longer does while its node's exporter answers
+    rate(NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[5m]) > 1
+                                  -> gpu_interconnect, warning (more than 300 in 5 minutes)
+    rate(PCIE_REPLAY_COUNTER[5m]) * 60 > 20
+                                  -> gpu_interconnect, warning (above the healthy BER ceiling)
 with Prometheus alerting semantics: `for:` means the expression held at every evaluation for
-that long. They are deliberately naive (that is the point of the comparison), and not in the
-detector registry, so no config can enable them by accident.
+that long, and a series that stops still answers queries for the lookback (5 min), so a lost
+GPU's series is absent only after it. They are simple on purpose (that is the point of the
+comparison), and not in the detector registry, so no config can enable them by accident.
 """
 
 from __future__ import annotations
@@ -19,12 +31,14 @@ import numpy as np
 
 from detectors.base import Detector, DetectorSpec, node_name
 from detectors.findings import Finding, FindingKind, Severity
-from detectors.signals import GPU_TEMP, UTIL, XID, increase, scrape_interval, value
+from detectors.signals import GPU_TEMP, UTIL, XID, increase, rate, scrape_interval, value
 from detectors.state import KeyedArrays, align, gpu_keys
 from detectors.suite import DetectorSuite
 from observer.fleet.model import FleetSnapshot
 
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+NVLINK_CRC = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +48,21 @@ class Params:
     idle_for: float = 600.0
     lookback: float = 300.0
     """Prometheus' default lookback: a sample this old still answers the rule's query."""
+    down_for: float = 300.0
+    lost_offset: float = 600.0
+    nvlink_crc_per_s: float = 1.0
+    pcie_replays_per_min: float = 20.0
 
 
 @dataclass(frozen=True, slots=True)
 class State:
     gpus: KeyedArrays
+    seen: dict[str, tuple[str, float]]
+    """UUID -> (node, last time its series answered): what `offset 10m` still sees."""
+    down_since: dict[str, float]
 
     def nbytes(self) -> int:
-        return self.gpus.nbytes()
+        return self.gpus.nbytes() + 120 * (len(self.seen) + len(self.down_since))
 
 
 _SPEC = {"hot_since": (np.float64, np.nan), "idle_since": (np.float64, np.nan)}
@@ -63,6 +84,8 @@ def detect(
         idle = util == 0 if util is not None else np.zeros(n, dtype=bool)
     hot_since = np.where(hot, np.fmin(cur["hot_since"], now), np.nan)
     idle_since = np.where(idle, np.fmin(cur["idle_since"], now), np.nan)
+    crc = rate(snapshot, NVLINK_CRC, now, age)
+    pcie = rate(snapshot, PCIE_REPLAY, now, age)
     rules = [
         (
             FindingKind.GPU_XID,
@@ -88,6 +111,18 @@ def detect(
             now - idle_since >= params.idle_for,
             "utilisation == 0 for 10m",
         ),
+        (
+            FindingKind.GPU_INTERCONNECT,
+            Severity.WARNING,
+            (crc > params.nvlink_crc_per_s) if crc is not None else None,
+            "NVLink CRC rate > 1/s",
+        ),
+        (
+            FindingKind.GPU_INTERCONNECT,
+            Severity.WARNING,
+            (pcie * 60.0 > params.pcie_replays_per_min) if pcie is not None else None,
+            "PCIe replays > 20/min",
+        ),
     ]
     findings: list[Finding] = []
     for kind, sev, mask, name in rules:
@@ -107,7 +142,73 @@ def detect(
                     evidence={"rule": name},
                 )
             )
-    return findings, State(cur.replace(hot_since=hot_since, idle_since=idle_since))
+    seen, down_since = _lost_and_down(snapshot, state, now, params, temp, findings)
+    new = cur.replace(hot_since=hot_since, idle_since=idle_since)
+    return findings, State(new, seen, down_since)
+
+
+def _lost_and_down(
+    snapshot: FleetSnapshot,
+    state: State | None,
+    now: float,
+    params: Params,
+    temp: np.ndarray | None,
+    findings: list[Finding],
+) -> tuple[dict[str, tuple[str, float]], dict[str, float]]:
+    """The `up == 0 for 5m` and `offset 10m unless` rules (appends to `findings`)."""
+    g = snapshot.gpus
+    seen = dict(state.seen) if state else {}
+    down_since = dict(state.down_since) if state else {}
+    tel = snapshot.telemetry
+    names = [str(n.name) for n in snapshot.nodes]
+    up: dict[str, bool] = {}
+    if tel is not None and len(tel.node_up) == len(names):
+        up = {name: bool(tel.node_up[k]) for k, name in enumerate(names)}
+    answering: set[str] = set()
+    if temp is not None:
+        for i in np.flatnonzero(~np.isnan(temp)):
+            node = node_name(snapshot, int(g.node_index[i]))
+            if node is None:
+                continue
+            seen[str(g.uuid[i])] = (node, now)
+            answering.add(node)
+    for name in names:
+        is_up = up.get(name, name in answering)
+        if is_up:
+            down_since.pop(name, None)
+            continue
+        since = down_since.setdefault(name, now)
+        if now - since >= params.down_for:
+            findings.append(
+                Finding(
+                    FindingKind.MONITORING_GAP,
+                    Severity.WARNING,
+                    "static rule: up == 0 for 5m",
+                    now,
+                    now,
+                    node=name,
+                    evidence={"rule": "up == 0 for 5m"},
+                )
+            )
+    for uuid, (node, last) in list(seen.items()):
+        if now - last > params.lost_offset + params.lookback:
+            del seen[uuid]  # `offset 10m` no longer sees it either
+            continue
+        if last >= now or node not in answering or not up.get(node, True):
+            continue
+        findings.append(
+            Finding(
+                FindingKind.GPU_LOST,
+                Severity.CRITICAL,
+                "static rule: GPU series absent (offset 10m unless now)",
+                now,
+                now,
+                node=node,
+                gpu_uuid=uuid,
+                evidence={"rule": "GPU absent while its exporter is up"},
+            )
+        )
+    return seen, down_since
 
 
 SPEC = DetectorSpec(
@@ -119,9 +220,12 @@ SPEC = DetectorSpec(
         FindingKind.GPU_MEMORY,
         FindingKind.GPU_THROTTLE,
         FindingKind.ANOMALY,
+        FindingKind.GPU_INTERCONNECT,
+        FindingKind.GPU_LOST,
+        FindingKind.MONITORING_GAP,
     ),
     enabled_by_default=False,
-    doc="The four static dcgm-exporter alert rules (baseline for eval; not registered).",
+    doc="Static dcgm-exporter alert rules as teams write them (baseline for eval; not registered).",
 )
 
 

@@ -6,9 +6,16 @@ both report the same numbers. Rules, chosen so that a number means what a person
   (GPU UUID for GPU faults and stragglers, job for hangs) that is detected between the fault's
   start and its end plus `grace_seconds`. Time to detect = detection time - fault start.
 - Precision is over actionable episodes (warning and critical). An episode is a true positive
-  when it concerns a fault's entity during the fault (whatever its kind: a DBE seen as gpu_xid
-  and gpu_memory is two right findings, not one wrong one). `gpu_idle` is waste, not a fault,
-  and is left out of precision (it is counted on its own).
+  only when its kind is accepted for the fault (truth `finding` or `also`: a DBE seen as gpu_xid
+  and gpu_memory is two right findings, not one wrong one) and it is on the fault's entity during
+  the fault. An actionable episode of another kind on the faulty entity (a throttled GPU also
+  reported as a straggler, a hung job's GPUs reported as throttled) is neither a true nor a false
+  positive: it is reported on its own (`off_kind`), listed, and `strict_precision` counts it as
+  wrong. `precision` = true / (true + false). `gpu_idle` is waste, not a fault, and is left out
+  of precision (it is counted on its own).
+- Every fault carries its physical size (evaluation.fault_size: % slower, errors per second or
+  minute) and whether it is above the responsible detector's published limit, so recall can be
+  read as a function of fault size and over the faults above the limits.
 - Time to detect is also reported net of *blind* time — seconds between the fault's start and
   its detection during which the fault could not be seen: a fleet-wide scrape gap, the
   exporter of one of its nodes down, and for stragglers the job's checkpoints and evaluation
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
+from evaluation.fault_size import FaultSize, fault_size
 
 UNSCORED = frozenset({FindingKind.GPU_IDLE})
 
@@ -52,6 +60,32 @@ class KindScore:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultResult:
+    """One fault of the truth and what became of it."""
+
+    id: str
+    kind: str
+    size: FaultSize
+    found: bool
+    ttd: float | None
+    ttd_seen: float | None = None
+    """Time to detect net of blind time."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "size": self.size.value,
+            "unit": self.size.unit,
+            "limit": self.size.limit,
+            "above_limit": self.size.above_limit,
+            "found": self.found,
+            "ttd_s": self.ttd,
+            "ttd_net_of_blind_s": self.ttd_seen,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Score:
     per_fault_kind: Mapping[str, KindScore]
     actionable: int
@@ -62,6 +96,9 @@ class Score:
     """Ids of faults no episode found."""
     info_episodes: int = 0
     unscored: Mapping[str, int] = field(default_factory=dict)
+    off_kind: tuple[Finding, ...] = ()
+    """Actionable episodes of a kind not accepted for the fault, on the faulty entity."""
+    faults: tuple[FaultResult, ...] = ()
 
     @property
     def recall(self) -> float:
@@ -71,7 +108,37 @@ class Score:
 
     @property
     def precision(self) -> float:
+        """True / (true + false); off-kind episodes are in neither (see strict_precision)."""
+        judged = self.true_positive + len(self.false_positives)
+        return self.true_positive / judged if judged else 1.0
+
+    @property
+    def strict_precision(self) -> float:
+        """True / all actionable episodes: off-kind episodes on the faulty entity count as wrong."""
         return self.true_positive / self.actionable if self.actionable else 1.0
+
+    @property
+    def recall_above_limit(self) -> float:
+        """Recall over the faults above their detector's published limit."""
+        above = [r for r in self.faults if r.size.above_limit]
+        return sum(r.found for r in above) / len(above) if above else 1.0
+
+    def above_limit_by_kind(self) -> dict[str, tuple[int, int]]:
+        """Fault kind -> (faults above the limit, found)."""
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.faults:
+            if r.size.above_limit:
+                n, k = out.get(r.kind, (0, 0))
+                out[r.kind] = (n + 1, k + int(r.found))
+        return out
+
+    def by_size(self) -> dict[tuple[str, float | None], tuple[int, int]]:
+        """(fault kind, size) -> (faults, found): detection rate as a function of fault size."""
+        out: dict[tuple[str, float | None], tuple[int, int]] = {}
+        for r in self.faults:
+            n, k = out.get((r.kind, r.size.value), (0, 0))
+            out[(r.kind, r.size.value)] = (n + 1, k + int(r.found))
+        return out
 
     @property
     def f1(self) -> float:
@@ -81,15 +148,19 @@ class Score:
     def to_json(self) -> dict[str, Any]:
         return {
             "recall": round(self.recall, 4),
+            "recall_above_limit": round(self.recall_above_limit, 4),
             "precision": round(self.precision, 4),
+            "strict_precision": round(self.strict_precision, 4),
             "f1": round(self.f1, 4),
             "actionable_episodes": self.actionable,
             "true_positive_episodes": self.true_positive,
+            "off_kind_episodes": [f.to_json() for f in self.off_kind],
             "false_positives": [f.to_json() for f in self.false_positives],
             "false_positives_by_confounder": dict(self.fp_by_confounder),
             "missed_faults": list(self.missed),
             "info_episodes": self.info_episodes,
             "unscored_episodes": dict(self.unscored),
+            "faults": [r.to_json() for r in self.faults],
             "per_fault_kind": {
                 k: {
                     "faults": v.faults,
@@ -117,7 +188,9 @@ class Score:
             )
         rows.append(
             f"precision {self.precision:.3f}  recall {self.recall:.3f}  F1 {self.f1:.3f}  "
-            f"({self.true_positive}/{self.actionable} actionable episodes right)"
+            f"({self.true_positive}/{self.actionable} actionable episodes right, "
+            f"{len(self.false_positives)} false, {len(self.off_kind)} of another kind on a "
+            f"faulty entity)  recall above limits {self.recall_above_limit:.3f}"
         )
         fps = ", ".join(f"{k}: {n}" for k, n in sorted(self.fp_by_confounder.items())) or "none"
         rows.append(f"false positives by confounder: {fps}")
@@ -134,9 +207,22 @@ def _on_entity(f: Finding, fault: Mapping[str, Any]) -> bool:
     return f.gpu_uuid is not None and f.gpu_uuid == fault.get("gpu_uuid")
 
 
+def _during(f: Finding, fault: Mapping[str, Any], grace: float) -> bool:
+    return bool(f.last_seen >= fault["start"] and _detected_at(f) <= fault["end"] + grace)
+
+
+def _accepted(f: Finding, fault: Mapping[str, Any]) -> bool:
+    return f.kind.value in {str(fault["finding"]), *map(str, fault.get("also", []))}
+
+
+def _right(f: Finding, fault: Mapping[str, Any], grace: float) -> bool:
+    """An accepted kind on the fault's own entity while the fault is on: a true positive."""
+    return _accepted(f, fault) and _on_entity(f, fault) and _during(f, fault, grace)
+
+
 def _concerns(f: Finding, fault: Mapping[str, Any], grace: float) -> bool:
-    """The episode speaks about this fault's entity while the fault is on."""
-    if not (f.last_seen >= fault["start"] and _detected_at(f) <= fault["end"] + grace):
+    """The episode speaks about this fault's entity (whatever its kind) while the fault is on."""
+    if not _during(f, fault, grace):
         return False
     if _on_entity(f, fault):
         return True
@@ -194,18 +280,17 @@ def score(
     confounders: Sequence[Mapping[str, Any]] = truth.get("confounders", [])
     per: dict[str, KindScore] = {}
     missed: list[str] = []
+    results: list[FaultResult] = []
+    interval = float(truth.get("scrape_interval", 30.0))
     for fault in faults:
-        kinds = {fault["finding"], *fault.get("also", [])}
         hits = [
             f
             for f in eps
-            if f.kind.value in kinds
-            and _on_entity(f, fault)
-            and f.severity.rank >= Severity.WARNING.rank
-            and f.last_seen >= fault["start"]
-            and _detected_at(f) <= fault["end"] + grace_seconds
+            if f.severity.rank >= Severity.WARNING.rank and _right(f, fault, grace_seconds)
         ]
         cur = per.get(fault["kind"], KindScore())
+        fid = str(fault.get("id", fault["kind"]))
+        size = fault_size(fault, interval)
         if hits:
             at = min(_detected_at(f) for f in hits)
             ttd = max(0.0, at - fault["start"])
@@ -213,18 +298,24 @@ def score(
             per[fault["kind"]] = KindScore(
                 cur.faults + 1, cur.found + 1, (*cur.ttd, ttd), (*cur.ttd_seen, seen)
             )
+            results.append(FaultResult(fid, fault["kind"], size, True, ttd, seen))
         else:
             per[fault["kind"]] = KindScore(cur.faults + 1, cur.found, cur.ttd, cur.ttd_seen)
-            missed.append(str(fault.get("id", fault["kind"])))
+            missed.append(fid)
+            results.append(FaultResult(fid, fault["kind"], size, False, None))
     actionable = [
         f for f in eps if f.severity.rank >= Severity.WARNING.rank and f.kind not in UNSCORED
     ]
     tp = 0
     fps: list[Finding] = []
+    off: list[Finding] = []
     by_conf: dict[str, int] = {}
     for f in actionable:
-        if any(_concerns(f, fault, grace_seconds) for fault in faults):
+        if any(_right(f, fault, grace_seconds) for fault in faults):
             tp += 1
+            continue
+        if any(_concerns(f, fault, grace_seconds) for fault in faults):
+            off.append(f)
             continue
         fps.append(f)
         for c in confounders:
@@ -235,7 +326,10 @@ def score(
         if f.kind in UNSCORED:
             unscored[f.kind.value] = unscored.get(f.kind.value, 0) + 1
     info = sum(1 for f in eps if f.severity == Severity.INFO)
-    return Score(per, len(actionable), tp, tuple(fps), by_conf, tuple(missed), info, unscored)
+    return Score(
+        per, len(actionable), tp, tuple(fps), by_conf, tuple(missed), info, unscored,
+        tuple(off), tuple(results),
+    )  # fmt: skip
 
 
 def merge(scores: Iterable[Score]) -> Score:
@@ -246,7 +340,11 @@ def merge(scores: Iterable[Score]) -> Score:
     by_conf: dict[str, int] = {}
     missed: list[str] = []
     unscored: dict[str, int] = {}
+    off: list[Finding] = []
+    results: list[FaultResult] = []
     for s in scores:
+        off.extend(s.off_kind)
+        results.extend(s.faults)
         for k, v in s.per_fault_kind.items():
             cur = per.get(k, KindScore())
             per[k] = KindScore(
@@ -264,4 +362,7 @@ def merge(scores: Iterable[Score]) -> Score:
             by_conf[k] = by_conf.get(k, 0) + n
         for k, n in s.unscored.items():
             unscored[k] = unscored.get(k, 0) + n
-    return Score(per, actionable, tp, tuple(fps), by_conf, tuple(missed), info, unscored)
+    return Score(
+        per, actionable, tp, tuple(fps), by_conf, tuple(missed), info, unscored,
+        tuple(off), tuple(results),
+    )  # fmt: skip

@@ -33,14 +33,17 @@ from simulator.levels import (
     GR,
     IDLE_POD_FB_MIB,
     IDLE_POD_LEVELS,
+    LAST_STAGE_EXTRA,
     N_LEVELS,
     PHASE_LEVELS,
     POWER,
+    RANK0_EXTRA,
     TENSOR,
     UNALLOCATED_LEVELS,
     UTIL,
     GaugeState,
     apply_power_brake,
+    apply_power_cap,
     apply_straggler,
     apply_thermal,
     inference_levels,
@@ -117,6 +120,14 @@ class FleetSimulator:
         self.temp_off = rng.normal(0.0, 1.5, n)
         self.mem_temp_off = rng.normal(0.0, 1.5, n)
         static = counters.StaticCounters.draw(rng, self.base)
+        # Silicon and slot variance that lasts (drawn from a generator of its own, so that the
+        # draws above keep their values): per-GPU power efficiency, boost clock under load and
+        # cooling (slot position, airflow) differ by a few per cent for the GPU's whole life.
+        var = np.random.default_rng([_seed(sc.seed), 0x5111C0])
+        self.power_off = np.clip(var.normal(1.0, 0.03, n), 0.92, 1.08)
+        self.clock_off = np.clip(var.normal(1.0, 0.012, n), 0.965, 1.035)
+        self.temp_slot = np.clip(var.normal(0.0, 2.0, n), -5.0, 5.0)
+        self.work_extra = self._rank_imbalance(lay)
         self.tensor_scale = rng.uniform(0.85, 1.1, nj)
         self.fb_share = rng.uniform(0.7, 0.92, nj)
         self.diurnal_phase = rng.uniform(0.0, 2 * math.pi, nj)
@@ -130,6 +141,24 @@ class FleetSimulator:
             n,
         )
         self._layout_flat = self._flatten(tuple(lay.pods))
+
+    def _rank_imbalance(self, lay: Layout) -> FloatArray:
+        """Per GPU: the normal extra work of its rank (rank 0; a last pipeline stage)."""
+        extra = np.zeros(self.n_gpu)
+        last: dict[str, int] = {}
+        for p in lay.pods:
+            if p.kind == WorkloadKind.TRAINING:
+                last[p.workload] = max(last.get(p.workload, 0), p.rank)
+        for p in lay.pods:
+            if p.kind != WorkloadKind.TRAINING:
+                continue
+            first = int(self.node_first[self.node_pos[p.node]])
+            gpus = [first + d for d in p.gpu_indices]
+            if p.rank == 0:
+                extra[gpus] += RANK0_EXTRA
+            if p.rank == last[p.workload] and p.rank > 0 and len(gpus) >= 4:
+                extra[gpus] += LAST_STAGE_EXTRA
+        return extra
 
     def _flatten(self, pods: tuple[SimPod, ...]) -> tuple[I64, I64]:
         """(GPU position, pod index) pairs for every GPU of every pod."""
@@ -199,6 +228,14 @@ class FleetSimulator:
             xid=np.zeros(n),
             row_remap_failure=np.zeros(n),
         )
+        # Normal per-rank imbalance while a job computes (it vanishes when every rank waits).
+        if nj:
+            computing = (gpu_job >= 0) & training[np.clip(gpu_job, 0, nj - 1)]
+            levels = st.levels
+            busy = computing & (levels[:, TENSOR] > 0.1)
+            extra = 1.0 + self.work_extra[busy]
+            for col in (TENSOR, GR):
+                levels[busy, col] = np.minimum(1.0, levels[busy, col] * extra)
         lost = np.zeros(n, dtype=bool)
         xid_counts: dict[int, FloatArray] = {}
         for f in self.faults:
@@ -224,6 +261,19 @@ class FleetSimulator:
                 if tl is not None and tl.phase_at(t) == Phase.TRAIN:
                     slow = STRAGGLER_SLOWDOWN * f.severity
                     apply_straggler(st, f.gpu, gpu_job, slow, True)
+        for c in self.confounders:
+            if c.kind == "app_xid":
+                g = c.gpus[0]
+                if c.start <= t < c.start + XID_COUNT_WINDOW:
+                    xid_counts.setdefault(c.xid, np.zeros(n))[g] += 1
+                if c.start <= t < c.end and st.xid[g] == 0:
+                    st.xid[g] = c.xid
+            elif c.kind == "power_cap" and c.start <= t < c.end and c.gpus:
+                capped = np.array(c.gpus, dtype=np.int64)
+                b = self.base
+                span = b.max_power_w[capped] - b.idle_power_w[capped]
+                level = (c.cap * b.max_power_w[capped] - b.idle_power_w[capped]) / span
+                apply_power_cap(st, capped, np.clip(level, 0.0, 1.0))
         metrics = self._gauges(st, gpu_noise, allocated)
         cnt = counters.fleet_counters(
             self.counter_context, t, pods_t, flat_gpu, flat_pod, p_start, p_end, p_job
@@ -268,15 +318,18 @@ class FleetSimulator:
         tensor = np.clip(lv[:, TENSOR] * (1 + 0.03 * noise[:, 2]), 0, 1).round(6)
         dram = np.clip(lv[:, DRAM] * (1 + 0.03 * noise[:, 3]), 0, 1).round(6)
         span = b.max_power_w - b.idle_power_w
-        power = b.idle_power_w + lv[:, POWER] * span * self.power_jit + 0.006 * span * noise[:, 4]
+        jit = self.power_jit * self.power_off
+        power = b.idle_power_w + lv[:, POWER] * span * jit + 0.006 * span * noise[:, 4]
         power = np.clip(power, 0.8 * b.idle_power_w, b.max_power_w).round(3)
         frac = (power - b.idle_power_w) / span
         gpu_t = b.gpu_temp_idle_c + (b.gpu_temp_load_c - b.gpu_temp_idle_c) * frac
-        gpu_t = gpu_t + self.temp_off + 0.5 * noise[:, 5] + st.gpu_temp_add
+        gpu_t = gpu_t + self.temp_off + self.temp_slot + 0.5 * noise[:, 5] + st.gpu_temp_add
         gpu_t = np.fmax(gpu_t, st.temp_floor)
         mem_t = b.mem_temp_idle_c + (b.mem_temp_load_c - b.mem_temp_idle_c) * frac
         mem_t = mem_t + self.mem_temp_off + 0.5 * noise[:, 5] + st.mem_temp_add
-        clock = b.sm_clock_idle_mhz + lv[:, CLOCK] * (b.sm_clock_max_mhz - b.sm_clock_idle_mhz)
+        top = b.sm_clock_max_mhz * np.where(lv[:, CLOCK] > 0, self.clock_off, 1.0)
+        top = np.minimum(top, b.sm_clock_max_mhz)  # boost never exceeds the part's maximum
+        clock = b.sm_clock_idle_mhz + lv[:, CLOCK] * (top - b.sm_clock_idle_mhz)
         clock = np.rint(clock / 15.0) * 15.0
         fb_cap = b.fb_total_mib - b.fb_reserved_mib
         fb_used = np.where(allocated, lv[:, FB] * fb_cap, 0.0)

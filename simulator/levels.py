@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from observer.fleet.model import FloatArray, IntArray
 from simulator.timeline import Phase
@@ -17,15 +18,26 @@ from simulator.timeline import Phase
 # Columns of a level row.
 UTIL, GR, TENSOR, DRAM, POWER, CLOCK, FB = range(7)
 N_LEVELS = 7
+SPIN_GR = 0.97
+"""Graphics-engine activity of a GPU whose only resident kernel is an NCCL spin-wait."""
+RANK0_EXTRA = 0.025
+"""Rank 0 does a little more than its peers (logging, metric reduction): +2.5 % tensor and
+graphics activity, normal and not a fault."""
+LAST_STAGE_EXTRA = 0.04
+"""The last pipeline stage (last rank of a job with >= 4 GPUs per pod) computes the loss and
+the output layer: +4 % tensor activity on all its GPUs, normal and not a fault."""
 
 PHASE_LEVELS: dict[Phase, tuple[float, ...]] = {
     #                 util   gr    tensor dram  power clock fb
     Phase.TRAIN: (0.98, 0.92, 0.62, 0.55, 0.88, 1.00, 1.0),
     Phase.EVAL: (0.62, 0.55, 0.30, 0.35, 0.45, 1.00, 1.0),
     Phase.CHECKPOINT: (0.06, 0.03, 0.005, 0.04, 0.06, 0.55, 1.0),
-    Phase.HANG: (0.995, 0.012, 0.002, 0.01, 0.05, 1.00, 1.0),
+    Phase.HANG: (0.995, SPIN_GR, 0.002, 0.01, 0.10, 1.00, 1.0),
 }
-"""Training phases; `fb` multiplies the job's framebuffer share."""
+"""Training phases; `fb` multiplies the job's framebuffer share. A hung job's ranks sit in a
+resident NCCL spin kernel: the graphics engine reads busy (~0.97, as on real hardware: the
+engine counts a resident kernel's cycles, not useful math), the tensor pipe and DRAM idle, and
+power stays a little above idle (the spin loop polls memory)."""
 IDLE_POD_LEVELS = (0.0, 0.0, 0.0, 0.0, 0.02, 0.0, 0.0)
 """Allocated but unused: a CUDA context, nothing running (fb set separately)."""
 IDLE_POD_FB_MIB = 520.0
@@ -64,15 +76,22 @@ class GaugeState:
 def apply_straggler(
     state: GaugeState, gpu: int, gpu_job: IntArray, slowdown: float, training: bool
 ) -> None:
-    """Peers of a slow GPU wait at each all-reduce: their activity and power drop, its stay."""
+    """Peers of a slow GPU wait at each all-reduce inside an NCCL spin kernel.
+
+    Waiting is not idling: the spin kernel stays resident, so the peers' utilisation stays up
+    and their graphics engine reads busy (the waiting share of each step at `SPIN_GR`); only
+    their tensor pipe and DRAM traffic drop by the waiting share, and power with them (a spin
+    loop draws far less than math). The slow GPU itself stays at full activity."""
     job = int(gpu_job[gpu])
     if job < 0 or not training:
         return
     peers = np.flatnonzero(gpu_job == job)
     peers = peers[peers != gpu]
     wait = 1.0 / (1.0 + slowdown)
-    for col in (UTIL, GR, TENSOR, DRAM):
+    for col in (TENSOR, DRAM):
         state.levels[peers, col] *= wait
+    gr = state.levels[peers, GR]
+    state.levels[peers, GR] = gr * wait + np.maximum(gr, SPIN_GR) * (1.0 - wait)
     state.levels[peers, POWER] *= 0.5 + 0.5 * wait
 
 
@@ -85,6 +104,21 @@ def apply_thermal(state: GaugeState, gpu: int, severity: float) -> None:
     state.levels[gpu, POWER] *= 1.0 - 0.2 * sev
     bits = 0x20 | (0x40 if severity >= 1.0 else 0)
     state.clock_bits[gpu] |= bits
+
+
+def apply_power_cap(state: GaugeState, gpus: npt.NDArray[np.int64], cap: FloatArray) -> None:
+    """Software power capping (an operator's `nvidia-smi -pl`, a facility power budget): the
+    driver holds power at the cap by lowering clocks, and reports SW_POWER_CAP (0x4), a normal
+    clock-event reason. Not a hardware fault: nothing may page on it."""
+    over = state.levels[gpus, POWER] > cap
+    sel = gpus[over]
+    state.clock_bits[gpus] |= 0x4
+    if sel.size == 0:
+        return
+    ratio = cap[over] / state.levels[sel, POWER]
+    state.levels[sel, POWER] = cap[over]
+    # Dynamic power scales roughly with f * V^2 ~ f^2 near the top of the curve.
+    state.levels[sel, CLOCK] *= np.sqrt(ratio)
 
 
 def apply_power_brake(state: GaugeState, gpu: int, severity: float) -> None:

@@ -130,14 +130,29 @@ class ConfounderKind(StrEnum):
     SCRAPE_GAP = "scrape_gap"
     JOB_START = "job_start"
     JOB_FINISH = "job_finish"
+    APP_XID = "app_xid"
+    POWER_CAP = "power_cap"
+
+
+APP_XIDS = (13, 31, 43, 45)
+"""Application-class XIDs: a CUDA program's own fault (graphics exception, page fault, stopped
+processing, preemptive cleanup), not the GPU's. One occurrence must not page for hardware."""
 
 
 class Confounder(_Strict):
     """A one-off event that is not a fault; periodic checkpoints/evals live on the workload."""
 
-    kind: Literal["checkpoint", "eval_phase", "exporter_down", "scrape_gap"]
+    kind: Literal["checkpoint", "eval_phase", "exporter_down", "scrape_gap", "app_xid", "power_cap"]
     node: str | None = None
+    gpu: int | None = Field(default=None, ge=0, le=15)
+    """app_xid: device index on `node` (or use `job` and `rank`)."""
     job: str | None = None
+    rank: int | None = Field(default=None, ge=0)
+    """app_xid on a job: the rank whose first GPU raises it (default 0)."""
+    xid: int = 13
+    """app_xid: the application-class XID code (13, 31, 43 or 45)."""
+    cap: float = Field(default=0.6, gt=0.0, le=1.0)
+    """power_cap: the cap as a share of each GPU's TDP."""
     start: Duration
     end: Duration
 
@@ -149,6 +164,13 @@ class Confounder(_Strict):
             raise ValueError("exporter_down needs `node`")
         if self.kind in ("checkpoint", "eval_phase") and not self.job:
             raise ValueError(f"{self.kind} needs `job: namespace/name`")
+        if self.kind == "app_xid":
+            if self.xid not in APP_XIDS:
+                raise ValueError(f"app_xid `xid` to be one of {list(APP_XIDS)}")
+            if not self.job and (self.node is None or self.gpu is None):
+                raise ValueError("app_xid needs `node` and `gpu`, or `job`")
+        if self.kind == "power_cap" and not (self.job or self.node):
+            raise ValueError("power_cap needs `node` or `job`")
         return self
 
 

@@ -46,6 +46,10 @@ class ResolvedConfounder:
     job: str | None
     start: float
     end: float
+    gpus: tuple[int, ...] = ()
+    """GPU positions it touches (app_xid: one; power_cap: the job's or the node's)."""
+    xid: int = 0
+    cap: float = 1.0
 
 
 def _source(sc: Scenario) -> str:
@@ -125,5 +129,27 @@ def resolve_confounders(sc: Scenario, layout: Layout) -> tuple[ResolvedConfounde
                 )
             pos = positions[c.node]
         start, end = sc.start + c.start, sc.start + c.end
-        out.append(ResolvedConfounder(i, c.kind, c.node, pos, c.job, start, end))
+        gpus: tuple[int, ...] = ()
+        node = c.node
+        where = f"confounders[{i}]"
+        if c.kind == "app_xid":
+            if c.job is not None and c.node is None:
+                pod = _job_pod(sc, layout, where, c.job, c.rank or 0)
+                node, pos = pod.node, positions[pod.node]
+                gpus = (layout.gpu_position(pod.node, pod.gpu_indices[0]),)
+            else:
+                assert c.node is not None and c.gpu is not None
+                gpus = (layout.gpu_position(c.node, c.gpu),)
+        elif c.kind == "power_cap":
+            if c.job is not None:
+                _job_pod(sc, layout, where, c.job, 0)
+                gpus = tuple(
+                    layout.gpu_position(p.node, d)
+                    for p in layout.pods
+                    if p.workload == c.job
+                    for d in p.gpu_indices
+                )
+            elif c.node is not None:
+                gpus = tuple(layout.gpu_position(c.node, d) for d in range(layout.nodes[pos].gpus))
+        out.append(ResolvedConfounder(i, c.kind, node, pos, c.job, start, end, gpus, c.xid, c.cap))
     return tuple(out)

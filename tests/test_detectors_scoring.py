@@ -139,3 +139,71 @@ def test_static_rules_baseline_pages_on_idle_gpus_and_misses_hangs() -> None:
     assert (FindingKind.GPU_XID, "GPU-000-1") in kinds
     assert sum(1 for k, _ in kinds if k == FindingKind.ANOMALY) == 8  # every idle GPU pages
     assert not any(k == FindingKind.NCCL_HANG for k, _ in kinds)
+
+
+def _small(faults: list[dict[str, Any]], confounders: list[dict[str, Any]]) -> Any:
+    from simulator.scenario import scenario_from_dict
+
+    return scenario_from_dict(
+        {
+            "name": "small",
+            "seed": 3,
+            "duration": "30m",
+            "scrape_interval": "30s",
+            "pools": [{"name": "a100", "model": "A100", "nodes": 3}],
+            "workloads": [
+                {"name": "t", "kind": "training", "namespace": "ml", "replicas": 2},
+                {"name": "s", "kind": "inference", "namespace": "sv", "gpus_per_pod": 8},
+            ],
+            "faults": faults,
+            "confounders": confounders,
+        }
+    )
+
+
+def test_static_rules_baseline_has_lost_gpu_and_link_error_rules() -> None:
+    """The fair baseline: a lost GPU, an NVLink CRC storm and a PCIe replay storm are each
+    found by a static rule of the right kind; an exporter outage pages as up == 0."""
+    from evaluation.baseline import static_rules_suite
+    from evaluation.simulated import evaluate
+
+    sc = _small(
+        [
+            {"kind": "xid79_fallen_off_bus", "job": "ml/t", "rank": 1, "gpu": 2, "start": "5m"},
+            {"kind": "nvlink_crc_storm", "job": "ml/t", "rank": 0, "start": "5m", "end": "15m"},
+            {"kind": "pcie_replay_storm", "job": "sv/s", "gpu": 4, "start": "5m", "end": "15m"},
+        ],
+        [{"kind": "exporter_down", "node": "a100-0002", "start": "20m", "end": "28m"}],
+    )
+    s = evaluate(sc, suite=static_rules_suite()).score
+    assert s.missed == (), s.table()
+    found = {r.kind: r.ttd for r in s.faults}
+    lost = found["xid79_fallen_off_bus"]
+    assert lost is not None and lost >= 300 - 30  # absent only once the lookback has passed
+    assert s.fp_by_confounder.get("exporter_down", 0) >= 1
+
+
+def test_off_kind_findings_on_the_faulty_entity_are_not_true_positives() -> None:
+    eps = [
+        _ep(FindingKind.GPU_XID, Severity.CRITICAL, T + 100, T + 1000, gpu_uuid="GPU-a"),
+        _ep(FindingKind.GPU_THROTTLE, Severity.WARNING, T + 150, T + 1000, gpu_uuid="GPU-a"),
+        _ep(FindingKind.GPU_THROTTLE, Severity.WARNING, T + 250, T + 400, job="ml/j", gpu_uuid="x"),
+        _ep(FindingKind.STRAGGLER, Severity.WARNING, T + 650, T + 900, gpu_uuid="GPU-other"),
+    ]
+    s = score(eps, TRUTH)
+    assert s.true_positive == 1 and s.actionable == 4
+    assert [f.kind for f in s.off_kind] == [FindingKind.GPU_THROTTLE, FindingKind.GPU_THROTTLE]
+    assert len(s.false_positives) == 1  # a straggler on a GPU that is not the faulty one
+    assert s.precision == 0.5 and s.strict_precision == 0.25
+    assert s.missed == ("f1", "f2")
+
+
+def test_fault_sizes_against_published_limits() -> None:
+    from evaluation.fault_size import fault_size
+
+    mild = fault_size({"kind": "straggler", "severity": 0.2})
+    assert (mild.value, mild.unit, mild.above_limit) == (5.0, "% slower", False)
+    assert fault_size({"kind": "straggler", "severity": 0.4}).above_limit
+    assert not fault_size({"kind": "nvlink_crc_storm", "severity": 0.15}).above_limit
+    assert fault_size({"kind": "pcie_replay_storm", "severity": 0.012}).above_limit
+    assert fault_size({"kind": "xid48_dbe", "severity": 1.0}).above_limit

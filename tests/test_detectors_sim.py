@@ -1,7 +1,10 @@
 """The detectors on simulated scenarios (demo + eval/suite), scored against ground truth.
 
-Targets from issue 4: recall and precision >= 0.95, time to detect <= 2 scrape intervals for
-XID/ECC/lost GPUs, <= 2 min for hangs, <= 5 min for stragglers, and no warning/critical
+Targets from issues 4 and 15: precision >= 0.95; recall >= 0.95 (>= 0.9 per kind) over the
+faults above each detector's published limit (evaluation.fault_size: faults below it, as in
+eval/suite/sweep-limits-30s.yaml, may be missed and are reported, not asserted); time to detect
+<= 2 scrape intervals for XID/ECC/lost GPUs, <= 2 min for hangs, <= 5 min for stragglers 10 %
+slower or more and <= 10 min for those between the 7 % limit and 10 %; no warning/critical
 finding caused by a confounder. Run with the default lookback and with a 1-minute one.
 
 Time to detect is judged the same way on the suite and on held-out scenarios: from the fault's
@@ -17,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.scoring import KindScore, Score
+from evaluation.fault_size import FaultSize
+from evaluation.scoring import FaultResult, KindScore, Score
 from evaluation.simulated import evaluate
 from simulator.scenario import Scenario, demo_scenario, load_scenario
 from tests.scenario_gen import random_scenario
@@ -34,29 +38,32 @@ def _scenarios() -> list[Scenario]:
     return [demo_scenario(), *(load_scenario(p) for p in sorted(SUITE.glob("*.yaml")))]
 
 
-def _limit(kind: str, interval: float) -> float | None:
+def _limit(kind: str, interval: float, size: float | None = None) -> float | None:
     if kind in FAST:
         return 2 * interval
+    if kind == "straggler" and size is not None and size < 10.0:
+        return 600.0  # near the 7 % limit the CUSUM needs ~4-9 min by design
     return {"nccl_hang": 120.0, "straggler": 300.0}.get(kind)
 
 
 def _late(score: Score, interval: float) -> list[str]:
     """Faults found later than their kind's target, net of the seconds they were invisible."""
     late: list[str] = []
-    for kind, ks in score.per_fault_kind.items():
-        limit = _limit(kind, interval)
-        for gross, net in zip(ks.ttd, ks.ttd_seen, strict=True):
-            if limit is not None and net > limit:
-                late.append(f"{kind} after {gross:.0f} s ({net:.0f} s seen; target {limit:.0f} s)")
+    for r in score.faults:
+        limit = _limit(r.kind, interval, r.size.value)
+        gross, net = r.ttd, r.ttd_seen
+        if limit is not None and gross is not None and net is not None and net > limit:
+            late.append(f"{r.kind} after {gross:.0f} s ({net:.0f} s seen; target {limit:.0f} s)")
     return late
 
 
 def _check(score: Score, interval: float) -> None:
-    assert score.missed == (), score.table()
-    assert score.recall >= 0.95 and score.precision >= 0.95, score.table()
+    above = [r for r in score.faults if r.size.above_limit]
+    assert [r.id for r in above if not r.found] == [], score.table()
+    assert score.recall_above_limit >= 0.95 and score.precision >= 0.95, score.table()
     assert score.fp_by_confounder == {}, score.table()
-    for kind, ks in score.per_fault_kind.items():
-        assert ks.recall >= 0.9, (kind, score.table())
+    for kind, (n, found) in score.above_limit_by_kind().items():
+        assert found / n >= 0.9, (kind, score.table())
     assert _late(score, interval) == [], score.table()
 
 
@@ -93,10 +100,15 @@ def test_random_held_out_scenarios(seed: int) -> None:
 
 
 def test_time_to_detect_is_judged_net_of_invisible_time_only() -> None:
-    def score(gross: float, net: float) -> Score:
+    def score(gross: float, net: float, slower: float = 25.0) -> Score:
         per = {"straggler": KindScore(1, 1, (gross,), (net,))}
-        return Score(per, 1, 1, (), {}, ())
+        size = FaultSize(slower, "% slower", 7.0)
+        return Score(
+            per, 1, 1, (), {}, (), faults=(FaultResult("f", "straggler", size, True, gross, net),)
+        )
 
     assert _late(score(280.0, 280.0), 30.0) == []
     assert _late(score(420.0, 300.0), 30.0) == []  # 2 min of checkpoint before it could be seen
     assert _late(score(330.0, 330.0), 30.0) == ["straggler after 330 s (330 s seen; target 300 s)"]
+    assert _late(score(420.0, 420.0, slower=7.0), 30.0) == []  # at the limit: 10 min target
+    assert _late(score(660.0, 660.0, slower=7.0), 30.0) != []

@@ -185,9 +185,13 @@ def test_straggler_slows_job_and_peers_wait(sim: FleetSimulator) -> None:
     tensor = m(s, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[TRAIN]
     util = m(s, "DCGM_FI_DEV_GPU_UTIL")[TRAIN]
     peers = np.delete(np.arange(16), STRAGGLER)
+    gr = m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[TRAIN]
     assert tensor[STRAGGLER] > tensor[peers].max()
-    assert util[STRAGGLER] > util[peers].mean() + 10
-    assert m(at(sim, 8), "DCGM_FI_DEV_GPU_UTIL")[peers].mean() > util[peers].mean() + 10
+    # Waiting peers spin in NCCL kernels: utilisation and graphics engine stay busy (as on real
+    # hardware), only their tensor pipe drops by the waiting share.
+    assert util[peers].min() >= 90 and gr[peers].min() > 0.85
+    before = m(at(sim, 8), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[peers].mean()
+    assert tensor[peers].mean() < before / 1.15
     steps = (at(sim, 19).pod_steps[0] - at(sim, 17).pod_steps[0]) / (2 * MIN)
     assert steps == pytest.approx(1 / 1.25, rel=0.03)
     assert (at(sim, 23).pod_steps[0] - at(sim, 21).pod_steps[0]) / (2 * MIN) == pytest.approx(1)
@@ -197,8 +201,9 @@ def test_nccl_hang_signature(sim: FleetSimulator) -> None:
     s = at(sim, 25)
     assert m(s, "DCGM_FI_DEV_GPU_UTIL")[HANG].min() >= 95
     assert m(s, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[HANG].max() < 0.02
-    assert m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[HANG].max() < 0.05
-    assert m(s, "DCGM_FI_DEV_POWER_USAGE")[HANG].max() < 58 + 0.15 * (400 - 58)
+    # A resident NCCL spin kernel keeps the graphics engine busy on real hardware.
+    assert m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[HANG].min() > 0.9
+    assert m(s, "DCGM_FI_DEV_POWER_USAGE")[HANG].max() < 58 + 0.2 * (400 - 58)
     hang_pod = 2
     assert at(sim, 27).pod_steps[hang_pod] == at(sim, 23).pod_steps[hang_pod]
     assert rate(sim, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 23, 27)[HANG].max() < 1e6
@@ -271,3 +276,46 @@ def test_counters_never_decrease_between_any_two_times(a: float, b: float) -> No
             assert (y.metrics[spec.name][ok] >= x.metrics[spec.name][ok]).all(), spec.name
     ok = ~np.isnan(x.pod_steps) & ~np.isnan(y.pod_steps)
     assert (y.pod_steps[ok] >= x.pod_steps[ok]).all()
+
+
+def _confounded() -> FleetSimulator:
+    doc = {
+        "name": "confounded",
+        "seed": 9,
+        "duration": "30m",
+        "scrape_interval": "30s",
+        "pools": [{"name": "a100", "model": "A100", "nodes": 2}],
+        "workloads": [{"name": "t", "kind": "training", "namespace": "ml", "replicas": 2}],
+        "confounders": [
+            {"kind": "app_xid", "job": "ml/t", "rank": 1, "xid": 31, "start": "5m", "end": "9m"},
+            {"kind": "power_cap", "job": "ml/t", "cap": 0.6, "start": "10m", "end": "20m"},
+        ],
+    }
+    return FleetSimulator(scenario_from_dict(doc))
+
+
+def test_app_xid_and_power_cap_confounders() -> None:
+    sim = _confounded()
+    xid = m(at(sim, 6), "DCGM_FI_DEV_XID_ERRORS")
+    assert xid[8] == 31 and np.count_nonzero(xid) == 1  # rank 1's first GPU only
+    assert at(sim, 6).xid_counts[31][8] == 1
+    assert m(at(sim, 10), "DCGM_FI_DEV_XID_ERRORS")[8] == 0  # window over
+    before, capped = at(sim, 8), at(sim, 12)
+    power = m(capped, "DCGM_FI_DEV_POWER_USAGE")
+    assert power.max() <= 0.6 * 400 * 1.1  # held at the cap (plus per-GPU offsets and noise)
+    assert m(before, "DCGM_FI_DEV_POWER_USAGE").min() > 0.6 * 400 * 1.1
+    bits = m(capped, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").astype(int)
+    assert np.all(bits & 0x4) and not np.any(bits & 0xE8)  # SW power cap only, nothing harmful
+    clock = m(capped, "DCGM_FI_DEV_SM_CLOCK")
+    assert clock.max() < m(before, "DCGM_FI_DEV_SM_CLOCK").min()
+
+
+def test_app_xid_must_be_an_application_code() -> None:
+    from errors import ConfigError
+
+    bad = {"kind": "app_xid", "node": "a100-0000", "gpu": 0, "xid": 79, "start": 0, "end": 60}
+    with pytest.raises(ConfigError, match="13, 31, 43, 45"):
+        scenario_from_dict(
+            {"name": "x", "pools": [{"name": "a100", "model": "A100", "nodes": 1}],
+             "confounders": [bad]}
+        )  # fmt: skip

@@ -1,0 +1,52 @@
+"""A fault's physical size, and whether it is above the limit its detector publishes.
+
+Detection rate is only meaningful as a function of how large a fault is: a straggler 5 % slower
+is below the straggler detector's 7 % limit by design, one 25 % slower far above it. The size is
+read from the truth entry's severity through the simulator's own scale (timeline, counters), and
+the limit from the detector's default parameters, so neither side can drift from the other.
+Kinds without a size scale (XIDs, lost GPUs, hangs, clock-event bits) are always above the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from detectors import gpu_interconnect, straggler
+from simulator.counters import NVLINK_CRC_STORM_PER_S, PCIE_REPLAY_STORM_PER_S
+from simulator.timeline import STRAGGLER_SLOWDOWN
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSize:
+    value: float | None
+    """Physical size in `unit` (None: the kind has no size scale)."""
+    unit: str
+    limit: float | None
+    """The detector's published limit in the same unit (None: none)."""
+
+    @property
+    def above_limit(self) -> bool:
+        return self.value is None or self.limit is None or self.value >= self.limit
+
+
+STRAGGLER_LIMIT_PCT = 100.0 * straggler.Params().min_gap
+NVLINK_LIMIT_PER_S = gpu_interconnect.Params().nvlink_crc_per_second
+PCIE_LIMIT_PER_MIN = gpu_interconnect.Params().pcie_replays_per_minute
+
+
+def fault_size(fault: Mapping[str, Any], scrape_interval: float = 30.0) -> FaultSize:
+    """Size of one truth fault entry (simulator.truth) and its detector's limit."""
+    del scrape_interval  # kept for limits that depend on the scrape interval
+    sev = float(fault.get("severity", 1.0))
+    kind = fault["kind"]
+    if kind == "straggler":
+        slower = round(100.0 * STRAGGLER_SLOWDOWN * sev, 2)
+        return FaultSize(slower, "% slower", STRAGGLER_LIMIT_PCT)
+    if kind == "nvlink_crc_storm":
+        return FaultSize(round(NVLINK_CRC_STORM_PER_S * sev, 2), "CRC/s", NVLINK_LIMIT_PER_S)
+    if kind == "pcie_replay_storm":
+        per_min = round(60.0 * PCIE_REPLAY_STORM_PER_S * sev, 2)
+        return FaultSize(per_min, "replays/min", PCIE_LIMIT_PER_MIN)
+    return FaultSize(None, "", None)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors.config_files import load_model
+from gpufleet.service.config import ServiceConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 
@@ -35,6 +36,9 @@ class GpufleetConfig(BaseModel):
     kubeconfig: str | None = None
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    """`gpufleet run`: interval, schedule, leader election, HTTP, telemetry
+    (docs/configuration.md)."""
 
     @field_validator("store_url")
     @classmethod

@@ -75,7 +75,7 @@ def write_config(files: DemoFiles, cluster: str, kubeconfig: Path, *, dry_run: b
         policy=str(DEFAULT_POLICY),
         kubeconfig=str(kubeconfig.resolve()),
     )
-    body = cfg.model_dump(exclude={"detectors"})
+    body = cfg.model_dump(exclude={"detectors", "service"})
     header = "# written by `gpufleet demo` (rewritten at each start)\n"
     files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
     return files.config

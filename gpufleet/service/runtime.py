@@ -97,6 +97,16 @@ class Service:
 
     def _leadership(self, leading: bool) -> None:
         self.t.leader.set(1 if leading else 0)
+        try:
+            self.p.store.audit(
+                self.p.clock(),
+                "leader",
+                f"{self.p.identity} {'became leader' if leading else 'stopped leading'}",
+                actor=self.p.identity,
+                detail={"wall": time.time(), "leading": leading},
+            )
+        except Exception:
+            log.exception("could not journal the leadership change")
         if leading and not self.halt.is_set():
             self.catch_up()
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -81,7 +81,7 @@ def _scrape(handle: SimulationHandle) -> ScrapeSettings:
     return ScrapeSettings(discovery_url=f"{handle.metrics_url}/targets", cluster="small")
 
 
-def _prometheus(tmp_path: Path, target: str) -> Iterator[str]:
+def _prometheus(tmp_path: Path, target: str) -> Generator[str, None, None]:
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus not on PATH: `make test` installs the Debian package")

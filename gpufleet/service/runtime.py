@@ -27,7 +27,7 @@ from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
 from remediations.cycle import RemediationLoop
 from remediations.store import Store
-from remediations.types import Verdict
+from remediations.types import ActionState, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,26 @@ class Service:
         stop.wait()
         return self.shutdown()
 
+    def _park(self) -> None:
+        """Hand this process's unfinished actions back: their journal leases end now, so the
+        next leader resumes each at the step it stopped (the pinned intent is journaled)."""
+        store = self.p.store
+        try:
+            for a in store.actions([ActionState.EXECUTING, ActionState.VERIFYING]):
+                if a.lease_owner != self.p.identity:
+                    continue
+                now = self.p.clock()
+                store.update_action(
+                    a,
+                    now,
+                    lease_until=now,
+                    audit_kind="park",
+                    message=f"parked by {self.p.identity} at step {a.progress} (shutdown); "
+                    "the next leader resumes it",
+                )
+        except Exception:
+            log.exception("could not park the unfinished actions (their leases will expire)")
+
     def shutdown(self) -> int:
         """Stop new work, let the running work end (back-offs cut short), release the Lease,
         close. 0 when everything stopped in time."""
@@ -258,6 +278,8 @@ class Service:
         clean = done.wait(self.cfg.shutdown_timeout)
         with self._busy:
             inflight = self._inflight
+        if clean and inflight == 0:
+            self._park()
         if self.p.elector is not None:
             # Release only with nothing in flight: otherwise let the lease expire, so a new
             # leader cannot act while this process may still be writing.

@@ -17,6 +17,7 @@ import yaml
 
 from remediations.store import Store
 from simulator.serve import SimulationHandle
+from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,25 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def service_policy_file(tmp: Path) -> Path:
     """The one policy of the process tests (writes to Kubernetes; budgets for a 4-node fleet)."""
     p = tmp / "policy.yaml"
-    p.write_text(
-        yaml.safe_dump(
-            {
-                "version": 1,
-                "gates": {
-                    "blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100},
-                    "attempts": {"cooldown": "1m"},
-                },
-                "rules": [
-                    {
-                        "name": "quarantine-critical",
-                        "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]},
-                        "playbook": "quarantine",
-                        "mode": "auto",
-                    }
-                ],
-            }
-        )
-    )
+    p.write_text(yaml.safe_dump(live_policy_dict([QUARANTINE_CRITICAL])))
     return p
 
 

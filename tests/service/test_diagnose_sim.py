@@ -22,23 +22,15 @@ from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
 from remediations.cycle import RemediationLoop
 from remediations.kube_actuator import KubeActuator
 from remediations.playbooks import PLAYBOOKS, Subject
-from remediations.policy import Policy, policy_from_dict
+from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, IncidentId
 from tests.k8s_sim_support import Sim, running_sim
+from tests.service.policies import live_policy
 
 
 def service_policy() -> Policy:
-    """The one policy of these tests (writes to Kubernetes; generous budgets, short cooldown)."""
-    return policy_from_dict(
-        {
-            "gates": {
-                "blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100},
-                "attempts": {"cooldown": "1m"},
-            }
-        },
-        "test-policy",
-    )
+    return live_policy()
 
 
 @pytest.fixture

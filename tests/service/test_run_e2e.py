@@ -16,11 +16,12 @@ from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
-from remediations.policy import Policy, policy_from_dict
+from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL
 from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import small_scenario
+from tests.service.policies import QUARANTINE_CRITICAL, live_policy
 from tests.service.procs import wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,22 +29,8 @@ SPEED = 20.0
 
 
 def e2e_policy() -> Policy:
-    """The one policy of this test (writes to Kubernetes; budgets for a 4-node fleet)."""
-    return policy_from_dict(
-        {
-            "gates": {
-                "blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100},
-                "attempts": {"cooldown": "1m"},
-            },
-            "rules": [
-                {"name": "quarantine-critical", "playbook": "quarantine", "mode": "auto",
-                 "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]}},
-                {"name": "drain-critical", "playbook": "drain", "mode": "approval",
-                 "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]}},
-            ],
-        },
-        "e2e-policy",
-    )  # fmt: skip
+    drain = {**QUARANTINE_CRITICAL, "name": "drain-critical", "playbook": "drain"}
+    return live_policy([QUARANTINE_CRITICAL, {**drain, "mode": "approval"}])
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
@@ -26,6 +28,7 @@ from tests.service.procs import wait_for
 
 pytestmark = pytest.mark.slow
 SPEED = 20.0
+SPANS = InMemorySpanExporter()
 
 
 def e2e_policy() -> Policy:
@@ -78,6 +81,7 @@ def service(handle: SimulationHandle, tmp_path: Path) -> Iterator[Service]:
         interval=handle.scenario.scrape_interval / SPEED,
         speed=SPEED,
     )
+    parts.telemetry.tracer_provider.add_span_processor(SimpleSpanProcessor(SPANS))
     svc = Service(parts).start()
     yield svc
     assert svc.shutdown() == 0
@@ -132,5 +136,9 @@ def test_run_end_to_end(service: Service, handle: SimulationHandle) -> None:
     assert not node["spec"].get("unschedulable")
     assert QUARANTINE_LABEL not in node["metadata"].get("labels", {})
     assert len(handle.cluster.store.objects("jobs", "gpufleet")[1]) == 1
+    names = {s.name for s in SPANS.get_finished_spans()}
+    for span in ("cycle", "collect", "detect", "detector:gpu_xid", "remediate", "k8s:cordon",
+                 "k8s:evict_pods", "k8s:untaint", "schedule:mw", "schedule:diag"):  # fmt: skip
+        assert span in names, (span, sorted(names))
     runs = {r.job: r for r in service.jobs.runs.all()}
     assert runs["mw"].runs == 2 and runs["diag"].runs == 1 and runs["diag"].last_ok

@@ -77,7 +77,7 @@ class Service:
             entries=self.entries,
             fire=self._fire,
             on_skip=self._skipped,
-            on_missed=self.jobs.note_scheduler_miss,
+            on_missed=self._scheduler_missed,
         )
         self.http = HealthServer(
             self.cfg.http.host, self.cfg.http.port, self.readiness, self.t.exposition
@@ -171,6 +171,12 @@ class Service:
             log.info("schedule %s (%s): %s", entry.name, entry.kind, outcome.summary)
             for line in outcome.details.get("nodes", []):
                 log.info("schedule %s:   %s", entry.name, line)
+
+    def _scheduler_missed(self, entry: ScheduleEntry, fire: float) -> None:
+        """Only the leader records a dropped fire: a standby's scheduler drops every fire it
+        would not run anyway, and recording it would keep the leader from running it."""
+        if self.is_leader() and not self.halt.is_set():
+            self.jobs.note_scheduler_miss(entry, fire)
 
     def _skipped(self, job: str, why: str) -> None:
         self.t.cycle_skips.add(1, {"job": job})

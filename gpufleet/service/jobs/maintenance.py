@@ -18,7 +18,6 @@ from gpufleet.service.jobs.gated import execute, plan_for, propose
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.playbooks.drain import DrainParams
-from remediations.types import IncidentId
 
 HARDWARE = [
     FindingKind.GPU_XID,
@@ -54,14 +53,15 @@ def run_maintenance(ctx: JobContext, req: JobRequest) -> JobOutcome:
 
 def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome:
     loop = ctx.loop
-    store = loop.engine.store
     kinds = {k.value for k in p.kinds}
+    # The engine's tracker has each open incident as of the latest cycle (the stored rows are
+    # written when an incident changes, so their last_seen can be older than the evidence).
     todo = [
-        i
-        for i in store.open_incidents()
-        if i.kind in kinds and i.severity in p.severities and i.node
+        t
+        for t in loop.engine.memory.tracker.open()
+        if t.kind in kinds and t.severity in p.severities and t.node and t.incident_id
     ]
-    todo.sort(key=lambda i: (i.opened_at, i.id))
+    todo.sort(key=lambda t: (t.opened_at, str(t.incident_id)))
     now = req.now
     view = loop.actuator.cluster_view(now)
     mine: list[str] = []
@@ -70,8 +70,9 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
         if len(mine) >= p.max_nodes:
             lines.append(f"{inc.node}: left for the next run (max_nodes {p.max_nodes})")
             continue
+        assert inc.incident_id is not None
         subject = Subject(
-            IncidentId(inc.id), inc.kind, inc.severity, inc.summary, inc.node, inc.gpu_uuid
+            inc.incident_id, inc.kind, inc.severity, inc.summary, inc.node, inc.gpu_uuid
         )
         plan = plan_for("drain", subject, view, PLAYBOOKS["drain"].params(p.drain.model_dump()))
         if isinstance(plan, str):
@@ -80,7 +81,7 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
         action, why = propose(
             loop,
             req.name,
-            inc.id,
+            str(inc.incident_id),
             inc.kind,
             inc.last_seen,
             plan,

@@ -28,8 +28,8 @@ system-deps:  ## install the Debian packages the tests use, when missing
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-demo: $(STAMP)  ## run the whole product on a simulated fleet
-	$(BIN)/gpufleet demo
+demo: $(STAMP)  ## run the whole product on a simulated fleet (gpufleet run, embedded)
+	$(BIN)/gpufleet run --embedded
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check .

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.backtest",
     "gpufleet.commands.eval",
     "gpufleet.commands.policy",
+    "gpufleet.commands.run",
 )
 
 

@@ -21,6 +21,7 @@ from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors import ConfigError
 from errors.config_files import load_yaml_file, validate
+from gpufleet.service.config import ServiceConfig
 from metering.config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
@@ -43,6 +44,9 @@ class GpufleetConfig(BaseModel):
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     alerts: AlertsConfig = AlertsConfig()
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    """`gpufleet run`: interval, schedule, leader election, HTTP, telemetry
+    (docs/configuration.md)."""
 
     @field_validator("store_url")
     @classmethod

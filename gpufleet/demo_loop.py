@@ -112,7 +112,7 @@ def write_config(
         policy=str(files.policy.resolve()),
         kubeconfig=str(kubeconfig.resolve()),
     )
-    body = cfg.model_dump(mode="json", exclude={"detectors"})
+    body = cfg.model_dump(mode="json", exclude={"detectors", "service"})
     header = "# written by `gpufleet demo` (rewritten at each start)\n"
     files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
     return files.config

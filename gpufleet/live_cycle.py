@@ -19,9 +19,11 @@ printer (gpufleet.demo_log) or a service's logs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from detectors.findings import Finding
@@ -39,6 +41,10 @@ from remediations.store import ActionRecord, AuditRecord
 from remediations.types import ActionState
 
 log = logging.getLogger(__name__)
+
+SpanFactory = Callable[[str], AbstractContextManager[object]]
+"""Opens a named tracing span around a stage (the service's OpenTelemetry tracer); by default
+a no-op."""
 
 SnapshotSource = Callable[[], FleetSnapshot]
 """One collection: a FleetSnapshot, or an `errors` TemporaryError/PermanentError (or any
@@ -102,8 +108,10 @@ class LiveCycle:
         meter: Meter | None = None,
         grace_cycles: int = 0,
         audit_after: int | None = 0,
+        span: SpanFactory | None = None,
     ) -> None:
         self.collect = collect
+        self.span: SpanFactory = span or (lambda name: contextlib.nullcontext())
         self.suite = suite
         self.remediation = remediation
         self.meter = meter
@@ -118,7 +126,8 @@ class LiveCycle:
         began = time.perf_counter()
         self.cycles += 1
         try:
-            snapshot = self.collect()
+            with self.span("collect"):
+                snapshot = self.collect()
         except GpufleetError as exc:
             return self._failed(now, began, "collect", exc.render())
         except Exception as exc:  # isolation: the next cycle must run
@@ -126,7 +135,8 @@ class LiveCycle:
             return self._failed(now, began, "collect", f"{type(exc).__name__}: {exc}")
         errors: list[CycleError] = []
         try:
-            result = self.suite.run(snapshot, now, self.state)
+            with self.span("detect"):
+                result = self.suite.run(snapshot, now, self.state)
         except Exception as exc:
             log.exception("detector suite failed")
             return self._failed(now, began, "detect", f"{type(exc).__name__}: {exc}")
@@ -138,7 +148,8 @@ class LiveCycle:
         touched: tuple[ActionRecord, ...] = ()
         if self.remediation is not None:
             try:
-                outcome, acted = self.remediation.tick(result.findings, now)
+                with self.span("remediate"):
+                    outcome, acted = self.remediation.tick(result.findings, now)
                 changes, decisions, touched = (
                     tuple(outcome.changes),
                     tuple(outcome.decisions),

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.batch_jobs import BatchJobs
 from simulator.clock import SimClock
 from simulator.controller import JobController, tolerates
 from simulator.device_health import DevicePlugin, device_faults
@@ -90,6 +91,7 @@ class SimCluster:
             self.store, device_faults(scenario, self.layout), emit=self._emit
         )
         self.controller.blocked = lambda: self.devices.unhealthy.keys()
+        self.batch = BatchJobs(self.store, scenario)
         with self.store.lock:
             self._build()
 
@@ -148,6 +150,7 @@ class SimCluster:
             self._reap(t)
             self.devices.update(t)
             self.controller.tick(t)
+            self.batch.tick(t, self.clock.now())
             self._refresh_pdbs()
 
     def _refresh_pdbs(self) -> None:

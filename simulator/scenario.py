@@ -174,6 +174,11 @@ class Confounder(_Strict):
         return self
 
 
+class DiagResult(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -186,6 +191,10 @@ class Scenario(_Strict):
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
     confounders: list[Confounder] = Field(default_factory=list)
+    diagnostics: dict[str, DiagResult] = Field(default_factory=dict)
+    """Node -> outcome of a DCGM diagnostic Job (batch/v1) run on it; unlisted nodes pass."""
+    diagnostic_seconds: Duration = Field(default=120.0, ge=0)
+    """Scenario seconds a diagnostic Job runs before it completes."""
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:

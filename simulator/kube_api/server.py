@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, req: Request) -> None:
         verbs = self.server.verbs
         m, name, sub = req.method, req.name, req.subresource
+        self.server.count(_verb(req), req.resource.plural + (f"/{sub}" if sub else ""))
         if sub not in (None, "status", "eviction"):
             self._send(error(404, "the server could not find the requested resource", "NotFound"))
             return
@@ -242,6 +244,17 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
 
+def _verb(req: Request) -> str:
+    """The Kubernetes verb of a request, as RBAC and the API server's metrics name it."""
+    if req.method == "GET":
+        if req.name is not None:
+            return "get"
+        return "watch" if req.params.get("watch") in ("true", "1") else "list"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        req.method, req.method.lower()
+    )
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -254,12 +267,29 @@ class _Server(ThreadingHTTPServer):
         self.faults = faults
         self.verbs = verbs
         self._stop = threading.Event()
+        self._counts_lock = threading.Lock()
+        self.requests: Counter[tuple[str, str]] = Counter()
+        """(verb, resource[/subresource]) -> requests served since start or the last reset."""
+
+    def count(self, verb: str, resource: str) -> None:
+        with self._counts_lock:
+            self.requests[(verb, resource)] += 1
+
+    def request_counts(self, reset: bool = False) -> dict[str, int]:
+        with self._counts_lock:
+            out = {f"{v} {r}": n for (v, r), n in sorted(self.requests.items())}
+            if reset:
+                self.requests.clear()
+            return out
 
     def stopping(self) -> bool:
         return self._stop.is_set()
 
     def control(self, method: str, path: str, body: Any) -> Reply:
-        """`/_sim/faults`: GET lists, POST adds a rule (FaultInjector.add fields), DELETE clears."""
+        """`/_sim/faults`: GET lists, POST adds a rule (FaultInjector.add fields), DELETE clears.
+        `/_sim/requests`: GET counts API requests by verb and resource, DELETE resets them."""
+        if path == "/_sim/requests":
+            return Reply(200, {"requests": self.request_counts(reset=method == "DELETE")})
         if path != "/_sim/faults":
             return error(404, "unknown simulator control endpoint", "NotFound")
         if method == "POST":
@@ -291,6 +321,10 @@ class KubeApiServer:
             (host, port), cluster, self.faults, Verbs(cluster, bookmark_interval=bookmark_interval)
         )
         self._thread: threading.Thread | None = None
+
+    def request_counts(self, reset: bool = False) -> dict[str, int]:
+        """API requests served by `"<verb> <resource>"` (e.g. `"list pods"`, `"watch nodes"`)."""
+        return self._server.request_counts(reset)
 
     @property
     def port(self) -> int:

@@ -1,0 +1,304 @@
+"""`gpufleet run --config F`: the long-running service (gpufleet.service).
+
+Production: direct scrape of the exporters (`service.source`), the Kubernetes API from
+`kubeconfig` (none: in-cluster), the journal at `store_url`, leader election when enabled.
+`--embedded` starts the simulated demo fleet in this process and runs the same service on it
+(direct scrape, a fresh SQLite journal under --workdir, the simulator's API, a demo schedule
+whose jobs fire within the first minutes), printing the demo's banner and commentary: what
+`make demo` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from errors import TemporaryError
+from gpufleet.config import GpufleetConfig, add_arguments, detector_suite, load_all, load_config
+from gpufleet.demo_banner import banner
+from gpufleet.demo_log import DemoLog
+from gpufleet.demo_loop import DemoFiles, fresh_store, write_config
+from gpufleet.live_cycle import LiveCycle, scrape_source
+from gpufleet.service.actuator import CachedActuator, SnapshotCache
+from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
+from gpufleet.service.kube_lease import KubeLeaseClient
+from gpufleet.service.leader import LeaderElector
+from gpufleet.service.runtime import Service, ServiceParts
+from gpufleet.service.telemetry import Telemetry
+from gpufleet.service.tracing import traced_suite
+from observer.kube.collector import KubeCollector, KubeSettings
+from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from remediations.cycle import RemediationLoop
+from remediations.kube_actuator import KubeActuator
+from remediations.policy import Policy, load_policy
+from remediations.store import Store
+from simulator.scenario import DEMO_SCENARIO, load_scenario
+from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
+
+log = logging.getLogger(__name__)
+DEMO_CONFIG = Path(__file__).parent.parent / "service" / "demo.yaml"
+DEFAULT_INTERVAL = 30.0
+SYNC_TIMEOUT = 10.0
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run gpufleet as a service: live cycle, scheduled jobs, health and metrics",
+        description=(
+            "Run the live cycle (collect, detect, incidents, decide, act) every interval and the "
+            "scheduled remediation jobs of the config's `service.schedule`, with leader "
+            "election, /healthz, /readyz and /metrics. SIGTERM stops it cleanly."
+        ),
+    )
+    add_arguments(p)
+    p.add_argument("--identity", help="leader-election identity (default <hostname>-<pid>)")
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start the simulated demo fleet in-process and run against it (make demo)",
+    )
+    p.add_argument("--scenario", help="embedded: scenario YAML (default: the demo scenario)")
+    p.add_argument("--speed", type=float, default=20.0, help="embedded: scenario speed")
+    p.add_argument("--workdir", default=".gpufleet", help="embedded: journal and config dir")
+    p.add_argument("--metrics-port", type=int, default=9400, help="embedded: exporters port")
+    p.add_argument("--k8s-port", type=int, default=6443, help="embedded: Kubernetes API port")
+    p.add_argument(
+        "--kubeconfig-out", default=".gpufleet/demo-kubeconfig", help="embedded: kubeconfig"
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=300.0,
+        help="embedded: scenario seconds before the first fault at start",
+    )
+    p.set_defaults(func=run)
+
+
+def identity_of(args: argparse.Namespace, cfg: GpufleetConfig) -> str:
+    return str(
+        args.identity
+        or cfg.service.leader_election.identity
+        or f"{socket.gethostname()}-{os.getpid()}"
+    )
+
+
+def _sleeper(halt: threading.Event, speed: float) -> Callable[[float], None]:
+    """The actuator's back-off (PDB retries), cut short when the service stops: the action
+    stays parked in the journal at its step and resumes on the next run or leader."""
+
+    def sleep(seconds: float) -> None:
+        if halt.wait(seconds / speed):
+            raise TemporaryError("the service is stopping; the action resumes on the next run")
+
+    return sleep
+
+
+def build(
+    cfg: GpufleetConfig,
+    policy: Policy,
+    identity: str,
+    *,
+    store: Store,
+    kubeconfig: str | None,
+    scrape: ScrapeSettings,
+    clock: Callable[[], float],
+    interval: float,
+    speed: float = 1.0,
+    source_name: str = "<config>",
+) -> tuple[ServiceParts, threading.Event]:
+    svc = cfg.service
+    telemetry = Telemetry(svc.telemetry, identity)
+    halt = threading.Event()
+    closers: list[Callable[[], None]] = [store.close]
+    kube = KubeCollector(KubeSettings(kubeconfig=kubeconfig)).start()
+    closers.append(kube.stop)
+    if not kube.wait_synced(SYNC_TIMEOUT):
+        log.warning("Kubernetes collector not synced after %.0f s; starting anyway", SYNC_TIMEOUT)
+    scraper = ScrapeCollector(scrape, now=clock)
+    closers.append(scraper.close)
+    actuator = KubeActuator.from_kubeconfig(kubeconfig, clock=clock, sleep=_sleeper(halt, speed))
+    closers.append(actuator.close)
+    cache = SnapshotCache()
+    loop = RemediationLoop(
+        policy,
+        store,
+        CachedActuator(actuator, cache, telemetry),
+        identity,
+        started_at=clock() - interval * speed,
+        dry_run=cfg.dry_run,
+    )
+    suite, grace = detector_suite(cfg, source_name)
+    live = LiveCycle(
+        cache.wrap(scrape_source(scraper, kube)),
+        traced_suite(suite, telemetry),
+        loop,
+        grace_cycles=grace,
+        span=telemetry.span,
+    )
+    diag = KubeDiagnosticJobs(api_client(kubeconfig))
+    closers.append(diag.close)
+    elector = None
+    le = svc.leader_election
+    if le.enabled:
+        lease = KubeLeaseClient(api_client(kubeconfig), le.namespace, le.lease_name)
+        closers.append(lease.close)
+        elector = LeaderElector(
+            lease, identity, lease_duration=le.lease_duration, renew_every=le.renew_every
+        )
+    parts = ServiceParts(
+        cfg=svc,
+        store=store,
+        live=live,
+        loop=loop,
+        clock=clock,
+        interval=interval,
+        identity=identity,
+        telemetry=telemetry,
+        elector=elector,
+        diagnostics=diag,
+        closers=closers,
+        halt=halt,
+    )
+    return parts, halt
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "log_level", "INFO") != "DEBUG":
+        # One line per run of every job at INFO would bury the service's own log.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    if args.embedded:
+        return run_embedded(args)
+    cfg, policy = load_all(args)
+    svc = cfg.service
+    if not svc.source.discovery_url and not svc.source.targets:
+        print(
+            f"gpufleet run: {args.config or '<no --config>'}: service.source: expected "
+            "`discovery_url` or `targets` (or use --embedded)",
+            file=sys.stderr,
+        )
+        return 2
+    identity = identity_of(args, cfg)
+    store = Store.open(cfg.store_url, cluster=cfg.cluster)
+    scrape = ScrapeSettings(
+        targets=tuple(svc.source.targets),
+        discovery_url=svc.source.discovery_url or "",
+        cluster=cfg.cluster,
+    )
+    parts, _ = build(
+        cfg,
+        policy,
+        identity,
+        store=store,
+        kubeconfig=cfg.kubeconfig,
+        scrape=scrape,
+        clock=time.time,
+        interval=svc.interval or DEFAULT_INTERVAL,
+        source_name=str(args.config or "<defaults>"),
+    )
+    parts.on_report = _log_report
+    service = Service(parts)
+    with stop_on_signal() as stop:
+        service.start()
+        print(f"gpufleet run: {identity} serving {service.http.url}", flush=True)
+        stop.wait()
+    return service.shutdown()
+
+
+def _log_report(r: Any) -> None:
+    log.info(
+        "cycle: %d GPUs, %d findings, %d open incidents, %d awaiting approval, %.2fs%s",
+        r.gpus,
+        len(r.findings),
+        r.open_incidents,
+        r.awaiting_approval,
+        r.seconds,
+        "" if r.ok else f", errors: {[e.stage for e in r.errors]}",
+    )
+
+
+def _start_simulation(args: argparse.Namespace) -> SimulationHandle:
+    sc = load_scenario(Path(args.scenario) if args.scenario else DEMO_SCENARIO)
+    first = min((f.start for f in sc.faults), default=0.0)
+    offset = max(0.0, first - args.warmup)
+    sc = sc.model_copy(update={"start": float(int(time.time() - offset))})
+    kw: dict[str, Any] = {
+        "kubeconfig_out": args.kubeconfig_out,
+        "speed": args.speed,
+        "start_offset": offset,
+    }
+    try:
+        return start_simulation(sc, metrics_port=args.metrics_port, k8s_port=args.k8s_port, **kw)
+    except OSError as exc:
+        if args.metrics_port == 0 and args.k8s_port == 0:
+            raise
+        print(
+            f"gpufleet run: port {args.metrics_port} or {args.k8s_port} is taken "
+            f"({exc.strerror or exc}); using free ports instead",
+            file=sys.stderr,
+        )
+        return start_simulation(sc, metrics_port=0, k8s_port=0, **kw)
+
+
+def run_embedded(args: argparse.Namespace) -> int:
+    if args.speed <= 0:
+        print("gpufleet run: --speed must be positive", file=sys.stderr)
+        return 2
+    cfg, cfg_path = load_config(args.config or DEMO_CONFIG)
+    if args.config is None:
+        args.config = str(DEMO_CONFIG)
+    _, policy = load_all(args)
+    if getattr(args, "log_level", "INFO") != "DEBUG":
+        logging.getLogger("observer.scrape.collector").setLevel(logging.ERROR)
+        logging.getLogger("gpufleet.service").setLevel(logging.WARNING)
+    handle = _start_simulation(args)
+    try:
+        assert handle.kubeconfig is not None
+        cluster = handle.scenario.cluster
+        files = DemoFiles(Path(args.workdir))
+        store = fresh_store(files, cluster)
+        write_config(files, cluster, handle.kubeconfig, dry_run=cfg.dry_run)
+        if cfg.policy is None and getattr(args, "policy", None) is None:
+            # The demo opts in explicitly: the policy it just wrote says `actuation: live`
+            # (shadow when the config says dry_run), and the banner says so.
+            policy = load_policy(files.policy)
+        cfg = cfg.model_copy(
+            update={"cluster": cluster, "store_url": files.store_url, "kubeconfig": None}
+        )
+        speed = handle.clock.speed
+        interval = (cfg.service.interval or handle.scenario.scrape_interval) / speed
+        parts, _ = build(
+            cfg,
+            policy,
+            identity_of(args, cfg),
+            store=store,
+            kubeconfig=str(handle.kubeconfig),
+            scrape=ScrapeSettings(discovery_url=f"{handle.metrics_url}/targets", cluster=cluster),
+            clock=handle.clock,
+            interval=interval,
+            speed=speed,
+            source_name=str(cfg_path),
+        )
+        report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
+        parts.on_report = report.report
+        parts.first_cycle_in = 1.0 / speed
+        service = Service(parts)
+        with stop_on_signal() as stop:
+            print(banner(handle, files.config, dry_run=cfg.dry_run), flush=True)
+            service.start()
+            print(f"service       {service.http.url}  (/healthz /readyz /metrics)", flush=True)
+            for e in service.entries:
+                print(f"schedule      {e.name}: {e.kind} at `{e.cron}` ({e.timezone})", flush=True)
+            print(flush=True)
+            stop.wait()
+        return service.shutdown()
+    finally:
+        handle.stop()

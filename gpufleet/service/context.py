@@ -1,0 +1,78 @@
+"""What a scheduled job is handed: the journal, the live remediation loop, the cluster, clocks.
+
+Jobs act only through the remediation engine's public parts (its policy gates, the journal, the
+runner that executes approved actions through the one actuator) and through adapters for the
+few Kubernetes objects the service itself owns (diagnostic Jobs), so every job goes through the
+same gates and journal as the live cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from remediations.cycle import RemediationLoop
+
+
+class DiagnosticJobs(Protocol):
+    """Creates and reads the per-node diagnostic Jobs (gpufleet.service.kube_jobs)."""
+
+    def ensure(
+        self,
+        namespace: str,
+        node: str,
+        name: str,
+        image: str,
+        command: list[str],
+        labels: dict[str, str],
+        gpus: int = 0,
+    ) -> str:
+        """Create the Job unless it exists: `created` or `exists`."""
+        ...
+
+    def outcome(self, namespace: str, name: str) -> str | None:
+        """`passed`, `failed`, or None while it runs (or when it does not exist)."""
+        ...
+
+    def exists(self, namespace: str, name: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One run of a scheduled entry: which fire time it serves, with its validated params."""
+
+    name: str
+    kind: str
+    fire: float
+    """The scheduled (wall-clock) time this run belongs to."""
+    params: BaseModel
+    wall_now: float
+    """Wall-clock time the run started (windows and grace are judged in wall time)."""
+    now: float
+    """The service clock for journal rows (scenario time in the embedded demo)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    ok: bool
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobContext:
+    loop: RemediationLoop
+    clock: Callable[[], float]
+    """The service clock (journal times)."""
+    diagnostics: DiagnosticJobs | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held by the live cycle and by every job while it decides and acts: never interleaved."""
+    sleep: Callable[[float], bool] = field(default=lambda s: False)
+    """Wait up to s wall seconds; True when the service is stopping (the job should return)."""
+
+
+JobFunction = Callable[[JobContext, JobRequest], JobOutcome]

@@ -1,0 +1,1 @@
+"""Scheduled job kinds (registered in gpufleet.service.registry)."""

@@ -1,0 +1,109 @@
+"""Self-telemetry with the OpenTelemetry SDK: spans and metrics about gpufleet itself.
+
+Metrics go to a Prometheus registry of this service (served on /metrics by gpufleet.service.http,
+through opentelemetry-exporter-prometheus) and, when `service.telemetry.otlp_endpoint` is set,
+to an OTLP/HTTP collector with the spans. Spans: `cycle` with `collect`, `detect`,
+`detector:<name>` and `remediate` inside, `k8s:<op>` per Kubernetes write, `schedule:<name>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpufleet.service.config import TelemetryConfig
+
+
+class Telemetry:
+    def __init__(self, cfg: TelemetryConfig, instance: str) -> None:
+        resource = Resource.create(
+            {"service.name": cfg.service_name, "service.instance.id": instance}
+        )
+        self.registry = CollectorRegistry(auto_describe=True)
+        readers: list[MetricReader] = [
+            PrometheusMetricReader(disable_target_info=True, registry=self.registry)
+        ]
+        self.tracer_provider = TracerProvider(resource=resource)
+        if cfg.otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            base = cfg.otlp_endpoint.rstrip("/")
+            readers.append(
+                PeriodicExportingMetricReader(
+                    OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
+                    export_interval_millis=15000,
+                )
+            )
+            self.tracer_provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
+            )
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        self.tracer = self.tracer_provider.get_tracer("gpufleet")
+        m = self.meter_provider.get_meter("gpufleet")
+        self.cycle_seconds = m.create_histogram(
+            "gpufleet_cycle_duration", unit="s", description="Live cycle wall time"
+        )
+        self.cycles = m.create_counter("gpufleet_cycles", description="Live cycles by result")
+        self.cycle_skips = m.create_counter(
+            "gpufleet_scheduler_skips", description="Runs skipped: overrun or past misfire grace"
+        )
+        self.findings = m.create_counter(
+            "gpufleet_findings", description="Findings reported, by kind and severity"
+        )
+        self.incidents_open = m.create_gauge(
+            "gpufleet_incidents_open", description="Open incidents"
+        )
+        self.awaiting = m.create_gauge(
+            "gpufleet_actions_awaiting_approval", description="Actions waiting for a person"
+        )
+        self.actions = m.create_counter(
+            "gpufleet_actions", description="Action state changes, by playbook and outcome"
+        )
+        self.denials = m.create_counter(
+            "gpufleet_gate_denials", description="Denied or waiting decisions, by gate"
+        )
+        self.breaker = m.create_gauge(
+            "gpufleet_breaker_open", description="1 while the circuit breaker is open"
+        )
+        self.leader = m.create_gauge(
+            "gpufleet_leader", description="1 while this instance is the leader"
+        )
+        self.job_runs = m.create_counter(
+            "gpufleet_scheduled_job_runs", description="Scheduled job runs by job and outcome"
+        )
+        self.job_misses = m.create_counter(
+            "gpufleet_scheduled_job_misses", description="Scheduled fires that did not run"
+        )
+        self.k8s_writes = m.create_counter(
+            "gpufleet_k8s_writes", description="Kubernetes writes by operation and result"
+        )
+        self.last_cycle_ok = m.create_gauge(
+            "gpufleet_last_successful_cycle_timestamp",
+            unit="s",
+            description="Unix time of the last cycle without errors",
+        )
+
+    @contextlib.contextmanager
+    def span(self, name: str, attrs: Mapping[str, Any] | None = None) -> Iterator[Span]:
+        with self.tracer.start_as_current_span(name, attributes=dict(attrs or {})) as s:
+            yield s
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+    def close(self) -> None:
+        self.meter_provider.shutdown()
+        self.tracer_provider.shutdown()

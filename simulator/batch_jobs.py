@@ -1,0 +1,111 @@
+"""batch/v1 Jobs in the simulated cluster: the diagnostic Jobs gpufleet pins to a node.
+
+No pods are simulated for them: a Job starts when it is first seen (status.active, startTime)
+and completes `scenario.diagnostic_seconds` of scenario time later, succeeded or failed as the
+scenario's `diagnostics` says for the node it is pinned to (`spec.template.spec.nodeName`;
+unlisted nodes pass, a Job pinned to no existing node fails). Status fields and conditions are
+shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from simulator.kube_api import objects as ko
+from simulator.kube_api.store import ObjectStore
+from simulator.scenario import DiagResult, Scenario
+
+Obj = dict[str, Any]
+RESOURCE = "jobs"
+DONE = "Reached expected number of succeeded pods"
+
+
+def _node_of(job: Obj) -> str | None:
+    spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    node = spec.get("nodeName")
+    return str(node) if node else None
+
+
+def _condition(type_: str, reason: str, message: str, at: str) -> Obj:
+    return {
+        "type": type_,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": at,
+        "lastTransitionTime": at,
+    }
+
+
+class BatchJobs:
+    """Moves Jobs through active -> complete/failed on the scenario clock (called from tick)."""
+
+    def __init__(self, store: ObjectStore, scenario: Scenario) -> None:
+        self.store = store
+        self.scenario = scenario
+        self._started: dict[tuple[str, str], float] = {}
+        """(namespace, name) -> scenario time the Job started."""
+
+    def tick(self, now: float, wall: float) -> None:
+        if not self.store.count(RESOURCE) and not self._started:
+            return
+        _, jobs = self.store.objects(RESOURCE)
+        live = set()
+        for job in jobs:
+            meta = job["metadata"]
+            key = (str(meta.get("namespace", "")), str(meta["name"]))
+            live.add(key)
+            status = job.get("status") or {}
+            if status.get("succeeded") or status.get("failed"):
+                continue
+            if key not in self._started:
+                self._started[key] = now
+                self._write(job, {"active": 1, "startTime": ko.rfc3339(wall)})
+                continue
+            if now - self._started[key] < self.scenario.diagnostic_seconds:
+                continue
+            self._finish(job, wall)
+        for key in set(self._started) - live:
+            del self._started[key]
+
+    def _finish(self, job: Obj, wall: float) -> None:
+        at = ko.rfc3339(wall)
+        node = _node_of(job)
+        exists = node is not None and self.store.get("nodes", "", node) is not None
+        result = self.scenario.diagnostics.get(node or "", DiagResult.PASS)
+        status: Obj = {"active": 0, "startTime": (job.get("status") or {}).get("startTime", at)}
+        if exists and result is DiagResult.PASS:
+            status.update(
+                succeeded=1,
+                completionTime=at,
+                conditions=[
+                    _condition(
+                        "SuccessCriteriaMet",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        at,
+                    ),
+                    _condition(
+                        "Complete",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        at,
+                    ),
+                ],
+            )
+        else:
+            why = "diagnostics failed" if exists else f"node {node!r} does not exist"
+            status.update(
+                failed=1,
+                conditions=[
+                    _condition("FailureTarget", "BackoffLimitExceeded", why, at),
+                    _condition("Failed", "BackoffLimitExceeded", why, at),
+                ],
+            )
+        self._write(job, status)
+
+    def _write(self, job: Obj, status: Obj) -> None:
+        new = copy.deepcopy(job)
+        new["status"] = {**(new.get("status") or {}), **status}
+        self.store.put(RESOURCE, new)

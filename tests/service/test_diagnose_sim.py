@@ -1,0 +1,123 @@
+"""Diagnose and return to service, against the simulator's Kubernetes API with the real client.
+
+Two nodes are quarantined by gpufleet (through the journal and the real actuator); the job
+creates one batch/v1 Job per node pinned to it; the simulator completes them pass (h100-0001)
+and fail (h100-0003). The passing node gets back exactly what it had: gpufleet's taint and label
+removed, uncordoned, a foreign taint kept; the failing node stays cordoned and is labelled for
+hardware replacement. A re-run reads the same Jobs instead of creating new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.service.context import JobContext, JobRequest
+from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from gpufleet.service.jobs.gated import execute, plan_for, propose
+from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
+from remediations.cycle import RemediationLoop
+from remediations.kube_actuator import KubeActuator
+from remediations.playbooks import PLAYBOOKS, Subject
+from remediations.policy import Policy
+from remediations.store import Store
+from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, IncidentId
+from tests.k8s_sim_support import Sim, running_sim
+from tests.service.policies import live_policy
+
+
+def service_policy() -> Policy:
+    return live_policy()
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    with running_sim(tmp_path, diagnostics={"h100-0003": "fail"}, diagnostic_seconds=120) as s:
+        yield s
+
+
+@pytest.fixture
+def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationLoop, KubeDiagnosticJobs]]:
+    store = Store.open(f"sqlite:///{tmp_path / 'j.db'}", cluster="small")
+    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    loop = RemediationLoop(
+        service_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
+    )
+    diag = KubeDiagnosticJobs(api_client(sim.kubeconfig))
+    yield loop, diag
+    diag.close()
+    actuator.close()
+    store.close()
+
+
+def _quarantine(loop: RemediationLoop, node: str, now: float) -> None:
+    view = loop.actuator.cluster_view(now)
+    subject = Subject(IncidentId(f"inc-{node}"), "gpu_memory", "critical", "DBE", node)
+    plan = plan_for("quarantine", subject, view, PLAYBOOKS["quarantine"].params({}))
+    assert not isinstance(plan, str)
+    action, why = propose(
+        loop, "test", f"inc-{node}", "gpu_memory", now, plan, view, now, reasons=("test",)
+    )
+    assert action is not None, why
+    execute(loop, [action.id], view, now)
+
+
+def _node(sim: Sim, name: str) -> dict[str, Any]:
+    return sim.cluster.get("nodes", "", name)
+
+
+def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
+    sim: Sim, parts: tuple[RemediationLoop, KubeDiagnosticJobs]
+) -> None:
+    loop, diag = parts
+    now = sim.cluster.clock()
+    for node in ("h100-0001", "h100-0003"):
+        _quarantine(loop, node, now)
+    foreign = {"key": "team.example/keep", "value": "x", "effect": "NoSchedule"}
+    n1 = _node(sim, "h100-0001")
+    sim.cluster.write(
+        "nodes", {**n1, "spec": {**n1["spec"], "taints": [*n1["spec"]["taints"], foreign]}}
+    )
+    assert _node(sim, "h100-0001")["spec"]["unschedulable"] is True
+    sim.advance(120)  # past the policy's cooldown on these nodes
+
+    def sleep(seconds: float) -> bool:
+        sim.advance(60)  # each poll: a minute of scenario time
+        return False
+
+    ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag, sleep=sleep)
+    params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
+    req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+    out = run_diagnose(ctx, req)
+    assert out.details["outcomes"] == {"h100-0001": "passed", "h100-0003": "failed"}
+
+    jobs = sim.cluster.store.objects("jobs", "gpufleet")[1]
+    assert len(jobs) == 2
+    pinned = {j["spec"]["template"]["spec"]["nodeName"] for j in jobs}
+    assert pinned == {"h100-0001", "h100-0003"}
+    assert jobs[0]["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "dcgmi", "diag", "-r", "2"
+    ]  # fmt: skip
+
+    ok = _node(sim, "h100-0001")
+    assert not ok["spec"].get("unschedulable")
+    assert QUARANTINE_LABEL not in ok["metadata"].get("labels", {})
+    assert [t["key"] for t in ok["spec"].get("taints") or []] == ["team.example/keep"]
+    bad = _node(sim, "h100-0003")
+    assert bad["spec"]["unschedulable"] is True
+    assert REPLACEMENT_LABEL in bad["metadata"]["labels"]
+    assert any(t["key"] == QUARANTINE_TAINT for t in bad["spec"]["taints"])
+
+    rules = {
+        a.playbook: a.state.value for a in loop.engine.store.actions() if a.rule == "schedule:diag"
+    }
+    assert rules == {"uncordon": "done", "quarantine": "done"}
+    writes = [a.message for a in loop.engine.store.audit_log() if "gpufleet-diag-" in a.message]
+    assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
+
+    again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
+    assert again.details["outcomes"] == {}
+    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2

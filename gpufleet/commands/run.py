@@ -34,6 +34,7 @@ from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
+from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationLoop
@@ -141,6 +142,7 @@ def build(
         cache.wrap(scrape_source(scraper, kube)),
         traced_suite(suite, telemetry),
         loop,
+        meter=Meter(store, cfg.metering),
         grace_cycles=grace,
         span=telemetry.span,
     )
@@ -165,6 +167,7 @@ def build(
         telemetry=telemetry,
         elector=elector,
         diagnostics=diag,
+        metering=cfg.metering,
         closers=closers,
         halt=halt,
     )

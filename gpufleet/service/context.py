@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from metering import MeteringConfig
 from remediations.cycle import RemediationLoop
 
 
@@ -73,6 +74,8 @@ class JobContext:
     """Held by the live cycle and by every job while it decides and acts: never interleaved."""
     sleep: Callable[[float], bool] = field(default=lambda s: False)
     """Wait up to s wall seconds; True when the service is stopping (the job should return)."""
+    metering: MeteringConfig | None = None
+    """Prices, retention and labels for the daily report (the config's `metering:` section)."""
 
 
 JobFunction = Callable[[JobContext, JobRequest], JobOutcome]

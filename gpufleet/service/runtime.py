@@ -25,6 +25,7 @@ from gpufleet.service.leader import LeaderElector
 from gpufleet.service.schedule import ScheduledJobs
 from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
+from metering import MeteringConfig
 from remediations.cycle import RemediationLoop
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
@@ -48,6 +49,7 @@ class ServiceParts:
     telemetry: Telemetry
     elector: LeaderElector | None = None
     diagnostics: DiagnosticJobs | None = None
+    metering: MeteringConfig | None = None
     on_report: Callable[[CycleReport], None] = lambda r: None
     closers: list[Callable[[], None]] = field(default_factory=list)
     first_cycle_in: float = 0.0
@@ -61,7 +63,13 @@ class Service:
         self.cfg = parts.cfg
         self.t = parts.telemetry
         self.halt = parts.halt
-        self.ctx = JobContext(parts.loop, parts.clock, parts.diagnostics, sleep=self.halt.wait)
+        self.ctx = JobContext(
+            parts.loop,
+            parts.clock,
+            parts.diagnostics,
+            sleep=self.halt.wait,
+            metering=parts.metering,
+        )
         self.jobs = ScheduledJobs(
             self.ctx,
             JobRuns(parts.store.engine, parts.store.cluster),

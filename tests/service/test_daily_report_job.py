@@ -14,6 +14,7 @@ from gpufleet.service.context import JobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.schedule import ScheduledJobs
 from metering import Meter, MeteringConfig, reports
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationLoop
 from remediations.policy import load_policy
 from remediations.store import Store
@@ -21,6 +22,11 @@ from tests.metering.support import T0, fleet, snapshot
 from tests.remediations.fake_cluster import FakeCluster
 
 DAY = 86_400.0
+
+
+class _Cluster(FakeCluster):
+    def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
+        return self.view(taken_at)
 
 
 @pytest.fixture
@@ -37,7 +43,7 @@ def test_scheduled_daily_report_writes_the_days_report_once(store: Store) -> Non
     meter.record_cycle(snapshot(f, T0 + 600))
     meter.record_cycle(snapshot(f, T0 + 630))
     wall = [T0 + DAY + 300]  # 00:05 the next day, when the cron below fires
-    loop = RemediationLoop(load_policy(), store, FakeCluster({"p": 1}), "a", started_at=T0)
+    loop = RemediationLoop(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
     ctx = JobContext(loop, clock=lambda: wall[0], metering=prices)
     jobs = ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), "a", wall=lambda: wall[0])
     entry = ScheduleEntry(name="daily", kind="daily_report", cron="5 0 * * *")

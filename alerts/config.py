@@ -148,6 +148,9 @@ class AlertmanagerConfig(_Model):
 
 
 class HttpConfig(_Model):
+    enabled: bool = False
+    """Serve the Slack interactivity, slash command and Alertmanager webhook endpoints from
+    `gpufleet run` (off by default: a fresh install opens no inbound port it was not asked for)."""
     host: str = "127.0.0.1"
     port: int = Field(default=8085, ge=0, le=65535)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -109,8 +109,11 @@ class LiveCycle:
         grace_cycles: int = 0,
         audit_after: int | None = 0,
         span: SpanFactory | None = None,
+        extra_findings: Callable[[float], Sequence[Finding]] | None = None,
     ) -> None:
         self.collect = collect
+        self.extra_findings = extra_findings
+        """Findings from outside the detectors (the Alertmanager intake), joined each cycle."""
         self.span: SpanFactory = span or (lambda name: contextlib.nullcontext())
         self.suite = suite
         self.remediation = remediation
@@ -142,14 +145,21 @@ class LiveCycle:
             return self._failed(now, began, "detect", f"{type(exc).__name__}: {exc}")
         self.state = result.state
         errors += [CycleError(f"detect:{f.detector}", f.error) for f in result.failures]
-        started, escalated, ended = self._episodes(now, result.findings)
+        findings = result.findings
+        if self.extra_findings is not None:
+            try:
+                findings = (*findings, *self.extra_findings(now))
+            except Exception as exc:  # an intake failure must not stop detection
+                log.exception("reading findings from the intake failed")
+                errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
+        started, escalated, ended = self._episodes(now, findings)
         changes: tuple[IncidentChange, ...] = ()
         decisions: tuple[ActionDecision, ...] = ()
         touched: tuple[ActionRecord, ...] = ()
         if self.remediation is not None:
             try:
                 with self.span("remediate"):
-                    outcome, acted = self.remediation.tick(result.findings, now)
+                    outcome, acted = self.remediation.tick(findings, now)
                 changes, decisions, touched = (
                     tuple(outcome.changes),
                     tuple(outcome.decisions),
@@ -160,7 +170,7 @@ class LiveCycle:
                 errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
         if self.meter is not None:
             try:
-                self.meter.record_cycle(snapshot, now, result.findings)
+                self.meter.record_cycle(snapshot, now, findings)
             except Exception as exc:  # metering must never stop detection or remediation
                 log.exception("recording the cycle's metering failed")
                 errors.append(CycleError("meter", f"{type(exc).__name__}: {exc}"))
@@ -171,7 +181,7 @@ class LiveCycle:
             now=now,
             gpus=len(snapshot.gpus),
             nodes=len(snapshot.nodes),
-            findings=result.findings,
+            findings=findings,
             started=started,
             escalated=escalated,
             ended=ended,

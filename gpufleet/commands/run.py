@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from alerts import AlertsRuntime
 from errors import TemporaryError
 from gpufleet.config import GpufleetConfig, add_arguments, detector_suite, load_all, load_config
 from gpufleet.demo_banner import banner
@@ -138,11 +139,13 @@ def build(
         dry_run=cfg.dry_run,
     )
     suite, grace = detector_suite(cfg, source_name)
+    alerts = _alerts(cfg, store, loop, clock, source_name, closers)
     live = LiveCycle(
         cache.wrap(scrape_source(scraper, kube)),
         traced_suite(suite, telemetry),
         loop,
         meter=Meter(store, cfg.metering),
+        extra_findings=alerts.intake_findings if alerts is not None else None,
         grace_cycles=grace,
         span=telemetry.span,
     )
@@ -168,10 +171,36 @@ def build(
         elector=elector,
         diagnostics=diag,
         metering=cfg.metering,
+        alerts=alerts,
         closers=closers,
         halt=halt,
     )
     return parts, halt
+
+
+def _alerts(
+    cfg: GpufleetConfig,
+    store: Store,
+    loop: RemediationLoop,
+    clock: Callable[[], float],
+    source_name: str,
+    closers: list[Callable[[], None]],
+) -> AlertsRuntime | None:
+    """Slack and Alertmanager: messages after each cycle (to the log and the store without a
+    token), their endpoints when `alerts.http.enabled`, Socket Mode when an app token is set."""
+    if not cfg.alerts.enabled:
+        return None
+    source = Path(source_name)
+    acfg = cfg.alerts.relative_to(source if source.is_file() else None)
+    rt = AlertsRuntime(acfg, store, loop.engine, clock=clock)
+    if acfg.http.enabled:
+        server = rt.serve()
+        closers.append(server.close)
+        log.info("alerts endpoints on %s:%d", acfg.http.host, server.port)
+    if acfg.secret("app_token"):
+        link = rt.socket_mode()
+        closers.append(link.close)
+    return rt
 
 
 def run(args: argparse.Namespace) -> int:

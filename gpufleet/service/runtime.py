@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from alerts import AlertsRuntime
 from gpufleet.live_cycle import CycleReport, LiveCycle
 from gpufleet.service.config import ScheduleEntry, ServiceConfig
 from gpufleet.service.context import DiagnosticJobs, JobContext, JobOutcome
@@ -31,6 +32,9 @@ from remediations.store import Store
 from remediations.types import ActionState, Verdict
 
 log = logging.getLogger(__name__)
+
+OUTBOX_EVERY = 2.0
+"""Seconds between runs of the alerts outbox worker."""
 
 
 @dataclass
@@ -50,6 +54,8 @@ class ServiceParts:
     elector: LeaderElector | None = None
     diagnostics: DiagnosticJobs | None = None
     metering: MeteringConfig | None = None
+    alerts: AlertsRuntime | None = None
+    """Slack and Alertmanager (alerts/): fed after each cycle, its outbox sent every ~2 s."""
     on_report: Callable[[CycleReport], None] = lambda r: None
     closers: list[Callable[[], None]] = field(default_factory=list)
     first_cycle_in: float = 0.0
@@ -87,6 +93,8 @@ class Service:
             on_skip=self._skipped,
             on_missed=self._scheduler_missed,
         )
+        if parts.alerts is not None:
+            self.scheduler.add_periodic("alerts-outbox", OUTBOX_EVERY, self._outbox)
         self.http = HealthServer(
             self.cfg.http.host, self.cfg.http.port, self.readiness, self.t.exposition
         )
@@ -153,8 +161,22 @@ class Service:
                 span.set_attribute("ok", report.ok)
             self._record(report)
             self.p.on_report(report)
+            if self.p.alerts is not None:
+                self.p.alerts.on_cycle(report, report.now)
         except Exception:
             log.exception("cycle failed")
+        finally:
+            self._leave()
+
+    def _outbox(self) -> None:
+        """The alerts outbox worker (leader only, like every write): Slack messages, approvals'
+        prompts and Alertmanager output, each stored before it is sent."""
+        if self.p.alerts is None or not self._enter():
+            return
+        try:
+            self.p.alerts.run_outbox(self.p.clock())
+        except Exception:
+            log.exception("alerts outbox failed; its rows stay for the next run")
         finally:
             self._leave()
 

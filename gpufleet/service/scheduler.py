@@ -84,6 +84,19 @@ class ServiceScheduler:
             )
         self.sched.start()
 
+    def add_periodic(self, job_id: str, seconds: float, fn: Callable[[], None]) -> None:
+        """A small recurring job beside the cycle (the alerts outbox worker): one at a time, a
+        run missed while busy is simply the next one."""
+        self.sched.add_job(
+            fn,
+            IntervalTrigger(seconds=seconds, timezone=UTC),
+            id=job_id,
+            name=job_id,
+            misfire_grace_time=max(1, math.ceil(seconds)),
+            coalesce=True,
+            max_instances=1,
+        )
+
     def run_once_now(self, entry: ScheduleEntry, fire: float) -> None:
         """A missed fire found after a restart or on becoming leader: one run, now."""
         self.sched.add_job(

@@ -1,0 +1,118 @@
+"""Seeded journals for the dashboard tests and benchmark, written by the real engine.
+
+`seed_cluster` runs the real `RemediationEngine` on findings over `FakeCluster` (the remediation
+tests' in-memory cluster): incidents open, the default policy decides (quarantine runs, drain
+and job restart wait for a person), one drain is approved and then refused by the runner's gate
+because its node became protected meanwhile (so it is shown as denied with that reason).
+`bulk_incidents` adds a month of history quickly through the store's batch upsert.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from dashboards.settings import DashboardConfig, DashboardSettings
+from detectors.findings import Finding, FindingKind, Severity
+from remediations.decision_journal import RemediationEngine
+from remediations.executor import Runner
+from remediations.policy import Policy, load_policy
+from remediations.store import IncidentRecord, Store
+from remediations.types import IncidentId, IncidentStatus
+from tests.remediations.fake_cluster import FakeCluster
+
+PROTECTED = {"gpufleet.io/protected": "true"}
+
+
+def seed_policy() -> Policy:
+    """The one policy every dashboard test seeds with (the shipped default)."""
+    return load_policy()
+
+
+def _finding(kind: FindingKind, sev: Severity, t: float, **kw: str) -> Finding:
+    evidence = {"persisted_s": 120.0, "threshold_gap_s": 30.0, "job_median_activity": 0.9}
+    return Finding(
+        kind=kind,
+        severity=sev,
+        summary=f"{kind.value} on {kw.get('node') or kw.get('job')}",
+        first_seen=t - 120,
+        last_seen=t,
+        evidence={**evidence, "activity": 0.4, "xid": 79},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def seed_cluster(store: Store, now: float | None = None) -> dict[str, str]:
+    """Incidents and actions in `store`'s cluster; returns ids by role."""
+    t = time.time() if now is None else now
+    cluster = FakeCluster({"pool-a": 6, "pool-b": 6})
+    cluster.add_pod("ml", "w-0", "pool-a-0001", job="ml/train")
+    cluster.add_pod("ml", "w-1", "pool-a-0002", job="ml/train")
+    eng = RemediationEngine(seed_policy(), store, started_at=t - 600)
+    findings = [
+        _finding(FindingKind.GPU_XID, Severity.CRITICAL, t - 60, node="pool-a-0001",
+                 gpu_uuid="GPU-a1-0"),
+        _finding(FindingKind.GPU_XID, Severity.CRITICAL, t - 60, node="pool-b-0003",
+                 gpu_uuid="GPU-b3-2"),
+        _finding(FindingKind.NCCL_HANG, Severity.CRITICAL, t - 60, job="ml/train"),
+        _finding(FindingKind.GPU_THROTTLE, Severity.WARNING, t - 60, node="pool-b-0004",
+                 gpu_uuid="GPU-b4-1"),
+    ]  # fmt: skip
+    for k in range(3):
+        eng.cycle(findings, cluster.view(t - 60 + k), t - 60 + k)
+    pending = {a.target: a for a in store.actions() if a.state.value == "awaiting_approval"}
+    denied = pending["node/pool-b-0003"]
+    eng.approve(denied.id, "alice@example.com", t - 50)
+    cluster.nodes["pool-b-0003"].labels.update(PROTECTED)
+    # The runner re-checks the gates: the protected node now refuses the approved drain. Only
+    # approved actions on protected nodes are left for it (the quarantines were done above).
+    Runner(seed_policy(), store, cluster, owner="seed").run(cluster.view(t - 40), t - 40)
+    return {
+        "pending": pending["node/pool-a-0001"].id,
+        "denied": denied.id,
+        "hang": pending["job/ml/train"].id,
+    }
+
+
+def bulk_incidents(store: Store, n: int, days: float = 30.0, now: float | None = None) -> None:
+    """`n` resolved incidents spread over the last `days` (a month of history)."""
+    t = time.time() if now is None else now
+    kinds = [k for k in FindingKind if k is not FindingKind.MONITORING_GAP]
+    records = []
+    for i in range(n):
+        opened = t - days * 86400.0 * (i + 1) / (n + 1)
+        kind = kinds[i % len(kinds)]
+        node = f"node-{i % 1250:04d}"
+        records.append(
+            IncidentRecord(
+                id=IncidentId(f"bulk{i:08d}"),
+                cluster=store.cluster,
+                kind=kind.value,
+                entity_key=f"{kind.value}|{node}|{i}",
+                node=node,
+                gpu_uuid=f"GPU-{i % 10000:05d}",
+                job=None,
+                status=IncidentStatus.RESOLVED,
+                severity=("critical", "warning", "info")[i % 3],
+                summary=f"{kind.value} on {node}",
+                opened_at=opened,
+                updated_at=opened + 900,
+                resolved_at=opened + 900,
+                first_seen=opened - 60,
+                last_seen=opened + 600,
+                seen_cycles=20,
+                healthy_cycles=3,
+                evidence={"persisted_s": 600.0, "value": float(i % 97)},
+            )
+        )
+    for i in range(0, n, 5000):
+        store.save_incidents(records[i : i + 5000])
+
+
+def write_settings(path: Path, url: str, cluster: str, **dashboard: object) -> Path:
+    s = DashboardSettings(
+        store_url=url, cluster=cluster, dashboard=DashboardConfig.model_validate(dashboard)
+    )
+    path.write_text(json.dumps(s.model_dump(mode="json")))
+    return path

@@ -35,7 +35,7 @@ lint: $(STAMP)  ## ruff
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)  ## mypy (strict) over the whole tree, tests and benchmarks included
-	$(BIN)/mypy errors observer detectors remediations evaluation simulator alerts dashboards gpufleet \
+	$(BIN)/mypy errors observer detectors remediations evaluation simulator alerts dashboards gpufleet metering \
 	  tests bench
 
 importlint: $(STAMP)  ## layer and adapter contracts

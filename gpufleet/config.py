@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors.config_files import load_model
+from metering.config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 
@@ -35,6 +36,7 @@ class GpufleetConfig(BaseModel):
     kubeconfig: str | None = None
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
+    metering: MeteringConfig = Field(default_factory=MeteringConfig)
 
     @field_validator("store_url")
     @classmethod

@@ -1,0 +1,206 @@
+"""The daily report: GPU-hours allocated vs busy by namespace, idle waste in GPU-hours and money,
+and the incidents and actions of the day; written to the store for Slack and the dashboard.
+
+`daily_report(store, end=...)` covers [end - 24 h, end) and replaces any report of the same
+cluster and end (running the job twice writes one report). Numbers come from the same rollups
+the dashboard reads, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from metering import tables as t
+from metering.config import MeteringConfig
+from metering.queries import Totals, totals, usage, window_buckets
+from metering.retention import prune
+from remediations.store import Store
+from remediations.store.schema import IncidentRow
+
+DAY = 86400.0
+MAX_LISTED_INCIDENTS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceLine:
+    namespace: str
+    allocated_gpu_hours: float
+    busy_gpu_hours: float
+    unmeasured_gpu_hours: float
+    idle_gpu_hours: float
+    idle_cost: float
+
+    @property
+    def busy_percent(self) -> float:
+        a = self.allocated_gpu_hours
+        return 100.0 * self.busy_gpu_hours / a if a > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentLine:
+    id: str
+    kind: str
+    severity: str
+    status: str
+    node: str | None
+    job: str | None
+    summary: str
+    opened_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DailyReport:
+    cluster: str
+    start: int
+    end: int
+    created_at: float
+    currency: str
+    namespaces: tuple[NamespaceLine, ...]
+    totals: Totals
+    incidents_opened: int
+    incidents_by_kind: dict[str, int] = field(default_factory=dict)
+    incidents: tuple[IncidentLine, ...] = ()
+    """The day's incidents, worst first (at most MAX_LISTED_INCIDENTS)."""
+    actions_by_playbook: dict[str, dict[str, int]] = field(default_factory=dict)
+    """playbook -> state -> count, for actions created in the window."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DailyReport:
+        return cls(
+            cluster=d["cluster"],
+            start=int(d["start"]),
+            end=int(d["end"]),
+            created_at=float(d["created_at"]),
+            currency=d["currency"],
+            namespaces=tuple(NamespaceLine(**x) for x in d["namespaces"]),
+            totals=Totals(**d["totals"]),
+            incidents_opened=int(d["incidents_opened"]),
+            incidents_by_kind=dict(d["incidents_by_kind"]),
+            incidents=tuple(IncidentLine(**x) for x in d["incidents"]),
+            actions_by_playbook={k: dict(v) for k, v in d["actions_by_playbook"].items()},
+        )
+
+
+def _namespaces(store: Store, start: float, end: float, cfg: MeteringConfig) -> list[NamespaceLine]:
+    rows = usage(store, start, end, by="namespace")
+    by_ns: dict[str, list[Any]] = {}
+    for r in rows:
+        by_ns.setdefault(r.key, []).append(r)
+    lines = []
+    for ns, group in by_ns.items():
+        tot = totals(group, cfg)
+        lines.append(
+            NamespaceLine(
+                ns,
+                tot.allocated_gpu_hours,
+                tot.busy_gpu_hours,
+                tot.unmeasured_gpu_hours,
+                tot.idle_gpu_hours,
+                tot.idle_cost,
+            )
+        )
+    lines.sort(key=lambda x: (-x.idle_gpu_hours, x.namespace))
+    return lines
+
+
+def _incidents(store: Store, start: float, end: float) -> list[IncidentLine]:
+    r = IncidentRow
+    q = select(r.id, r.kind, r.severity, r.status, r.node, r.job, r.summary, r.opened_at).where(
+        r.cluster == store.cluster, r.opened_at >= start, r.opened_at < end
+    )
+    with store.engine.connect() as conn:
+        lines = [IncidentLine(*row) for row in conn.execute(q)]
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    lines.sort(key=lambda x: (rank.get(x.severity, 3), x.opened_at, x.id))
+    return lines
+
+
+def daily_report(
+    store: Store,
+    *,
+    end: float,
+    config: MeteringConfig | None = None,
+    now: float | None = None,
+    save: bool = True,
+) -> DailyReport:
+    """The report of [end - 24 h, end), written to `metering_reports` unless `save=False`."""
+    cfg = config or MeteringConfig()
+    lo, hi = window_buckets(end - DAY, end)
+    incidents = _incidents(store, lo, hi)
+    actions = [a for a in store.actions(since=lo) if lo <= a.created_at < hi]
+    by_playbook: dict[str, Counter[str]] = {}
+    for a in actions:
+        by_playbook.setdefault(a.playbook, Counter())[a.state.value] += 1
+    report = DailyReport(
+        cluster=store.cluster,
+        start=lo,
+        end=hi,
+        created_at=time.time() if now is None else now,
+        currency=cfg.currency,
+        namespaces=tuple(_namespaces(store, lo, hi, cfg)),
+        totals=totals(usage(store, lo, hi, by="fleet"), cfg),
+        incidents_opened=len(incidents),
+        incidents_by_kind=dict(Counter(i.kind for i in incidents)),
+        incidents=tuple(incidents[:MAX_LISTED_INCIDENTS]),
+        actions_by_playbook={k: dict(v) for k, v in sorted(by_playbook.items())},
+    )
+    if save:
+        save_report(store, report)
+    return report
+
+
+def save_report(store: Store, report: DailyReport) -> None:
+    mod: Any = postgresql if store.engine.dialect.name == "postgresql" else sqlite
+    stmt = mod.insert(t.reports).values(
+        cluster=report.cluster,
+        end=report.end,
+        start=report.start,
+        created_at=report.created_at,
+        body=report.to_json(),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["cluster", "end"],
+        set_={c: stmt.excluded[c] for c in ("start", "created_at", "body")},
+    )
+    with store.engine.begin() as conn:
+        conn.execute(stmt)
+
+
+def reports(
+    store: Store, since: float | None = None, cluster: str | None = None
+) -> list[DailyReport]:
+    """Saved reports (newest first) of the store's cluster, or of `cluster`."""
+    c = t.reports.c
+    q = select(c.body).where(c.cluster == (cluster or store.cluster))
+    if since is not None:
+        q = q.where(c.end > since)
+    with store.engine.connect() as conn:
+        return [DailyReport.from_json(b) for (b,) in conn.execute(q.order_by(c.end.desc()))]
+
+
+def last_midnight(now: float, tz: str = "UTC") -> float:
+    """The most recent midnight in `tz` at or before `now` (unix seconds)."""
+    local = datetime.fromtimestamp(now, ZoneInfo(tz))
+    return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def daily_job(
+    store: Store, config: MeteringConfig | None = None, *, now: float, tz: str = "UTC"
+) -> DailyReport:
+    """The scheduled daily job in one call: the report of the day that ended at the last
+    midnight in `tz` (written to the store), then `prune`. Running it twice on the same day
+    rewrites the same report."""
+    report = daily_report(store, end=last_midnight(now, tz), config=config, now=now)
+    prune(store, now, config)
+    return report

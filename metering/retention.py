@@ -1,0 +1,43 @@
+"""Bounded retention: rollups and reports older than the configured days are deleted.
+
+Run it once in a while (the service's scheduler, or after the daily report); it only deletes
+by bucket or report end, through the indexes those columns have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete
+
+from metering import tables as t
+from metering.config import BUCKET_SECONDS, MeteringConfig
+from remediations.store import Store
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    usage_rows: int
+    reports: int
+
+
+def prune(store: Store, now: float, config: MeteringConfig | None = None) -> Pruned:
+    """Delete this cluster's rollup buckets that ended before `now - retention_days` and its
+    reports that ended before `now - report_retention_days`."""
+    cfg = config or MeteringConfig()
+    usage_cutoff = now - cfg.retention_days * DAY - BUCKET_SECONDS
+    report_cutoff = now - cfg.report_retention_days * DAY
+    with store.engine.begin() as conn:
+        u = conn.execute(
+            delete(t.usage).where(
+                t.usage.c.cluster == store.cluster, t.usage.c.bucket < usage_cutoff
+            )
+        ).rowcount
+        r = conn.execute(
+            delete(t.reports).where(
+                t.reports.c.cluster == store.cluster, t.reports.c.end < report_cutoff
+            )
+        ).rowcount
+    return Pruned(int(u or 0), int(r or 0))

@@ -1,0 +1,90 @@
+"""Metering's tables in the journal database (created by migration 0002_metering).
+
+- `metering_gpu_state`: the latest fleet state, one row per GPU or MIG instance (replaced every
+  cycle).
+- `metering_cursor`: per cluster, when the last cycle was recorded (so a new leader continues
+  the accounting where the old one stopped, without a gap or a double count).
+- `metering_usage`: GPU-seconds per 5-minute bucket, per dimension (fleet, node, pool,
+  namespace, job, team), key and GPU model: all GPUs, allocated, busy (utilization-weighted)
+  and allocated without a utilization sample. Seconds, not hours: sums stay exact; queries convert.
+- `metering_reports`: one daily report per cluster and window end, as JSON.
+
+`tests/metering/test_metering_store.py` checks that the migrated schema and these tables agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+)
+
+metadata = MetaData()
+
+gpu_state = Table(
+    "metering_gpu_state",
+    metadata,
+    Column("cluster", String(128), nullable=False),
+    Column("uuid", String(128), nullable=False),
+    Column("mig_instance", String(16), nullable=False),
+    Column("taken_at", Float, nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("pool", String(253), nullable=False),
+    Column("device", Integer, nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("mig_profile", String(32), nullable=False),
+    Column("health", String(16), nullable=False),
+    Column("issue", String(32), nullable=False),
+    Column("allocated", Boolean, nullable=False),
+    Column("utilization", Float, nullable=True),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("job", String(320), nullable=False),
+    Column("team", String(253), nullable=False),
+    PrimaryKeyConstraint("cluster", "uuid", "mig_instance", name="pk_metering_gpu_state"),
+)
+
+cursor = Table(
+    "metering_cursor",
+    metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("taken_at", Float, nullable=False),
+    Column("gpus", Integer, nullable=False),
+)
+
+usage = Table(
+    "metering_usage",
+    metadata,
+    Column("cluster", String(128), nullable=False),
+    Column("dimension", String(16), nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("key", String(320), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("gpu_seconds", Float, nullable=False),
+    Column("allocated_seconds", Float, nullable=False),
+    Column("busy_seconds", Float, nullable=False),
+    Column("unmeasured_seconds", Float, nullable=False),
+    PrimaryKeyConstraint(
+        "cluster", "dimension", "bucket", "key", "model", name="pk_metering_usage"
+    ),
+    Index("ix_metering_usage_bucket", "bucket"),
+)
+
+reports = Table(
+    "metering_reports",
+    metadata,
+    Column("cluster", String(128), nullable=False),
+    Column("end", Integer, nullable=False),
+    Column("start", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("body", JSON, nullable=False),
+    PrimaryKeyConstraint("cluster", "end", name="pk_metering_reports"),
+)

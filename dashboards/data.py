@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import astuple, fields
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+import metering
 from dashboards import queries
 from remediations.store import Store
 
@@ -94,3 +96,40 @@ def changed() -> None:
 
 def now() -> float:
     return time.time()
+
+
+# ---- metering (the latest fleet state, GPU-hours) --------------------------------------------
+
+
+def _mcluster(cluster: str) -> str:
+    return metering.ALL_CLUSTERS if cluster == ALL else cluster
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def fleet(url: str, cluster: str) -> pd.DataFrame:
+    """The latest state of every GPU (one row per GPU or MIG instance)."""
+    rows = metering.fleet_state(store(url, "default"), _mcluster(cluster))
+    cols = [f.name for f in fields(metering.GpuState)]
+    return pd.DataFrame([astuple(r) for r in rows], columns=cols)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def last_cycle(url: str, cluster: str) -> float | None:
+    return metering.last_cycle(store(url, "default"), _mcluster(cluster))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def usage(
+    url: str, cluster: str, start: float, end: float, by: str, per_bucket: bool = False
+) -> pd.DataFrame:
+    """GPU-hours per key and model over [start, end) from the 5-minute rollups."""
+    rows = metering.usage(
+        store(url, "default"),
+        start,
+        end,
+        by,  # type: ignore[arg-type]
+        cluster=_mcluster(cluster),
+        per_bucket=per_bucket,
+    )
+    cols = [*(f.name for f in fields(metering.Usage)), "idle_gpu_hours"]
+    return pd.DataFrame([(*astuple(r), r.idle_gpu_hours) for r in rows], columns=cols)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 from sqlalchemy import Engine, func, select, union
 
+from metering import tables as metering_tables
 from remediations.store.schema import ActionRow, AuditRow, EngineStateRow, IncidentRow
 
 INCIDENT_COLUMNS = (
@@ -72,11 +73,12 @@ def _frame(engine: Engine, q: Any, columns: Sequence[Any]) -> pd.DataFrame:
 
 
 def clusters(engine: Engine) -> list[str]:
-    """Every cluster with rows in the journal (engine state, incidents or actions)."""
+    """Every cluster with rows in the journal (engine state, incidents, actions, metering)."""
     q = union(
         select(EngineStateRow.cluster),
         select(IncidentRow.cluster).distinct(),
         select(ActionRow.cluster).distinct(),
+        select(metering_tables.cursor.c.cluster),
     )
     with engine.connect() as conn:
         return sorted({str(r[0]) for r in conn.execute(q)})

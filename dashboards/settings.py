@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from errors.config_files import load_model
+from metering import MeteringConfig
 
 
 class DashboardConfig(BaseModel):
@@ -48,8 +49,8 @@ class DashboardSettings(BaseModel):
     policy: str | None = None
     """Policy file the engine uses for approvals and the Policy page (none: the shipped one)."""
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
-    metering: dict[str, object] | None = None
-    """The `metering:` section (prices per GPU-hour), validated by metering when present."""
+    metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    """Prices per GPU-hour and currency for the utilization & cost page."""
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2), encoding="utf-8")

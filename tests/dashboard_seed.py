@@ -9,12 +9,15 @@ because its node became protected meanwhile (so it is shown as denied with that 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 from dashboards.settings import DashboardConfig, DashboardSettings
 from detectors.findings import Finding, FindingKind, Severity
+from metering import Meter
+from observer.fleet.model import frozen_map
 from remediations.decision_journal import RemediationEngine
 from remediations.executor import Runner
 from remediations.policy import Policy, load_policy
@@ -116,3 +119,31 @@ def write_settings(path: Path, url: str, cluster: str, **dashboard: object) -> P
     )
     path.write_text(json.dumps(s.model_dump(mode="json")))
     return path
+
+
+def seed_fleet(
+    store: Store, n_gpus: int, cycles: int = 4, step: float = 300.0, now: float | None = None
+) -> None:
+    """Metering's latest state and rollups for the benchmark fleet (bench.detectors_cycle):
+    `n_gpus` GPUs in four node pools, teams on every pod, `cycles` cycles `step` apart ending
+    now, recorded by the real `Meter`."""
+    from bench.detectors_cycle import Fleet
+
+    t = time.time() if now is None else now
+    fleet = Fleet(n_gpus)
+    quarter = max(1, len(fleet.nodes) // 4)
+    meter = Meter(store)
+    for k in range(cycles):
+        snap = fleet.snapshot(k)[1]
+        nodes = tuple(
+            dataclasses.replace(
+                n, labels=frozen_map({"gpufleet.io/pool": f"pool-{min(i // quarter, 3)}"})
+            )
+            for i, n in enumerate(snap.nodes)
+        )
+        pods = tuple(
+            dataclasses.replace(p, labels=frozen_map({"team": f"team-{i % 5}"}))
+            for i, p in enumerate(snap.pods)
+        )
+        snap = dataclasses.replace(snap, nodes=nodes, pods=pods)
+        meter.record_cycle(snap, now=t - step * (cycles - 1 - k))

@@ -19,6 +19,10 @@ TIMELINE_ROWS = 300
 PICK_ROWS = 500
 
 
+def text(v: object) -> str:
+    return v if isinstance(v, str) and v else "-"
+
+
 def filtered(df: pd.DataFrame) -> pd.DataFrame:
     c = st.columns(5)
     kinds = c[0].multiselect("Kind", sorted(df["kind"].unique()), key="inc_kind")
@@ -64,8 +68,8 @@ def detail(ctx: Context, row: pd.Series, now: float) -> None:
     c = st.columns(4)
     c[0].metric("Opened", ago(row["opened_at"], now))
     c[1].metric("Last seen", ago(row["last_seen"], now))
-    c[2].metric("Node", row["node"] or "-")
-    c[3].metric("Job", row["job"] or "-")
+    c[2].metric("Node", text(row["node"]))
+    c[3].metric("Job", text(row["job"]))
     ev = data.evidence(ctx.url, str(row["id"]))
     left, right = st.columns([3, 2])
     with left:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dashboards.settings import DashboardConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors.config_files import load_model
@@ -37,6 +38,7 @@ class GpufleetConfig(BaseModel):
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @field_validator("store_url")
     @classmethod

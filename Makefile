@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages the tests need (alertmanager and chromium join when their tests do).
-DEBIAN_PACKAGES := prometheus
+DEBIAN_PACKAGES := prometheus chromium chromium-driver
 
 .PHONY: help demo test unit lint typecheck importlint bench system-deps clean
 

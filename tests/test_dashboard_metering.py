@@ -51,14 +51,14 @@ def test_metering_pages_on_an_empty_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     Store.open(url, cluster="alpha").close()
     settings = write_settings(tmp_path / "s.json", url, "alpha")
-    assert "No fleet state recorded yet" in texts(app(settings, "pages/fleet.py"))
-    assert "No job holds GPUs" in texts(app(settings, "pages/jobs.py"))
-    assert "No usage recorded" in texts(app(settings, "pages/utilization.py"))
+    assert "No fleet state recorded yet" in texts(app(settings, "page_files/fleet.py"))
+    assert "No job holds GPUs" in texts(app(settings, "page_files/jobs.py"))
+    assert "No usage recorded" in texts(app(settings, "page_files/utilization.py"))
 
 
 def test_fleet_page_at_10k_gpus(big: tuple[str, Path]) -> None:
     _, settings = big
-    at = app(settings, "pages/fleet.py")
+    at = app(settings, "page_files/fleet.py")
     kpi = {m.label: m.value for m in at.metric}
     assert kpi["GPUs"] == "10,000" and kpi["Healthy"] == "10,000"
     pools = at.dataframe[0].value
@@ -71,7 +71,7 @@ def test_fleet_page_at_10k_gpus(big: tuple[str, Path]) -> None:
 
 def test_utilization_reconciles_with_metering(big: tuple[str, Path]) -> None:
     url, settings = big
-    at = app(settings, "pages/utilization.py")
+    at = app(settings, "page_files/utilization.py")
     at.selectbox(key="util_by").set_value("Team").run()
     table = at.dataframe[0].value
     store = Store.open(url, cluster="alpha")
@@ -90,7 +90,7 @@ def test_utilization_reconciles_with_metering(big: tuple[str, Path]) -> None:
 
 def test_jobs_page_shows_ranks(big: tuple[str, Path]) -> None:
     _, settings = big
-    at = app(settings, "pages/jobs.py")
+    at = app(settings, "page_files/jobs.py")
     assert at.toggle(key="jobs_bad").value is True  # a job is in trouble: only those shown
     assert at.selectbox(key="jobs_pick").value == JOB
     assert any("rank 2 paces the job" in e.value for e in at.error)

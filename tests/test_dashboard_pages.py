@@ -15,7 +15,7 @@ from remediations.types import ActionState
 from tests.dashboard_seed import seed_cluster, write_settings
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
-PAGES = ("pages/incidents.py", "pages/remediation.py", "pages/policy.py")
+PAGES = ("page_files/incidents.py", "page_files/remediation.py", "page_files/policy.py")
 
 
 @pytest.fixture(autouse=True)
@@ -60,9 +60,9 @@ def test_every_page_renders_an_empty_journal(journal: tuple[str, Store], tmp_pat
     for page in PAGES:
         at = app(settings, page)
         assert "read-only" in texts(at)  # no login, no demo approvals: it says so on every page
-    at = app(settings, "pages/incidents.py")
+    at = app(settings, "page_files/incidents.py")
     assert "No incidents in this period." in texts(at)
-    at = app(settings, "pages/remediation.py")
+    at = app(settings, "page_files/remediation.py")
     assert "Nothing waits for a person." in texts(at)
 
 
@@ -70,7 +70,7 @@ def test_demo_mode_approves_through_the_engine(journal: tuple[str, Store], tmp_p
     url, store = journal
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha", unauthenticated_approvals=True)
-    at = app(settings, "pages/remediation.py")
+    at = app(settings, "page_files/remediation.py")
     assert "Demo mode" in texts(at)
     at.button(key=f"approve_{ids['pending']}").click().run()
     assert not at.exception
@@ -89,7 +89,7 @@ def test_an_approval_the_gate_refused_shows_as_denied_with_its_reason(
     url, store = journal
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
-    at = app(settings, "pages/remediation.py")
+    at = app(settings, "page_files/remediation.py")
     history = at.dataframe[0].value
     row = history[history["id"] == ids["denied"]].iloc[0]
     assert row["state"] == "expired"
@@ -97,7 +97,7 @@ def test_an_approval_the_gate_refused_shows_as_denied_with_its_reason(
         "approved by alice@example.com, then denied by the gate: protected: node pool-b-0003 "
         "is protected (gpufleet.io/protected=true)"
     )
-    at = app(settings, "pages/policy.py")
+    at = app(settings, "page_files/policy.py")
     why = at.dataframe[-1].value
     assert why["why"].str.contains("protected: node pool-b-0003 is protected").any()
 
@@ -108,7 +108,7 @@ def test_read_only_without_login_and_the_buttons_say_why(
     url, store = journal
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
-    at = app(settings, "pages/remediation.py")
+    at = app(settings, "page_files/remediation.py")
     button = at.button(key=f"approve_{ids['pending']}")
     assert button.disabled
     assert "approvals need one" in (button.help or "")
@@ -119,11 +119,11 @@ def test_only_logged_in_approvers_may_approve(journal: tuple[str, Store], tmp_pa
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha", approvers=["alice@example.com"])
     key = f"approve_{ids['pending']}"
-    bob = app(settings, "pages/remediation.py", is_logged_in=True, email="bob@example.com")
+    bob = app(settings, "page_files/remediation.py", is_logged_in=True, email="bob@example.com")
     assert bob.button(key=key).disabled
     assert "bob@example.com is not an approver" in (bob.button(key=key).help or "")
     assert "Demo mode" not in texts(bob) and "read-only" not in texts(bob)
-    alice = app(settings, "pages/remediation.py", is_logged_in=True, email="alice@example.com")
+    alice = app(settings, "page_files/remediation.py", is_logged_in=True, email="alice@example.com")
     assert not alice.button(key=key).disabled
     alice.button(key=f"reject_{ids['pending']}").click().run()
     a = store.get_action(ids["pending"])
@@ -137,7 +137,7 @@ def test_incident_detail_shows_evidence_and_history(
     url, store = journal
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
-    at = app(settings, "pages/incidents.py")
+    at = app(settings, "page_files/incidents.py")
     incidents = at.dataframe[0].value
     assert set(incidents["kind"]) == {"gpu_xid", "nccl_hang", "gpu_throttle"}
     hang = store.get_action(ids["hang"])
@@ -160,7 +160,7 @@ def test_two_clusters_have_a_selector_and_an_all_clusters_view(
     seed_cluster(beta)
     beta.set_paused(True, "carol", "maintenance", 0.0)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
-    at = app(settings, "pages/incidents.py")
+    at = app(settings, "page_files/incidents.py")
     sel = at.sidebar.selectbox(key="cluster")
     assert sel.options == [data.ALL, "alpha", "beta"] and sel.value == "alpha"
     assert set(at.dataframe[0].value["cluster"]) == {"alpha"}
@@ -168,6 +168,6 @@ def test_two_clusters_have_a_selector_and_an_all_clusters_view(
     assert set(at.dataframe[0].value["cluster"]) == {"alpha", "beta"}
     at.sidebar.selectbox(key="cluster").set_value("beta").run()
     assert set(at.dataframe[0].value["cluster"]) == {"beta"}
-    at.switch_page("pages/remediation.py").run()
+    at.switch_page("page_files/remediation.py").run()
     assert at.toggle(key="pause_beta").value is True
     assert set(at.dataframe[0].value["cluster"]) == {"beta"}

@@ -33,7 +33,7 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     c[3].metric("Quarantined", f"{int(counts.get('quarantined', 0)):,}")
     c[4].metric("Allocated", f"{100.0 * allocated / n:.0f}%" if n else "-")
     c[5].metric("Busy", f"{100.0 * busy / n:.0f}%" if n else "-")
-    c[6].metric("Idle allocated today", f"{idle:,.1f} GPU-h")
+    c[6].metric("Idle allocated GPU-h today", f"{idle:,.1f}")
 
 
 def pool_table(gpus: pd.DataFrame) -> pd.DataFrame:

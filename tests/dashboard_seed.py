@@ -147,3 +147,30 @@ def seed_fleet(
         )
         snap = dataclasses.replace(snap, nodes=nodes, pods=pods)
         meter.record_cycle(snap, now=t - step * (cycles - 1 - k))
+
+
+FLEET_JOB = "team-0/job-0000"
+"""A training job of `seed_fleet`'s fleet (16 nodes x 8 GPUs)."""
+FLEET_STRAGGLER = "GPU-00000013-bench"
+"""Its GPU on gpu-node-00002, device 3."""
+
+
+def seed_straggler(store: Store, now: float | None = None) -> None:
+    """An open straggler incident on one rank of FLEET_JOB (as the detector would open it)."""
+    t = time.time() if now is None else now
+    store.save_incidents(
+        [
+            IncidentRecord(
+                id=IncidentId("strag0001"), cluster=store.cluster, kind="straggler",
+                entity_key=f"straggler|gpu-node-00002|{FLEET_STRAGGLER}|{FLEET_JOB}",
+                node="gpu-node-00002", gpu_uuid=FLEET_STRAGGLER, job=FLEET_JOB,
+                status=IncidentStatus.OPEN, severity="warning",
+                summary="GPU 3 on gpu-node-00002 paces job team-0/job-0000: activity 0.52 vs "
+                "peers' median 0.91",
+                opened_at=t - 600, updated_at=t, resolved_at=None, first_seen=t - 700,
+                last_seen=t, seen_cycles=20, healthy_cycles=0,
+                evidence={"activity": 0.52, "job_median_activity": 0.91,
+                          "evidence_gap_s": 96.0, "threshold_gap_s": 60.0},
+            )
+        ]
+    )  # fmt: skip

@@ -10,13 +10,11 @@ import pytest
 
 import metering
 from dashboards import data
-from remediations.store import IncidentRecord, Store
-from remediations.types import IncidentId, IncidentStatus
-from tests.dashboard_seed import seed_fleet, write_settings
+from remediations.store import Store
+from tests.dashboard_seed import FLEET_JOB, seed_fleet, seed_straggler, write_settings
 from tests.test_dashboard_pages import app, texts
 
-JOB = "team-0/job-0000"
-STRAGGLER = "GPU-00000013-bench"  # node 2, device 3
+JOB = FLEET_JOB
 
 
 @pytest.fixture(autouse=True)
@@ -34,15 +32,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     url = f"sqlite:///{tmp / 'journal.db'}"
     store = Store.open(url, cluster="alpha")
     seed_fleet(store, 10_000)
-    now = data.now()
-    straggler = IncidentRecord(
-        id=IncidentId("strag0001"), cluster="alpha", kind="straggler",
-        entity_key="straggler|x", node="gpu-node-00002", gpu_uuid=STRAGGLER, job=JOB,
-        status=IncidentStatus.OPEN, severity="warning", summary="rank 2 paces the job",
-        opened_at=now - 600, updated_at=now, resolved_at=None, first_seen=now - 700,
-        last_seen=now, seen_cycles=20, healthy_cycles=0, evidence={"activity": 0.5},
-    )  # fmt: skip
-    store.save_incidents([straggler])
+    seed_straggler(store)
     store.close()
     return url, write_settings(tmp / "s.json", url, "alpha")
 
@@ -93,7 +83,7 @@ def test_jobs_page_shows_ranks(big: tuple[str, Path]) -> None:
     at = app(settings, "page_files/jobs.py")
     assert at.toggle(key="jobs_bad").value is True  # a job is in trouble: only those shown
     assert at.selectbox(key="jobs_pick").value == JOB
-    assert any("rank 2 paces the job" in e.value for e in at.error)
+    assert any("paces job team-0/job-0000" in e.value for e in at.error)
     ranks = at.dataframe[1].value
     assert len(ranks) == 128
     assert list(ranks[ranks["flag"] == "straggler"]["node"]) == ["gpu-node-00002"]

@@ -13,7 +13,8 @@ ROLE_COLORS = {"this entity": "#d62728", "peers": "#7f7f7f", "threshold": "#2ca0
 
 
 def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
-    """One bar per incident from open to resolve (or now), coloured by severity."""
+    """One bar per incident from open to resolve (or now), a lane per kind, coloured by
+    severity."""
     d = df.assign(
         start=pd.to_datetime(df["opened_at"], unit="s", utc=True),
         end=pd.to_datetime(df["resolved_at"].fillna(now), unit="s", utc=True),
@@ -21,16 +22,16 @@ def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
     )
     chart: alt.Chart = (
         alt.Chart(d[["start", "end", "entity", "kind", "severity", "summary", "id"]])
-        .mark_bar(height=8)
+        .mark_bar(height=10, opacity=0.7)
         .encode(
             x=alt.X("start:T", title="time (UTC)"),
             x2="end:T",
-            y=alt.Y("entity:N", title=None, sort="-x"),
+            y=alt.Y("kind:N", title=None),
             color=alt.Color(
                 "severity:N",
                 scale=alt.Scale(domain=list(SEVERITY_COLORS), range=list(SEVERITY_COLORS.values())),
             ),
-            tooltip=["id", "kind", "severity", "summary"],
+            tooltip=["id", "entity", "kind", "severity", "summary"],
         )
     )
     return chart

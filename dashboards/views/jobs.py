@@ -23,10 +23,12 @@ def natural(s: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
 
 
-def ranks(gpus: pd.DataFrame, flagged: pd.DataFrame) -> pd.DataFrame:
+def ranks(gpus: pd.DataFrame, flagged: pd.DataFrame, job: str) -> pd.DataFrame:
     """One row per GPU of the job in rank order (pod name, device), with its flag."""
     g = gpus.copy()
-    g["rank"] = g["pod"] + " · gpu " + g["device"].astype(str)
+    prefix = job.split("/", 1)[-1] + "-"
+    pods = g["pod"].map(lambda p: p[len(prefix) :] if p.startswith(prefix) else p)
+    g["rank"] = pods + " · gpu " + g["device"].astype(str)
     g = g.iloc[sorted(range(len(g)), key=lambda i: natural(str(g["rank"].iloc[i])))]
     strag = set(flagged[flagged["kind"] == "straggler"]["gpu_uuid"].dropna())
     hung = bool((flagged["kind"] == "nccl_hang").any())
@@ -36,30 +38,37 @@ def ranks(gpus: pd.DataFrame, flagged: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
-def heatmap(g: pd.DataFrame) -> alt.Chart:
-    long = pd.concat(
+def heatmap(g: pd.DataFrame) -> alt.LayerChart:
+    """Utilization on its own scale; health and the detector's flag in red where bad."""
+    order = list(g["rank"])
+    util = pd.DataFrame({"rank": g["rank"], "metric": "utilization %", "value": g["utilization"]})
+    bad = pd.concat(
         [
-            pd.DataFrame({"rank": g["rank"], "metric": "utilization %",
-                          "value": g["utilization"], "scaled": g["utilization"] / 100.0}),
-            pd.DataFrame({"rank": g["rank"], "metric": "health",
-                          "value": g["health"].map(HEALTH_SCORE),
-                          "scaled": g["health"].map(HEALTH_SCORE)}),
-            pd.DataFrame({"rank": g["rank"], "metric": "flagged",
-                          "value": (g["flag"] != "").astype(float),
-                          "scaled": (g["flag"] != "").astype(float)}),
+            pd.DataFrame({"rank": g["rank"], "metric": "health", "label": g["health"],
+                          "bad": g["health"].map(HEALTH_SCORE)}),
+            pd.DataFrame({"rank": g["rank"], "metric": "flagged", "label": g["flag"],
+                          "bad": (g["flag"] != "").astype(float)}),
         ]
     )  # fmt: skip
-    order = list(g["rank"])
-    base = alt.Chart(long).encode(
-        x=alt.X("metric:N", title=None),
-        y=alt.Y("rank:N", sort=order, title=None),
-    )
-    cells = base.mark_rect().encode(
-        color=alt.Color("scaled:Q", scale=alt.Scale(scheme="redyellowgreen", reverse=True),
-                        legend=None),
-        tooltip=["rank", "metric", "value"],
+    x = alt.X("metric:N", title=None, sort=["utilization %", "health", "flagged"])
+    y = alt.Y("rank:N", sort=order, title=None)
+    left = alt.Chart(util).mark_rect().encode(
+        x=x, y=y,
+        color=alt.Color("value:Q", scale=alt.Scale(scheme="blues", domain=[0, 100]),
+                        title="util %"),
+        tooltip=["rank", "value"],
     )  # fmt: skip
-    chart: alt.Chart = cells.properties(height=min(16 * len(order) + 40, 3000))
+    right = alt.Chart(bad).mark_rect().encode(
+        x=x, y=y,
+        color=alt.Color("bad:Q", scale=alt.Scale(domain=[0, 1], range=["#e8f5e9", "#d62728"]),
+                        legend=None),
+        tooltip=["rank", "metric", "label"],
+    )  # fmt: skip
+    chart: alt.LayerChart = (
+        alt.layer(left, right)
+        .resolve_scale(color="independent")
+        .properties(height=min(16 * len(order) + 40, 3000))
+    )
     return chart
 
 
@@ -75,7 +84,8 @@ def render(ctx: Context) -> None:
     open_job = (
         inc[(inc["status"] == "open") & inc["kind"].isin(JOB_KINDS)] if not inc.empty else inc
     )
-    troubled = set(open_job["job"].dropna()) if not open_job.empty else set()
+    held = set(jobs["job"])
+    troubled = set(open_job["job"].dropna()) & held if not open_job.empty else set()
     summary = jobs.groupby("job").agg(
         gpus=("uuid", "size"), nodes=("node", "nunique"), utilization=("utilization", "mean")
     )
@@ -93,12 +103,12 @@ def render(ctx: Context) -> None:
     if pick is None:
         return
     flagged = open_job[open_job["job"] == pick] if not open_job.empty else open_job
-    g = ranks(jobs[jobs["job"] == pick], flagged if not flagged.empty else inc.head(0))
+    g = ranks(jobs[jobs["job"] == pick], flagged if not flagged.empty else inc.head(0), pick)
     for _, f in flagged.iterrows():
         st.error(f"{f['kind']}: {f['summary']} (incident {f['id']})")
     left, right = st.columns([3, 2])
     with left:
-        st.markdown("**Ranks × metrics** (latest cycle; red is bad)")
+        st.markdown("**Ranks × metrics** (latest cycle; red: unhealthy or flagged by a detector)")
         st.altair_chart(heatmap(g), width="stretch")
     with right:
         st.markdown("**The ranks' nodes**")

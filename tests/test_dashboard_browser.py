@@ -33,6 +33,7 @@ PAGES = (
     ("remediation", "Remediation"),
     ("policy", "Policy"),
     ("utilization", "Utilization & cost"),
+    ("whatif", "What-if"),
 )
 
 pytestmark = [

@@ -165,3 +165,9 @@ def run_page(render: Callable[[Context], None]) -> None:
     sidebar(ctx)
     banner(ctx)
     render(ctx)
+
+
+def live(ctx: Context, part: Callable[[Context], None]) -> None:
+    """Draw `part` as a fragment that re-runs every `dashboard.refresh_seconds` on its own (the
+    rest of the page stays as it is), so a queue or KPIs follow the fleet without a reload."""
+    st.fragment(run_every=ctx.settings.dashboard.refresh_seconds)(part)(ctx)

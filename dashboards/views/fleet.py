@@ -9,7 +9,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from dashboards import data
-from dashboards.shell import Context, ago
+from dashboards.shell import Context, ago, live
 
 HEALTH = ["healthy", "no_data", "degraded", "quarantined"]
 HEALTH_COLORS = ["#2ca02c", "#bdbdbd", "#ff7f0e", "#d62728"]
@@ -105,6 +105,15 @@ def trends(ctx: Context, now: float) -> None:
     st.line_chart(gpus_equiv, y_label="GPUs")
 
 
+def headline(ctx: Context) -> None:
+    """The latest cycle and the KPIs (refreshed on their own)."""
+    now = data.now()
+    gpus = data.fleet(ctx.url, ctx.cluster)
+    seen = data.last_cycle(ctx.url, ctx.cluster)
+    st.caption(f"Latest cycle {ago(seen, now)} · {gpus['node'].nunique():,} nodes")
+    kpis(ctx, gpus, now)
+
+
 def render(ctx: Context) -> None:
     st.title("Fleet")
     now = data.now()
@@ -115,9 +124,7 @@ def render(ctx: Context) -> None:
             "(or the demo)."
         )
         return
-    seen = data.last_cycle(ctx.url, ctx.cluster)
-    st.caption(f"Latest cycle {ago(seen, now)} · {gpus['node'].nunique():,} nodes")
-    kpis(ctx, gpus, now)
+    live(ctx, headline)
     st.subheader("By node pool")
     table = pool_table(gpus)
     left, right = st.columns([3, 2])

@@ -7,7 +7,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from dashboards import control, data
-from dashboards.shell import Context, ago, when
+from dashboards.shell import Context, ago, live, when
 
 HISTORY = 7 * 86400.0
 GATE_RESULTS = ("expired:", "no longer needed")
@@ -137,6 +137,6 @@ def render(ctx: Context) -> None:
     if done:
         st.success(done)
     controls(ctx)
-    queue(ctx)
+    live(ctx, queue)
     history(ctx)
     trail(ctx)

@@ -17,6 +17,7 @@ from metering import MeteringConfig
 DIMENSIONS = {"Namespace": "namespace", "Team": "team", "Job": "job", "Node pool": "pool",
               "Node": "node"}  # fmt: skip
 TOP = 30
+MAX_TEAMS = 24
 
 
 def priced(df: pd.DataFrame, cfg: MeteringConfig) -> pd.DataFrame:
@@ -113,7 +114,16 @@ def render(ctx: Context) -> None:
         .groupby(["team", "hour"], as_index=False)[["allocated_gpu_hours", "busy_gpu_hours"]]
         .sum()
     )
-    for team, rows in list(hourly.groupby("team"))[:12]:
-        st.markdown(f"**{team}**")
-        st.line_chart(rows.set_index("hour")[["allocated_gpu_hours", "busy_gpu_hours"]],
-                      height=180, y_label="GPU-hours / hour")  # fmt: skip
+    teams = sorted(hourly["team"].unique())[:MAX_TEAMS]
+    long = hourly[hourly["team"].isin(teams)].melt(
+        id_vars=["team", "hour"], value_vars=["allocated_gpu_hours", "busy_gpu_hours"],
+        var_name="what", value_name="GPU-hours",
+    )  # fmt: skip
+    small = (
+        alt.Chart(long)
+        .mark_line()
+        .encode(x=alt.X("hour:T", title=None), y=alt.Y("GPU-hours:Q"), color="what:N")
+        .properties(width=280, height=140)
+        .facet(facet=alt.Facet("team:N", title=None), columns=3)
+    )
+    st.altair_chart(small)

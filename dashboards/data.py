@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, fields
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
@@ -95,7 +96,8 @@ def changed() -> None:
 
 
 def now() -> float:
-    return time.time()
+    """The wall clock to 10 s (the TTL): windows ending now keep their cache key that long."""
+    return float(time.time() // TTL * TTL)
 
 
 # ---- metering (the latest fleet state, GPU-hours) --------------------------------------------
@@ -110,7 +112,8 @@ def fleet(url: str, cluster: str) -> pd.DataFrame:
     """The latest state of every GPU (one row per GPU or MIG instance)."""
     rows = metering.fleet_state(store(url, "default"), _mcluster(cluster))
     cols = [f.name for f in fields(metering.GpuState)]
-    return pd.DataFrame([astuple(r) for r in rows], columns=cols)
+    get = attrgetter(*cols)
+    return pd.DataFrame([get(r) for r in rows], columns=cols)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -132,4 +135,27 @@ def usage(
         per_bucket=per_bucket,
     )
     cols = [*(f.name for f in fields(metering.Usage)), "idle_gpu_hours"]
-    return pd.DataFrame([(*astuple(r), r.idle_gpu_hours) for r in rows], columns=cols)
+    get = attrgetter(*cols)
+    return pd.DataFrame([get(r) for r in rows], columns=cols)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def usage_series(
+    url: str,
+    cluster: str,
+    dimension: str,
+    start: float,
+    end: float,
+    resolution: int = 300,
+    key: str | None = None,
+) -> pd.DataFrame:
+    """GPU-hours per key per `resolution` seconds (summed in SQL); `t` as UTC datetimes."""
+    df = queries.usage_series(_engine(url), scope(cluster), dimension, start, end, resolution, key)
+    return df.assign(t=pd.to_datetime(df["t"], unit="s", utc=True))
+
+
+def bucket_now() -> float:
+    """Now rounded up to metering's 5-minute bucket: the end of a window that keeps the same
+    cache key for five minutes (metering rounds windows to buckets anyway)."""
+    t = time.time()
+    return float(-(-t // 300) * 300)

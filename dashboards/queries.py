@@ -183,3 +183,37 @@ def engine_states(engine: Engine, cluster: str | None) -> pd.DataFrame:
     if cluster is not None:
         q = q.where(EngineStateRow.cluster == cluster)
     return _frame(engine, q.order_by(EngineStateRow.cluster), cols)
+
+
+def usage_series(
+    engine: Engine,
+    cluster: str | None,
+    dimension: str,
+    start: float,
+    end: float,
+    resolution: int = 300,
+    key: str | None = None,
+) -> pd.DataFrame:
+    """GPU-hours per key over time from metering's 5-minute rollups, summed over GPU models and
+    clusters into `resolution`-second steps in SQL (a month of one team is 720 hourly rows, not
+    8,640 buckets x models)."""
+    u = metering_tables.usage.c
+    lo = int(start // 300 * 300)
+    hi = int(-(-end // 300) * 300)
+    t = (u.bucket - u.bucket % resolution).label("t")
+    q = select(
+        u.key,
+        t,
+        (func.sum(u.gpu_seconds) / 3600.0).label("gpu_hours"),
+        (func.sum(u.allocated_seconds) / 3600.0).label("allocated_gpu_hours"),
+        (func.sum(u.busy_seconds) / 3600.0).label("busy_gpu_hours"),
+    ).where(u.dimension == dimension, u.bucket >= lo, u.bucket < hi)
+    if cluster is not None:
+        q = q.where(u.cluster == cluster)
+    if key is not None:
+        q = q.where(u.key == key)
+    q = q.group_by(u.key, t).order_by(u.key, t)
+    with engine.connect() as conn:
+        rows = conn.execute(q).all()
+    cols = ["key", "t", "gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]
+    return pd.DataFrame([tuple(r) for r in rows], columns=cols)

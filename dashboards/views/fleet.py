@@ -24,7 +24,7 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     allocated = int(gpus["allocated"].sum())
     busy = float(gpus["utilization"].fillna(0.0).sum()) / 100.0
     start = now - now % DAY
-    today = data.usage(ctx.url, ctx.cluster, start, now, "fleet")
+    today = data.usage(ctx.url, ctx.cluster, start, data.bucket_now(), "fleet")
     idle = float(today["idle_gpu_hours"].sum()) if not today.empty else 0.0
     c = st.columns(7)
     c[0].metric("GPUs", f"{n:,}")
@@ -94,13 +94,13 @@ def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
 def trends(ctx: Context, now: float) -> None:
     hours = st.segmented_control("Trend", ["6h", "24h", "7d"], default="24h", key="fleet_trend")
     span = {"6h": 6 * 3600.0, "24h": DAY, "7d": 7 * DAY}[hours or "24h"]
-    u = data.usage(ctx.url, ctx.cluster, now - span, now, "fleet", per_bucket=True)
+    res = 300 if span <= DAY else 3600
+    u = data.usage_series(ctx.url, ctx.cluster, "fleet", now - span, data.bucket_now(), res)
     if u.empty:
         st.caption("No usage recorded in this period yet.")
         return
-    per = u.groupby("bucket")[["gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]].sum()
-    gpus_equiv = per * 3600.0 / 300.0  # GPU-hours in a 5-minute bucket -> GPUs on average
-    gpus_equiv.index = pd.to_datetime(gpus_equiv.index, unit="s", utc=True)
+    per = u.set_index("t")[["gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]]
+    gpus_equiv = per * 3600.0 / res  # GPU-hours in a step -> GPUs on average
     gpus_equiv.columns = ["GPUs seen", "allocated", "busy"]
     st.line_chart(gpus_equiv, y_label="GPUs")
 

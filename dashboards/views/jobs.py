@@ -116,12 +116,10 @@ def render(ctx: Context) -> None:
             g[["rank", "node", "health", "utilization", "flag"]], hide_index=True, width="stretch"
         )
     st.markdown("**Busy share of its GPUs over 24 h** (5-minute rollups)")
-    u = data.usage(ctx.url, ctx.cluster, now - DAY, now, "job", per_bucket=True)
-    u = u[u["key"] == pick] if not u.empty else u
+    u = data.usage_series(ctx.url, ctx.cluster, "job", now - DAY, data.bucket_now(), key=pick)
     if u.empty:
         st.caption("No usage recorded for this job in the last 24 h.")
         return
-    per = u.groupby("bucket")[["allocated_gpu_hours", "busy_gpu_hours"]].sum()
+    per = u.set_index("t")
     share = (100.0 * per["busy_gpu_hours"] / per["allocated_gpu_hours"]).rename("busy %")
-    share.index = pd.to_datetime(share.index, unit="s", utc=True)
     st.line_chart(share, y_label="busy %")

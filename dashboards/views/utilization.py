@@ -47,7 +47,7 @@ def period() -> tuple[float, float]:
     hi: date = days[-1] if len(days) > 1 else days[0]
     start = datetime.combine(lo, time(0), UTC).timestamp()
     end = datetime.combine(hi + timedelta(days=1), time(0), UTC).timestamp()
-    return start, min(end, data.now())
+    return start, min(end, data.bucket_now())
 
 
 def render(ctx: Context) -> None:
@@ -102,18 +102,11 @@ def render(ctx: Context) -> None:
         key="util_csv",
     )
     st.subheader("Per team over time")
-    per = data.usage(ctx.url, ctx.cluster, start, end, "team", per_bucket=True)
-    if per.empty:
+    hourly = data.usage_series(ctx.url, ctx.cluster, "team", start, end, 3600)
+    if hourly.empty:
         st.caption("No team usage.")
         return
-    hourly = (
-        per.assign(
-            hour=pd.to_datetime((per["bucket"] // 3600) * 3600, unit="s", utc=True),
-            team=per["key"].replace("", "(no team)"),
-        )
-        .groupby(["team", "hour"], as_index=False)[["allocated_gpu_hours", "busy_gpu_hours"]]
-        .sum()
-    )
+    hourly = hourly.assign(hour=hourly["t"], team=hourly["key"].replace("", "(no team)"))
     teams = sorted(hourly["team"].unique())[:MAX_TEAMS]
     long = hourly[hourly["team"].isin(teams)].melt(
         id_vars=["team", "hour"], value_vars=["allocated_gpu_hours", "busy_gpu_hours"],

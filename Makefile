@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Debian packages the tests need (alertmanager and chromium join when their tests do).
-DEBIAN_PACKAGES := prometheus chromium chromium-driver
+# Debian packages the tests need: real Prometheus and VictoriaMetrics for the collectors, the real
+# Alertmanager for alerts/, headless Chromium and its driver for the dashboard's browser test.
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics chromium chromium-driver
 
 .PHONY: help demo test unit lint typecheck importlint bench system-deps clean
 

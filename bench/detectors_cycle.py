@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from bench.report import median, stamp, table
-from detectors.base import bind
+from detectors.registry import bind
 from detectors.signals import (
     DRAM_ACTIVE,
     GPU_TEMP,

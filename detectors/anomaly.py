@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     DRAM_ACTIVE,
@@ -139,13 +139,11 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="anomaly",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.ANOMALY,),
-        enabled_by_default=False,
-        doc="IsolationForest on peer-normalised gauges (off by default).",
-    )
+SPEC = DetectorSpec(
+    name="anomaly",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.ANOMALY,),
+    enabled_by_default=False,
+    doc="IsolationForest on peer-normalised gauges (off by default).",
 )

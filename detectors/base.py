@@ -1,9 +1,12 @@
-"""The detector contract and registry: name -> (typed params, pure detect function).
+"""The detector contract: a spec (name, typed params, pure detect function) and its binding.
 
-A detector is a module that defines a frozen params dataclass, a frozen state dataclass and a
-pure function `detect(snapshot, state, now, params) -> (findings, new_state)`, and registers
-them here under its name. No I/O, no clock: `now` comes in, the previous state comes in, and
-the new state goes out, so live runs, backtest and eval replay the very same code.
+A detector is a module that defines a frozen params dataclass, a frozen state dataclass, a
+pure function `detect(snapshot, state, now, params) -> (findings, new_state)` and a `SPEC`
+naming them; `detectors.registry` lists the built-in specs in one tuple. Detector modules
+import this module and never the registry (an import-linter contract).
+
+No I/O, no clock: `now` comes in, the previous state comes in, and the new state goes out,
+so live runs, backtest and eval replay the very same code.
 """
 
 from __future__ import annotations
@@ -55,29 +58,6 @@ class Detector:
 
     def detect(self, snapshot: FleetSnapshot, state: Any, now: float) -> tuple[list[Finding], Any]:
         return self.spec.detect(snapshot, state, now, self.params)
-
-
-_REGISTRY: dict[str, DetectorSpec[Any]] = {}
-
-
-def register(spec: DetectorSpec[P]) -> DetectorSpec[P]:
-    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
-        raise ValueError(f"detector {spec.name!r} registered twice")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def registry() -> dict[str, DetectorSpec[Any]]:
-    """Every registered detector by name (importing `detectors.all` registers the built-ins)."""
-    from detectors.all import ORDER  # importing it registers the built-in detectors
-
-    first = [n for n in ORDER if n in _REGISTRY]
-    return {n: _REGISTRY[n] for n in [*first, *(n for n in _REGISTRY if n not in ORDER)]}
-
-
-def bind(name: str, params: Any = None) -> Detector:
-    spec = registry()[name]
-    return Detector(spec, params if params is not None else spec.params_type())
 
 
 def jsonable(value: Any) -> Any:

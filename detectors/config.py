@@ -21,7 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
-from detectors.base import Detector, DetectorSpec, registry
+from detectors.base import Detector, DetectorSpec
+from detectors.registry import registry
 from detectors.suite import DetectorSuite
 from errors import ConfigError
 from errors.config_files import describe_validation_error, load_yaml_file

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import GR_ACTIVE, UTIL, dt_since, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -96,12 +96,10 @@ def detect(
     return findings, State(cur.replace(idle=acc, pod=pod), now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_idle",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_IDLE,),
-        doc="GPU allocated to a pod but idle for a configurable time (waste).",
-    )
+SPEC = DetectorSpec(
+    name="gpu_idle",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_IDLE,),
+    doc="GPU allocated to a pod but idle for a configurable time (waste).",
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import dt_since, hysteresis, persist, rate, scrape_interval
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -106,12 +106,10 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_interconnect",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_INTERCONNECT,),
-        doc="NVLink CRC flit error rate >= 100/s; PCIe replays above the link's error budget.",
-    )
+SPEC = DetectorSpec(
+    name="gpu_interconnect",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_INTERCONNECT,),
+    doc="NVLink CRC flit error rate >= 100/s; PCIe replays above the link's error budget.",
 )

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, register
+from detectors.base import DetectorSpec, gpu_context
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, telemetry_view, value
 from detectors.state import KeyedArrays, align, gpu_keys
@@ -190,12 +190,10 @@ def detect(
     return findings, State(new, gone)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_lost",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_LOST,),
-        doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting.",
-    )
+SPEC = DetectorSpec(
+    name="gpu_lost",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_LOST,),
+    doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting.",
 )

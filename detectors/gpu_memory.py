@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import increase, rate, scrape_interval, value
 from detectors.state import KeyedArrays, align, gpu_keys
@@ -175,12 +175,10 @@ def detect(
     return findings, State(cur.replace(onset=onset, last_event=last_event))
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_memory",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_MEMORY,),
-        doc="DBE ECC, SBE storms, row-remap failure/pending, remapped rows, retired pages.",
-    )
+SPEC = DetectorSpec(
+    name="gpu_memory",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_MEMORY,),
+    doc="DBE ECC, SBE storms, row-remap failure/pending, remapped rows, retired pages.",
 )

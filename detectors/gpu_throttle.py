@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     GPU_TEMP,
@@ -146,12 +146,10 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_throttle",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_THROTTLE,),
-        doc="Clock-event bits 0x8/0x20/0x40/0x80 while busy; SM clock below model peers.",
-    )
+SPEC = DetectorSpec(
+    name="gpu_throttle",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_THROTTLE,),
+    doc="Clock-event bits 0x8/0x20/0x40/0x80 while busy; SM clock below model peers.",
 )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
+from detectors.base import DetectorSpec, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -167,12 +167,10 @@ def detect(
     return findings, State(new, now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="gpu_xid",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.GPU_XID,),
-        doc="XID codes with NVIDIA's action; repeats via gauge changes and the XID counter.",
-    )
+SPEC = DetectorSpec(
+    name="gpu_xid",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.GPU_XID,),
+    doc="XID codes with NVIDIA's action; repeats via gauge changes and the XID counter.",
 )

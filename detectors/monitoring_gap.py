@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, register
+from detectors.base import DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import telemetry_view
 from detectors.state import KeyedArrays, align
@@ -132,12 +132,10 @@ def detect(
     return findings, State(prev.replace(onset=onset, watched=watched, last=last), fleet_onset)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="monitoring_gap",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.MONITORING_GAP,),
-        doc="Node exporter or the whole source silent (never read as a lost GPU).",
-    )
+SPEC = DetectorSpec(
+    name="monitoring_gap",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.MONITORING_GAP,),
+    doc="Node exporter or the whole source silent (never read as a lost GPU).",
 )

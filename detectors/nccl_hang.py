@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, register
+from detectors.base import DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     GR_ACTIVE,
@@ -223,12 +223,10 @@ def _median(values: np.ndarray, rows: np.ndarray) -> float | None:
     return round(float(np.median(v)), 3) if v.size else None
 
 
-SPEC = register(
-    DetectorSpec(
-        name="nccl_hang",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.NCCL_HANG,),
-        doc="Every rank busy-spinning with no compute (steps flat where exported).",
-    )
+SPEC = DetectorSpec(
+    name="nccl_hang",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.NCCL_HANG,),
+    doc="Every rank busy-spinning with no compute (steps flat where exported).",
 )

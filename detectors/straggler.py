@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name, register
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.base import DetectorSpec
+from detectors.findings import Finding, FindingKind
 from detectors.signals import (
     POWER,
     SM_CLOCK,
@@ -40,8 +40,9 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import GpuCycleState, align, gpu_keys
+from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
 from detectors.straggler_evidence import group_ids, job_signal, noise_threshold
+from detectors.straggler_report import StragglerReport
 from observer.fleet.model import NO_INDEX, FleetSnapshot
 
 ACTION = (
@@ -145,175 +146,204 @@ _SPEC = {
 }
 
 
-def detect(
-    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
-) -> tuple[list[Finding], State]:
+@dataclass(frozen=True, slots=True)
+class _JobPeers:
+    """Evidence, step 1: each GPU's activity beside its job's (rows in snapshot order)."""
+
+    activity: np.ndarray
+    signal: list[str]
+    """Per job: which reading stands for "doing math" (tensor, graphics or util)."""
+    util: np.ndarray | None
+    clock: np.ndarray | None
+    valid: np.ndarray
+    job: np.ndarray
+    """The GPU's job where it has a reading, NO_INDEX elsewhere."""
+    job_row: np.ndarray
+    """The GPU's job clipped into range, for indexing per-job arrays."""
+    job_gpus: np.ndarray
+    job_median: np.ndarray
+    peak: np.ndarray
+    judged: np.ndarray
+    """The job is large enough, computing, and in its main compute phase."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeMates:
+    """Evidence, step 2: each GPU beside its job's other GPUs on the same node."""
+
+    group_median: np.ndarray
+    group_size: np.ndarray
+    mates_median: np.ndarray
+    """Median of the node-mates without the GPU itself."""
+    comparable: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """Evidence, step 3: the clipped per-scrape gap each GPU adds, and its noise threshold."""
+
+    gap: np.ndarray
+    """Clipped gap, counting a clock-limited busy GPU as the largest one scrape may carry."""
+    busy: np.ndarray
+    clock_median: np.ndarray
+    threshold: np.ndarray
+    job_sd: np.ndarray
+    jump_sd: np.ndarray
+    last_gap: np.ndarray
+
+
+def _job_peers(
+    snapshot: FleetSnapshot, cur: KeyedArrays, now: float, age: float, params: Params
+) -> _JobPeers | None:
     g = snapshot.gpus
-    n = len(g)
     n_jobs = len(snapshot.jobs)
-    interval = scrape_interval(snapshot)
-    age = params.max_age_intervals * interval
-    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
-    dt = dt_since(state.last_now if state else np.nan, now, interval)
     util = value(snapshot, UTIL, now, age)
-    jsafe = np.clip(g.job_index, 0, max(n_jobs - 1, 0))
-    act, signal = job_signal(snapshot, now, age, util, jsafe, n_jobs, params.tensor_floor)
-    if act is None or n_jobs == 0 or n == 0:
-        return [], State(cur, now)
+    job_row = np.clip(g.job_index, 0, max(n_jobs - 1, 0))
+    activity, signal = job_signal(snapshot, now, age, util, job_row, n_jobs, params.tensor_floor)
+    if activity is None or n_jobs == 0 or len(g) == 0:
+        return None
     clock = value(snapshot, SM_CLOCK, now, age)
-    valid = (g.job_index >= 0) & ~np.isnan(act)
-    jid = np.where(valid, g.job_index, NO_INDEX).astype(np.int32)
-    job_n = np.bincount(jid[valid], minlength=n_jobs)
-    job_med = group_median(act, jid, n_jobs)
-    med = np.where(valid, job_med[jsafe], np.nan)
+    valid = (g.job_index >= 0) & ~np.isnan(activity)
+    job = np.where(valid, g.job_index, NO_INDEX).astype(np.int32)
+    job_gpus = np.bincount(job[valid], minlength=n_jobs)
+    job_median = np.where(valid, group_median(activity, job, n_jobs)[job_row], np.nan)
     job_max = np.full(n_jobs, np.nan)
-    np.fmax.at(job_max, jid[valid], act[valid])
-    top = np.where(valid, job_max[jsafe], np.nan)
-    peak = np.where(valid, np.fmax(top, cur["peak"] * params.peak_decay), cur["peak"]).astype(
-        np.float32
-    )
+    np.fmax.at(job_max, job[valid], activity[valid])
+    busiest = np.where(valid, job_max[job_row], np.nan)
+    decayed_peak = cur["peak"] * params.peak_decay
+    peak = np.where(valid, np.fmax(busiest, decayed_peak), cur["peak"]).astype(np.float32)
     with np.errstate(invalid="ignore"):
-        main = top >= params.main_phase * peak
-    judged = valid & (job_n[jsafe] >= params.min_job_gpus) & (med >= params.job_active) & main
+        main_phase = busiest >= params.main_phase * peak
+    judged = (
+        valid
+        & (job_gpus[job_row] >= params.min_job_gpus)
+        & (job_median >= params.job_active)
+        & main_phase
+    )
+    return _JobPeers(
+        activity, signal, util, clock, valid, job, job_row, job_gpus, job_median, peak, judged
+    )
 
-    gid, n_groups = group_ids(g.job_index, g.node_index, valid)
+
+def _node_mates(snapshot: FleetSnapshot, peers: _JobPeers, params: Params) -> _NodeMates:
+    g = snapshot.gpus
+    gid, n_groups = group_ids(g.job_index, g.node_index, peers.valid)
     grp_n = np.bincount(gid[gid >= 0], minlength=n_groups)
-    grp_med = group_median(act, gid, n_groups)
+    grp_med = group_median(peers.activity, gid, n_groups)
     gsafe = np.clip(gid, 0, max(n_groups - 1, 0))
-    gmed = np.where(gid >= 0, grp_med[gsafe] if n_groups else np.nan, np.nan)
-    gsize = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
-    mates = group_median_others(act, gid, n_groups)  # node-mates in the job, without itself
+    group_median_ = np.where(gid >= 0, grp_med[gsafe] if n_groups else np.nan, np.nan)
+    group_size = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
+    mates = group_median_others(peers.activity, gid, n_groups)
+    return _NodeMates(group_median_, group_size, mates, group_size >= params.min_group_gpus)
 
+
+def _evidence(
+    peers: _JobPeers,
+    mates: _NodeMates,
+    cur: KeyedArrays,
+    dt: float,
+    interval: float,
+    params: Params,
+) -> _Evidence:
+    n_jobs = len(peers.job_gpus)
+    med = peers.job_median
     with np.errstate(invalid="ignore", divide="ignore"):
-        gap_job = (act - med) / med
-        gap_grp = (act - mates) / mates
-    comparable = gsize >= params.min_group_gpus
-    busy = judged.copy()
-    if util is not None:
+        gap_job = (peers.activity - med) / med
+        gap_mates = (peers.activity - mates.mates_median) / mates.mates_median
+    busy = peers.judged.copy()
+    if peers.util is not None:
         with np.errstate(invalid="ignore"):
-            busy &= np.nan_to_num(util, nan=100.0) >= params.busy_util
+            busy &= np.nan_to_num(peers.util, nan=100.0) >= params.busy_util
     # Per-scrape evidence: the gap to the job, or to the node-mates if smaller; clipped so one
     # reading weighs at most `clip`; a GPU that is not busy is no evidence for.
-    c = params.clip
-    gap = np.where(comparable, np.fmin(gap_job, gap_grp), gap_job)
-    x = np.clip(gap, -c, c)
-    x = x_act = np.where(busy, x, np.fmin(x, 0.0))
-    clk_med = np.full(n, np.nan)
-    if clock is not None:
-        cmed = group_median(clock, np.where(busy, jid, NO_INDEX).astype(np.int32), n_jobs)
-        clk_med = np.where(valid, cmed[jsafe], np.nan)
+    clip = params.clip
+    gap = np.where(mates.comparable, np.fmin(gap_job, gap_mates), gap_job)
+    clipped = np.clip(gap, -clip, clip)
+    activity_gap = np.where(busy, clipped, np.fmin(clipped, 0.0))
+    scrape_gap = activity_gap
+    clock_median = np.full(len(peers.activity), np.nan)
+    if peers.clock is not None:
+        busy_job = np.where(busy, peers.job, NO_INDEX).astype(np.int32)
+        per_job = group_median(peers.clock, busy_job, n_jobs)
+        clock_median = np.where(peers.valid, per_job[peers.job_row], np.nan)
         with np.errstate(invalid="ignore"):
-            x = np.where(busy & (clock <= (1.0 - params.clock_drop) * clk_med), c, x)
-    k = params.reference
-    h, sd, msd, last = noise_threshold(
+            clock_limited = busy & (peers.clock <= (1.0 - params.clock_drop) * clock_median)
+        scrape_gap = np.where(clock_limited, clip, activity_gap)
+    threshold, job_sd, jump_sd, last_gap = noise_threshold(
         cur,
         gap_job,
-        x_act,
+        activity_gap,
         busy,
-        judged,
-        jid,
-        jsafe,
+        peers.judged,
+        peers.job,
+        peers.job_row,
         n_jobs,
         dt,
         interval,
         params.threshold,
         (params.noise_sd, params.noise_seconds, params.jump_seconds),
     )
-    ev, since = cusum(cur["ev"], np.where(judged, x, np.nan), dt, k, h, cur["since"], now)
-    # Where node-mates cannot be compared, a GPU fires only if few of its job's GPUs are
-    # gathering evidence too (several at once are a slow group: stage imbalance).
-    gathering = np.bincount(jid[valid & (ev >= h / 2.0)], minlength=n_jobs)
-    stands_out = comparable | (gathering[jsafe] <= params.max_outliers)
-    was = ~np.isnan(cur["onset"])
-    active = hysteresis(ev, was, h) & (was | stands_out)
-    onset = np.where(active, np.fmin(cur["onset"], since), np.nan)
-    # Stage imbalance: the node's group of this job stands out from the job as a whole.
-    with np.errstate(invalid="ignore", divide="ignore"):
-        xg = np.clip((gmed - med) / med, -c, c)
-    hg = params.threshold
-    gev, gsince = cusum(
-        cur["gev"], np.where(judged & comparable, xg, np.nan), dt, k, hg, cur["gsince"], now
-    )
-    gactive = hysteresis(gev, ~np.isnan(cur["gonset"]), hg) & ~active
-    gonset = np.where(gactive, np.fmin(cur["gonset"], gsince), np.nan)
+    return _Evidence(scrape_gap, busy, clock_median, threshold, job_sd, jump_sd, last_gap)
 
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    interval = scrape_interval(snapshot)
+    age = params.max_age_intervals * interval
+    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    dt = dt_since(state.last_now if state else np.nan, now, interval)
+    peers = _job_peers(snapshot, cur, now, age, params)
+    if peers is None:
+        return [], State(cur, now)
+    mates = _node_mates(snapshot, peers, params)
+    evidence = _evidence(peers, mates, cur, dt, interval, params)
+
+    # Decision, a bad GPU: its CUSUM past its threshold; where node-mates cannot be compared,
+    # only if few of its job's GPUs are gathering evidence too (several at once are a slow
+    # group: stage imbalance).
+    k, h = params.reference, evidence.threshold
+    judged_gap = np.where(peers.judged, evidence.gap, np.nan)
+    ev, since = cusum(cur["ev"], judged_gap, dt, k, h, cur["since"], now)
+    n_jobs = len(peers.job_gpus)
+    gathering = np.bincount(peers.job[peers.valid & (ev >= h / 2.0)], minlength=n_jobs)
+    stands_out = mates.comparable | (gathering[peers.job_row] <= params.max_outliers)
+    was_active = ~np.isnan(cur["onset"])
+    active = hysteresis(ev, was_active, h) & (was_active | stands_out)
+    onset = np.where(active, np.fmin(cur["onset"], since), np.nan)
+
+    # Decision, stage imbalance: the node's group of this job stands out from the job as a whole.
+    med = peers.job_median
+    with np.errstate(invalid="ignore", divide="ignore"):
+        group_gap = np.clip((mates.group_median - med) / med, -params.clip, params.clip)
+    hg = params.threshold
+    judged_group_gap = np.where(peers.judged & mates.comparable, group_gap, np.nan)
+    gev, gsince = cusum(cur["gev"], judged_group_gap, dt, k, hg, cur["gsince"], now)
+    group_active = hysteresis(gev, ~np.isnan(cur["gonset"]), hg) & ~active
+    gonset = np.where(group_active, np.fmin(cur["gonset"], gsince), np.nan)
+
+    # Output.
     watts = value(snapshot, POWER, now, age)
-    findings: list[Finding] = []
-    for i in np.flatnonzero(active):
-        j = int(g.job_index[i])
-        if j < 0:
-            continue
-        ctx = gpu_context(snapshot, int(i))
-        node = node_name(snapshot, int(g.node_index[i]))
-        job = str(snapshot.jobs[j].key)
-        pod = int(g.pod_index[i])
-        rank = snapshot.pods[pod].rank if 0 <= pod < len(snapshot.pods) else NO_INDEX
-        findings.append(
-            Finding(
-                kind=FindingKind.STRAGGLER,
-                severity=Severity.WARNING,
-                summary=(
-                    f"GPU {g.device_index[i]} on {node} paces job {job}: activity "
-                    f"{float(act[i]):.2f} vs peers' median {float(med[i]):.2f}"
-                ),
-                first_seen=float(onset[i]),
-                last_seen=now,
-                node=node,
-                gpu_uuid=str(g.uuid[i]),
-                job=job,
-                evidence={
-                    **ctx,
-                    "rank": None if rank == NO_INDEX else int(rank),
-                    "signal": signal[int(g.job_index[i])],
-                    "activity": round(float(act[i]), 3),
-                    "job_median_activity": round(float(med[i]), 3),
-                    "node_peers_median_activity": None
-                    if np.isnan(mates[i])
-                    else round(float(mates[i]), 3),
-                    "sm_clock_mhz": None if clock is None else float(clock[i]),
-                    "job_median_sm_clock_mhz": None if np.isnan(clk_med[i]) else float(clk_med[i]),
-                    "power_w": None if watts is None else float(watts[i]),
-                    "peers": int(job_n[j]),
-                    "min_gap": params.min_gap,
-                    "persisted_s": round(now - float(onset[i]), 1),
-                    "evidence_gap_s": round(float(ev[i]), 2),
-                    "threshold_gap_s": round(float(h[i]), 2),
-                    "job_scrape_sd": None if np.isnan(sd[i]) else round(float(sd[i]), 3),
-                },
-                recommended_action=ACTION,
-            )
-        )
-    seen: set[tuple[int, int]] = set()
-    for i in np.flatnonzero(gactive):
-        key = (int(g.job_index[i]), int(g.node_index[i]))
-        if key in seen or key[0] < 0:
-            continue
-        seen.add(key)
-        node = node_name(snapshot, key[1])
-        job = str(snapshot.jobs[key[0]].key)
-        findings.append(
-            Finding(
-                kind=FindingKind.STRAGGLER,
-                severity=Severity.INFO,
-                summary=(
-                    f"job {job}: its GPUs on {node} are uniformly busier than the rest "
-                    f"({float(gmed[i]):.2f} vs {float(med[i]):.2f}): stage or data imbalance, "
-                    "not a bad GPU"
-                ),
-                first_seen=float(gonset[i]),
-                last_seen=now,
-                node=node,
-                job=job,
-                evidence={
-                    "group_median_activity": round(float(gmed[i]), 3),
-                    "job_median_activity": round(float(med[i]), 3),
-                    "group_gpus": int(gsize[i]),
-                    "persisted_s": round(now - float(gonset[i]), 1),
-                    "evidence_gap_s": round(float(gev[i]), 2),
-                },
-                recommended_action="rebalance the job's pipeline stages or data sharding",
-            )
-        )
+    report = StragglerReport(
+        snapshot=snapshot,
+        now=now,
+        min_gap=params.min_gap,
+        activity=peers.activity,
+        signal=peers.signal,
+        job_median=med,
+        job_gpus=peers.job_gpus,
+        mates_median=mates.mates_median,
+        group_median=mates.group_median,
+        group_size=mates.group_size,
+        clock=peers.clock,
+        clock_median=evidence.clock_median,
+        watts=watts,
+        evidence=ev,
+        threshold=h,
+        job_sd=evidence.job_sd,
+        group_evidence=gev,
+    )
+    findings = report.bad_gpus(active, onset, ACTION) + report.slow_groups(group_active, gonset)
     new = cur.replace(
         ev=ev,
         since=since,
@@ -321,20 +351,18 @@ def detect(
         gev=gev,
         gsince=gsince,
         gonset=gonset,
-        peak=peak,
-        sd=sd.astype(np.float32),
-        msd=msd.astype(np.float32),
-        last=last.astype(np.float32),
+        peak=peers.peak,
+        sd=evidence.job_sd.astype(np.float32),
+        msd=evidence.jump_sd.astype(np.float32),
+        last=evidence.last_gap.astype(np.float32),
     )
     return findings, State(new, now)
 
 
-SPEC = register(
-    DetectorSpec(
-        name="straggler",
-        params_type=Params,
-        detect=detect,
-        kinds=(FindingKind.STRAGGLER,),
-        doc="A GPU persistently pacing its job (busy while peers wait, or clock-limited).",
-    )
+SPEC = DetectorSpec(
+    name="straggler",
+    params_type=Params,
+    detect=detect,
+    kinds=(FindingKind.STRAGGLER,),
+    doc="A GPU persistently pacing its job (busy while peers wait, or clock-limited).",
 )

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from detectors.base import Detector, bind, jsonable, registry
+from detectors.base import Detector, jsonable
 from detectors.findings import Finding
+from detectors.registry import bind, registry
 from observer.fleet.model import FleetSnapshot
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,10 @@ from detectors.suite import DetectorSuite
 from evaluation.replay import ReplayResult, replay
 from evaluation.scoring import Score, score
 from observer.fleet.model import FleetSnapshot
+from observer.promql import DEFAULT_LOOKBACK
 from simulator.engine import FleetSimulator
 from simulator.scenario import Scenario
-from simulator.snapshot import DEFAULT_LOOKBACK, SimSnapshots
+from simulator.snapshot import SimSnapshots
 from simulator.truth import ground_truth
 
 

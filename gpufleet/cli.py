@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.detect",
     "gpufleet.commands.backtest",
     "gpufleet.commands.eval",
+    "gpufleet.commands.policy",
     "gpufleet.commands.dashboard",
 )
 

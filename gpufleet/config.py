@@ -9,15 +9,19 @@ directory, cluster `default`, the shipped conservative policy.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from alerts.config import AlertsConfig
 from dashboards.settings import DashboardConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
-from errors.config_files import load_model
+from errors import ConfigError
+from errors.config_files import load_yaml_file, validate
 from metering.config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
@@ -31,7 +35,8 @@ class GpufleetConfig(BaseModel):
     store_url: str = "sqlite:///gpufleet.db"
     """SQLAlchemy URL: `sqlite:///path.db` (default) or `postgresql://user@host/db`."""
     dry_run: bool = False
-    """Decide and journal, never write to Kubernetes (on top of the policy's own `dry_run`)."""
+    """True: every rule in shadow whatever the policy's `actuation` says (a kill switch; pass it
+    as `RemediationLoop(..., shadow=cfg.dry_run)`). Shadow is already the policy's default."""
     policy: str | None = None
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None
@@ -39,6 +44,7 @@ class GpufleetConfig(BaseModel):
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    alerts: AlertsConfig = AlertsConfig()
 
     @field_validator("store_url")
     @classmethod
@@ -48,10 +54,58 @@ class GpufleetConfig(BaseModel):
         return v
 
 
-def load_config(path: str | Path | None) -> tuple[GpufleetConfig, Path | None]:
-    if path is None:
-        return GpufleetConfig(), None
-    return load_model(GpufleetConfig, path), Path(path)
+ENVIRONMENT: dict[str, tuple[str, ...]] = {
+    "DATABASE_URL": ("store_url",),
+    "SLACK_BOT_TOKEN": ("alerts", "slack", "token"),
+    "SLACK_SIGNING_SECRET": ("alerts", "slack", "signing_secret"),
+}
+"""Secrets a deployment passes as environment variables (deploy/base: from Kubernetes Secrets):
+each one that is set and not empty overrides its config key, so no secret sits in a ConfigMap.
+Read here, once, at load; nothing deeper reads the environment."""
+
+
+def with_environment(data: Any, environ: Mapping[str, str]) -> Any:
+    """The config mapping with ENVIRONMENT's variables that are set written into it."""
+    if not isinstance(data, dict):
+        return data  # validation names the problem
+    out: dict[str, Any] = dict(data)
+    for name, path in ENVIRONMENT.items():
+        value = environ.get(name, "")
+        if not value:
+            continue
+        node = out
+        for key in path[:-1]:
+            child = node.get(key)
+            node[key] = dict(child) if isinstance(child, dict) else {}
+            node = node[key]
+        node[path[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None, environ: Mapping[str, str] | None = None
+) -> tuple[GpufleetConfig, Path | None]:
+    """The config file (None: the defaults) with the ENVIRONMENT overrides applied."""
+    env = os.environ if environ is None else environ
+    source = str(path) if path is not None else "(default config)"
+    data = load_yaml_file(path) if path is not None else {}
+    if data is None:
+        data = {}
+    overridden = with_environment(data, env)
+    try:
+        cfg = validate(GpufleetConfig, overridden, source)
+    except ConfigError as exc:
+        names = [n for n in ENVIRONMENT if env.get(n)]
+        if not names or overridden == data:
+            raise
+        hint = f"(with {', '.join(names)} from the environment)"
+        problems = []
+        for p in exc.problems:
+            for n in names:  # a secret never lands in an error message or a log
+                p = p.replace(env[n], f"${n}")
+            problems.append(f"{p} {hint}")
+        raise ConfigError(source, problems) from None
+    return cfg, Path(path) if path is not None else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

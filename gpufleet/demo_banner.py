@@ -68,7 +68,7 @@ def kubectl() -> str:
     return "kubectl"
 
 
-def banner(handle: SimulationHandle, config: Path | None, *, dry_run: bool = False) -> str:
+def banner(handle: SimulationHandle, config: Path | None, *, shadow: bool = False) -> str:
     kc = handle.kubeconfig
     sc, clock = handle.scenario, handle.clock
     length = (sc.end - clock()) / clock.speed
@@ -80,11 +80,15 @@ def banner(handle: SimulationHandle, config: Path | None, *, dry_run: bool = Fal
         "",
     ]
     if config is not None:
+        policy = config.with_name("demo-policy.yaml")
         mode = (
-            "dry-run: decisions are journaled, Kubernetes is never written"
-            if dry_run
+            "SHADOW (actuation: shadow, as a fresh install): decisions are journaled as "
+            "'shadow: would ...', Kubernetes is never written"
+            if shadow
             else (
-                "the default policy: quarantine is automatic, everything disruptive waits for you"
+                f"LIVE: the demo opts in with `actuation: live` in {policy} (a fresh install "
+                "is in shadow and writes nothing); quarantine is automatic, everything "
+                "disruptive waits for you"
             )
         )
         lines += [
@@ -102,6 +106,7 @@ def banner(handle: SimulationHandle, config: Path | None, *, dry_run: bool = Fal
             f"  gpufleet actions list --config {config}",
             f"  gpufleet actions approve ID --config {config}",
             f"  gpufleet audit --config {config}",
+            f"  gpufleet policy explain --config {config}",
         ]
     k = kubectl()
     lines += [

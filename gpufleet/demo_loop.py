@@ -1,12 +1,17 @@
 """The demo's live loop: the simulated fleet watched, judged and repaired by the real product.
 
 Around a running simulation (simulator.serve) it sets up what a live gpufleet needs —
-a fresh SQLite journal and a config file under `.gpufleet/` that `gpufleet actions|audit` can
-use, the direct-scrape collector over the simulator's /targets, the Kubernetes collector and
-the real KubeActuator over its API, the default detectors and the default policy — and runs one
+a fresh SQLite journal, a config file and the demo's own policy under `.gpufleet/` that
+`gpufleet actions|audit|policy explain` can use, the direct-scrape collector over the
+simulator's /targets, the Kubernetes collector and the real KubeActuator over its API, the
+default detectors — and runs one
 `LiveCycle` per scrape interval of scenario time until told to stop. Everything runs on the
 simulator's scenario clock (collector stamps, detector `now`, journal times, drain timeouts),
 so a demo at x20 behaves like a fleet watched for 20 times as long.
+
+The demo opts in to writing: its policy (`demo-policy.yaml`) is the shipped default policy with
+`actuation: live` (the shipped policy is `actuation: shadow`, which writes nothing); with
+`shadow=True` it stays in shadow.
 
 Kept apart from the command module so tests can drive `run_once()` with a manual clock.
 """
@@ -22,15 +27,18 @@ import yaml
 
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
+from errors.config_files import load_yaml_file
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
+from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationLoop
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, load_policy
 from remediations.store import Store
+from remediations.types import Actuation
 from simulator.serve import SimulationHandle
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,10 @@ class DemoFiles:
         return self.workdir / "demo-config.yaml"
 
     @property
+    def policy(self) -> Path:
+        return self.workdir / "demo-policy.yaml"
+
+    @property
     def store_url(self) -> str:
         return f"sqlite:///{self.db.resolve()}"
 
@@ -66,16 +78,31 @@ def fresh_store(files: DemoFiles, cluster: str) -> Store:
     return Store.open(files.store_url, cluster=cluster)
 
 
-def write_config(files: DemoFiles, cluster: str, kubeconfig: Path, *, dry_run: bool) -> Path:
+def write_policy(files: DemoFiles, actuation: Actuation) -> Path:
+    """The demo's policy: the shipped default with `actuation` set explicitly (the demo opts in
+    to `live`; the shipped file says `shadow`)."""
+    files.workdir.mkdir(parents=True, exist_ok=True)
+    body = load_yaml_file(DEFAULT_POLICY)
+    body["actuation"] = actuation.value
+    header = (
+        f"# written by `gpufleet demo` (rewritten at each start): the shipped default policy\n"
+        f"# ({DEFAULT_POLICY}) with actuation: {actuation.value}"
+        + (" -- the demo OPTS IN to writing to its simulated cluster.\n" if actuation is
+           Actuation.LIVE else " (decide and journal only).\n")
+    )  # fmt: skip
+    files.policy.write_text(header + yaml.safe_dump(body, sort_keys=False))
+    return files.policy
+
+
+def write_config(files: DemoFiles, cluster: str, kubeconfig: Path) -> Path:
     """The config `gpufleet actions|audit --config` read; validated by the model it feeds."""
     cfg = GpufleetConfig(
         cluster=cluster,
         store_url=files.store_url,
-        dry_run=dry_run,
-        policy=str(DEFAULT_POLICY),
+        policy=str(files.policy.resolve()),
         kubeconfig=str(kubeconfig.resolve()),
     )
-    body = cfg.model_dump(exclude={"detectors"})
+    body = cfg.model_dump(mode="json", exclude={"detectors"})
     header = "# written by `gpufleet demo` (rewritten at each start)\n"
     files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
     return files.config
@@ -90,14 +117,14 @@ class DemoLoop:
         files: DemoFiles,
         report: DemoLog,
         *,
-        dry_run: bool = False,
+        shadow: bool = False,
     ) -> None:
         if handle.kubeconfig is None:
             raise ValueError("the demo loop needs the simulation's kubeconfig")
         self.handle = handle
         self.files = files
         self.log = report
-        self.dry_run = dry_run
+        self.actuation = Actuation.SHADOW if shadow else Actuation.LIVE
         self.interval = handle.scenario.scrape_interval
         self._halt = threading.Event()
         self._store: Store | None = None
@@ -120,7 +147,8 @@ class DemoLoop:
         assert h.kubeconfig is not None
         cluster = h.scenario.cluster
         self._store = fresh_store(self.files, cluster)
-        write_config(self.files, cluster, h.kubeconfig, dry_run=self.dry_run)
+        policy = load_policy(write_policy(self.files, self.actuation))
+        write_config(self.files, cluster, h.kubeconfig)
         self._kube = KubeCollector(KubeSettings(kubeconfig=str(h.kubeconfig))).start()
         if not self._kube.wait_synced(SYNC_TIMEOUT):
             log.warning("Kubernetes collector not synced after %.0f s; starting anyway",
@@ -133,15 +161,13 @@ class DemoLoop:
             h.kubeconfig, clock=h.clock, sleep=self._sleep
         )
         remediation = RemediationLoop(
-            load_policy(),
-            self._store,
-            self._actuator,
-            OWNER,
-            started_at=h.clock() - self.interval,
-            dry_run=self.dry_run,
+            policy, self._store, self._actuator, OWNER, started_at=h.clock() - self.interval
         )
         self.cycle = LiveCycle(
-            scrape_source(self._scrape, self._kube), DetectorSuite.default(), remediation
+            scrape_source(self._scrape, self._kube),
+            DetectorSuite.default(),
+            remediation,
+            meter=Meter(self._store),
         )
         return self
 

@@ -5,6 +5,7 @@ what a long-running `gpufleet run` will run on its scheduler.
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
     RemediationLoop.tick(findings, now)   (incidents, decisions, journal, actuator writes)
+    Meter.record_cycle(snapshot, now)     (latest fleet state and GPU-hour rollups, if given)
     Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
 
 Each stage is isolated and the cycle never raises: a collector error ends that cycle before
@@ -25,6 +26,7 @@ from detectors.findings import Finding
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
 from evaluation.episodes import EntityKey, EpisodeTracker
+from metering import Meter
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.scrape.collector import ScrapeCollector
@@ -44,7 +46,7 @@ exception) when there is none."""
 @dataclass(frozen=True, slots=True)
 class CycleError:
     stage: str
-    """`collect`, `detect:<detector>`, `detect` or `remediate`."""
+    """`collect`, `detect:<detector>`, `detect`, `remediate` or `meter`."""
     message: str
 
 
@@ -95,12 +97,14 @@ class LiveCycle:
         suite: DetectorSuite,
         remediation: RemediationLoop | None = None,
         *,
+        meter: Meter | None = None,
         grace_cycles: int = 0,
         audit_after: int | None = 0,
     ) -> None:
         self.collect = collect
         self.suite = suite
         self.remediation = remediation
+        self.meter = meter
         self.state = SuiteState()
         self.episodes = EpisodeTracker(grace_cycles=grace_cycles)
         self.audit_cursor = audit_after
@@ -141,6 +145,12 @@ class LiveCycle:
             except Exception as exc:
                 log.exception("remediation cycle failed")
                 errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
+        if self.meter is not None:
+            try:
+                self.meter.record_cycle(snapshot, now, result.findings)
+            except Exception as exc:  # metering must never stop detection or remediation
+                log.exception("recording the cycle's metering failed")
+                errors.append(CycleError("meter", f"{type(exc).__name__}: {exc}"))
         open_incidents, awaiting = self._backlog()
         if errors:
             self.failed_cycles += 1

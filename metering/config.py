@@ -1,7 +1,8 @@
 """The `metering:` section of the gpufleet config: retention, prices per GPU-hour, the team label.
 
     metering:
-      retention_days: 90             # 5-minute rollups older than this are pruned
+      retention_days: 35             # 5-minute rollups older than this are pruned
+      hourly_retention_days: 400     # hourly rollups older than this are pruned
       report_retention_days: 400     # daily reports kept this long
       max_gap_seconds: 300           # a gap between cycles counts at most this long
       team_label: team               # pod label that names the team
@@ -30,6 +31,8 @@ from errors.config_files import describe_validation_error
 SECTION = "metering"
 BUCKET_SECONDS = 300
 """Rollup resolution: 5 minutes."""
+HOUR_SECONDS = 3600
+"""The coarser rollup kept longer, for long windows."""
 
 Price = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
@@ -39,8 +42,10 @@ class MeteringConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    retention_days: float = Field(default=90.0, gt=0, le=3660)
+    retention_days: float = Field(default=35.0, gt=0, le=3660)
     """5-minute rollups older than this many days are deleted by `prune`."""
+    hourly_retention_days: float = Field(default=400.0, gt=0, le=3660)
+    """Hourly rollups older than this many days are deleted by `prune`."""
     report_retention_days: float = Field(default=400.0, gt=0, le=3660)
     """Daily reports older than this many days are deleted by `prune`."""
     max_gap_seconds: float = Field(default=300.0, gt=0, le=86400)

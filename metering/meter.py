@@ -1,10 +1,11 @@
 """Recording one cycle: the latest fleet state replaced, this cycle's seconds added to rollups.
 
 `Meter(store, config).record_cycle(snapshot, now, findings)` runs once per live cycle, on the
-leader only. Everything is one transaction: the cursor (the time of the last recorded cycle, per
-cluster) is read with a row lock, so a standby that takes over continues the accounting exactly
-where the old leader stopped, a replayed or older cycle adds nothing, and a gap longer than
-`max_gap_seconds` counts only that long.
+leader only; the interval goes to the 5-minute and the hourly rollups alike. Everything is one
+transaction: the cursor (the time of the last recorded cycle, per cluster) is read with a row
+lock, so a standby that takes over continues the accounting exactly where the old leader
+stopped, a replayed or older cycle adds nothing, and a gap longer than `max_gap_seconds` counts
+only that long.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Table, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from detectors.findings import Finding
 from metering import tables as t
-from metering.config import MeteringConfig
+from metering.config import HOUR_SECONDS, MeteringConfig
 from metering.gpu_columns import HEALTH_CODES, GpuColumns, gpu_columns
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows
 from observer.fleet.model import NO_INDEX, FleetSnapshot
@@ -83,6 +84,21 @@ def state_rows(
     ]
 
 
+ADDED = ("gpu_seconds", "allocated_seconds", "busy_seconds", "unmeasured_seconds")
+
+
+def _add(conn: Connection, table: Table, rows: list[dict[str, object]]) -> None:
+    """Upsert that adds: a bucket's seconds grow with every cycle that falls into it."""
+    if not rows:
+        return
+    stmt = _insert(conn)(table)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["cluster", "dimension", "bucket", "key", "model"],
+        set_={c: table.c[c] + stmt.excluded[c] for c in ADDED},
+    )
+    conn.execute(stmt, rows)
+
+
 STATE_COLUMNS = tuple(c.name for c in t.gpu_state.columns)
 
 
@@ -130,21 +146,15 @@ class Meter:
             if last is not None and at < last:
                 return CycleRecord(at, 0.0, len(states), 0)  # an older cycle: changes nothing
             dt = 0.0 if last is None else min(at - last, self.config.max_gap_seconds)
-            rows = usage_rows(
-                self.cluster, dimension_sums(snapshot, cols), bucket_overlaps(at - dt, at)
-            )
+            sums = dimension_sums(snapshot, cols)
+            rows = usage_rows(self.cluster, sums, bucket_overlaps(at - dt, at))
+            hourly = usage_rows(self.cluster, sums, bucket_overlaps(at - dt, at, HOUR_SECONDS))
             conn.execute(delete(t.gpu_state).where(t.gpu_state.c.cluster == self.cluster))
             if states:
                 _insert_states(conn, states)
+            _add(conn, t.usage, rows)
+            _add(conn, t.usage_hourly, hourly)
             ins = _insert(conn)
-            if rows:
-                stmt = ins(t.usage)
-                add = ("gpu_seconds", "allocated_seconds", "busy_seconds", "unmeasured_seconds")
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=["cluster", "dimension", "bucket", "key", "model"],
-                    set_={c: t.usage.c[c] + stmt.excluded[c] for c in add},
-                )
-                conn.execute(stmt, rows)
             cur = ins(t.cursor).values(cluster=self.cluster, taken_at=at, gpus=len(states))
             conn.execute(
                 cur.on_conflict_do_update(
@@ -152,4 +162,4 @@ class Meter:
                     set_={"taken_at": cur.excluded.taken_at, "gpus": cur.excluded.gpus},
                 )
             )
-        return CycleRecord(at, dt, len(states), len(rows))
+        return CycleRecord(at, dt, len(states), len(rows) + len(hourly))

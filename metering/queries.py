@@ -2,7 +2,8 @@
 
 Every reader takes the store and, optionally, `cluster`: None reads the store's cluster,
 `ALL_CLUSTERS` reads every cluster sharing the database (rows say which cluster they are from).
-Usage windows are cut on 5-minute bucket boundaries: `start` is rounded down and `end` up.
+Usage windows are cut on 5-minute bucket boundaries: `start` is rounded down and `end` up. Past
+`retention_days` only hourly rollups are left: read such windows in whole hours.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, Table, func, select
 
 from metering import tables as t
-from metering.config import BUCKET_SECONDS, MeteringConfig
+from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from metering.rollup import DIMENSIONS
 from remediations.store import Store
 
@@ -66,7 +67,7 @@ class Usage:
         return max(0.0, self.allocated_gpu_hours - self.busy_gpu_hours - self.unmeasured_gpu_hours)
 
 
-def _cluster_filter(
+def cluster_filter(
     store: Store, cluster: str | None, col: ColumnElement[str]
 ) -> list[ColumnElement[bool]]:
     if cluster == ALL_CLUSTERS:
@@ -79,7 +80,7 @@ def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
     g = t.gpu_state.c
     q = (
         select(t.gpu_state)
-        .where(*_cluster_filter(store, cluster, g.cluster))
+        .where(*cluster_filter(store, cluster, g.cluster))
         .order_by(g.cluster, g.node, g.device, g.uuid, g.mig_instance)
     )
     with store.engine.connect() as conn:
@@ -89,27 +90,41 @@ def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
 def last_cycle(store: Store, cluster: str | None = None) -> float | None:
     """When the newest cycle was recorded (the newest over all clusters for ALL_CLUSTERS)."""
     q = select(func.max(t.cursor.c.taken_at)).where(
-        *_cluster_filter(store, cluster, t.cursor.c.cluster)
+        *cluster_filter(store, cluster, t.cursor.c.cluster)
     )
     with store.engine.connect() as conn:
         value = conn.execute(q).scalar_one_or_none()
     return None if value is None else float(value)
 
 
-def window_buckets(start: float, end: float) -> tuple[int, int]:
-    """[first bucket, end bucket) covering [start, end)."""
-    lo = math.floor(start / BUCKET_SECONDS) * BUCKET_SECONDS
-    hi = math.ceil(end / BUCKET_SECONDS) * BUCKET_SECONDS
+def window_buckets(start: float, end: float, size: int = BUCKET_SECONDS) -> tuple[int, int]:
+    """[first bucket, end bucket) of `size`-second buckets covering [start, end)."""
+    lo = math.floor(start / size) * size
+    hi = math.ceil(end / size) * size
     return int(lo), int(hi)
 
 
+def _segments(lo: int, hi: int) -> list[tuple[Table, int, int]]:
+    """[lo, hi) (5-minute aligned) as whole hours from the hourly table and the ragged ends
+    from the 5-minute table."""
+    h_lo = math.ceil(lo / HOUR_SECONDS) * HOUR_SECONDS
+    h_hi = math.floor(hi / HOUR_SECONDS) * HOUR_SECONDS
+    if h_lo >= h_hi:
+        return [(t.usage, lo, hi)]
+    parts = [(t.usage, lo, h_lo), (t.usage_hourly, h_lo, h_hi), (t.usage, h_hi, hi)]
+    return [(table, a, b) for table, a, b in parts if a < b]
+
+
 def _usage_query(
-    store: Store, start: float, end: float, by: str, cluster: str | None, per_bucket: bool
+    store: Store,
+    table: Table,
+    lo: int,
+    hi: int,
+    by: str,
+    cluster: str | None,
+    per_bucket: bool,
 ) -> Any:
-    if by not in DIMENSIONS:
-        raise ValueError(f"by: expected one of {', '.join(DIMENSIONS)} (got {by!r})")
-    u = t.usage.c
-    lo, hi = window_buckets(start, end)
+    u = table.c
     groups: list[ColumnElement[object]] = [u.cluster, u.key, u.model]
     if per_bucket:
         groups.append(u.bucket)
@@ -122,13 +137,12 @@ def _usage_query(
     return (
         select(*groups, *sums)
         .where(
-            *_cluster_filter(store, cluster, u.cluster),
+            *cluster_filter(store, cluster, u.cluster),
             u.dimension == by,
             u.bucket >= lo,
             u.bucket < hi,
         )
         .group_by(*groups)
-        .order_by(*groups)
     )
 
 
@@ -140,15 +154,44 @@ def usage(
     *,
     cluster: str | None = None,
     per_bucket: bool = False,
+    resolution: int = BUCKET_SECONDS,
 ) -> list[Usage]:
-    """GPU-hours per key and GPU model over [start, end) (per 5-minute bucket if asked)."""
-    q = _usage_query(store, start, end, by, cluster, per_bucket)
-    out: list[Usage] = []
+    """GPU-hours per key and GPU model over [start, end), sorted by cluster, key, model.
+
+    `per_bucket`: one row per bucket of `resolution` seconds (300 or 3600) instead, for a
+    time series. Without it, whole hours of the window are read from the hourly rollup and
+    only the ragged ends from the 5-minute one (the same sums, far fewer rows).
+    """
+    if by not in DIMENSIONS:
+        raise ValueError(f"by: expected one of {', '.join(DIMENSIONS)} (got {by!r})")
+    if resolution not in (BUCKET_SECONDS, HOUR_SECONDS):
+        raise ValueError(f"resolution: expected {BUCKET_SECONDS} or {HOUR_SECONDS} seconds")
+    if per_bucket:
+        lo, hi = window_buckets(start, end, resolution)
+        table = t.usage if resolution == BUCKET_SECONDS else t.usage_hourly
+        parts = [(table, lo, hi)]
+    else:
+        parts = _segments(*window_buckets(start, end))
+    queries = [_usage_query(store, tbl, lo, hi, by, cluster, per_bucket) for tbl, lo, hi in parts]
     with store.engine.connect() as conn:
-        for r in conn.execute(q):
-            bucket = int(r[3]) if per_bucket else None
-            g, a, b, m = (float(x) / HOUR for x in tuple(r)[-4:])
-            out.append(Usage(str(r[0]), by, str(r[1]), str(r[2]), bucket, g, a, b, m))
+        if len(queries) == 1:  # one table: the database sums and sorts
+            (q,) = queries
+            rows: list[Any] = list(conn.execute(q.order_by(*q.selected_columns[:-4])))
+        else:  # whole hours and ragged ends: add the parts' sums per key
+            acc: dict[tuple[Any, ...], list[float]] = {}
+            for q in queries:
+                for part in conn.execute(q):
+                    sums = acc.setdefault(tuple(part[:-4]), [0.0, 0.0, 0.0, 0.0])
+                    for i, x in enumerate(part[-4:]):
+                        sums[i] += float(x)
+            rows = [(*k, *v) for k, v in sorted(acc.items(), key=lambda kv: kv[0])]
+    out: list[Usage] = []
+    for r in rows:
+        *head, g, a, b, m = r
+        bucket = int(head[3]) if per_bucket else None
+        out.append(
+            Usage(head[0], by, head[1], head[2], bucket, g / HOUR, a / HOUR, b / HOUR, m / HOUR)
+        )
     return out
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from metering import tables as t
 from metering.config import MeteringConfig
-from metering.queries import Totals, totals, usage, window_buckets
+from metering.queries import Totals, cluster_filter, totals, usage, window_buckets
 from metering.retention import prune
 from remediations.store import Store
 from remediations.store.schema import IncidentRow
@@ -180,9 +180,10 @@ def save_report(store: Store, report: DailyReport) -> None:
 def reports(
     store: Store, since: float | None = None, cluster: str | None = None
 ) -> list[DailyReport]:
-    """Saved reports (newest first) of the store's cluster, or of `cluster`."""
+    """Saved reports (newest first) of the store's cluster, of `cluster`, or of every cluster
+    (`ALL_CLUSTERS`)."""
     c = t.reports.c
-    q = select(c.body).where(c.cluster == (cluster or store.cluster))
+    q = select(c.body).where(*cluster_filter(store, cluster, c.cluster))
     if since is not None:
         q = q.where(c.end > since)
     with store.engine.connect() as conn:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete
 
 from metering import tables as t
-from metering.config import BUCKET_SECONDS, MeteringConfig
+from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from remediations.store import Store
 
 DAY = 86400.0
@@ -20,14 +20,17 @@ DAY = 86400.0
 @dataclass(frozen=True, slots=True)
 class Pruned:
     usage_rows: int
+    hourly_rows: int
     reports: int
 
 
 def prune(store: Store, now: float, config: MeteringConfig | None = None) -> Pruned:
-    """Delete this cluster's rollup buckets that ended before `now - retention_days` and its
-    reports that ended before `now - report_retention_days`."""
+    """Delete this cluster's 5-minute buckets that ended before `now - retention_days`, hourly
+    buckets that ended before `now - hourly_retention_days` and reports that ended before
+    `now - report_retention_days`."""
     cfg = config or MeteringConfig()
     usage_cutoff = now - cfg.retention_days * DAY - BUCKET_SECONDS
+    hourly_cutoff = now - cfg.hourly_retention_days * DAY - HOUR_SECONDS
     report_cutoff = now - cfg.report_retention_days * DAY
     with store.engine.begin() as conn:
         u = conn.execute(
@@ -35,9 +38,14 @@ def prune(store: Store, now: float, config: MeteringConfig | None = None) -> Pru
                 t.usage.c.cluster == store.cluster, t.usage.c.bucket < usage_cutoff
             )
         ).rowcount
+        h = conn.execute(
+            delete(t.usage_hourly).where(
+                t.usage_hourly.c.cluster == store.cluster, t.usage_hourly.c.bucket < hourly_cutoff
+            )
+        ).rowcount
         r = conn.execute(
             delete(t.reports).where(
                 t.reports.c.cluster == store.cluster, t.reports.c.end < report_cutoff
             )
         ).rowcount
-    return Pruned(int(u or 0), int(r or 0))
+    return Pruned(int(u or 0), int(h or 0), int(r or 0))

@@ -96,17 +96,20 @@ def dimension_sums(snap: FleetSnapshot, cols: GpuColumns) -> dict[str, Sums]:
     }
 
 
-def bucket_overlaps(start: float, end: float) -> list[tuple[int, float]]:
-    """(bucket start, seconds of (start, end] inside it), zero overlaps left out."""
+def bucket_overlaps(
+    start: float, end: float, size: int = BUCKET_SECONDS
+) -> list[tuple[int, float]]:
+    """(bucket start, seconds of (start, end] inside it) for buckets of `size` seconds, zero
+    overlaps left out."""
     if end <= start:
         return []
     out: list[tuple[int, float]] = []
-    b = math.floor(start / BUCKET_SECONDS) * BUCKET_SECONDS
+    b = math.floor(start / size) * size
     while b < end:
-        overlap = min(end, b + BUCKET_SECONDS) - max(start, b)
+        overlap = min(end, b + size) - max(start, b)
         if overlap > 0:
             out.append((int(b), float(overlap)))
-        b += BUCKET_SECONDS
+        b += size
     return out
 
 

@@ -7,6 +7,8 @@
 - `metering_usage`: GPU-seconds per 5-minute bucket, per dimension (fleet, node, pool,
   namespace, job, team), key and GPU model: all GPUs, allocated, busy (utilization-weighted)
   and allocated without a utilization sample. Seconds, not hours: sums stay exact; queries convert.
+- `metering_usage_hourly`: the same in 1-hour buckets, written in the same transaction, so long
+  windows read hours and only their ragged ends read 5-minute buckets.
 - `metering_reports`: one daily report per cluster and window end, as JSON.
 
 `tests/metering/test_metering_store.py` checks that the migrated schema and these tables agree.
@@ -60,23 +62,29 @@ cursor = Table(
     Column("gpus", Integer, nullable=False),
 )
 
-usage = Table(
-    "metering_usage",
-    metadata,
-    Column("cluster", String(128), nullable=False),
-    Column("dimension", String(16), nullable=False),
-    Column("bucket", Integer, nullable=False),
-    Column("key", String(320), nullable=False),
-    Column("model", String(128), nullable=False),
-    Column("gpu_seconds", Float, nullable=False),
-    Column("allocated_seconds", Float, nullable=False),
-    Column("busy_seconds", Float, nullable=False),
-    Column("unmeasured_seconds", Float, nullable=False),
-    PrimaryKeyConstraint(
-        "cluster", "dimension", "bucket", "key", "model", name="pk_metering_usage"
-    ),
-    Index("ix_metering_usage_bucket", "bucket"),
-)
+
+def _usage_table(name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("cluster", String(128), nullable=False),
+        Column("dimension", String(16), nullable=False),
+        Column("bucket", Integer, nullable=False),
+        Column("key", String(320), nullable=False),
+        Column("model", String(128), nullable=False),
+        Column("gpu_seconds", Float, nullable=False),
+        Column("allocated_seconds", Float, nullable=False),
+        Column("busy_seconds", Float, nullable=False),
+        Column("unmeasured_seconds", Float, nullable=False),
+        PrimaryKeyConstraint("cluster", "dimension", "bucket", "key", "model", name=f"pk_{name}"),
+        Index(f"ix_{name}_bucket", "bucket"),
+    )
+
+
+usage = _usage_table("metering_usage")
+"""5-minute buckets."""
+usage_hourly = _usage_table("metering_usage_hourly")
+"""The same sums in 1-hour buckets: a month of per-job usage is 720 buckets, not 8,640."""
 
 reports = Table(
     "metering_reports",

@@ -33,10 +33,10 @@ class RemediationLoop:
         owner: str,
         *,
         started_at: float,
-        dry_run: bool = False,
+        shadow: bool = False,
     ) -> None:
         self.actuator = actuator
-        self.engine = RemediationEngine(policy, store, started_at=started_at, dry_run=dry_run)
+        self.engine = RemediationEngine(policy, store, started_at=started_at, shadow=shadow)
         self.runner = Runner(
             policy, store, actuator, owner, open_incidents=self.engine.open_incident_ids
         )
@@ -45,9 +45,10 @@ class RemediationLoop:
         self, findings: Sequence[Finding], now: float, view: ClusterView | None = None
     ) -> tuple[CycleResult, list[ActionRecord]]:
         """Decide on this cycle's findings, then start/resume what is approved and allowed.
-        In dry-run nothing is executed (decisions are journaled as dry-run)."""
+        Shadow decisions are journaled as what would be done; when no rule is live (or shadow
+        is forced) the runner does not run at all, so nothing is written to Kubernetes."""
         result = self.engine.cycle(findings, view or self.actuator.cluster_view(now), now)
-        if self.engine.dry_run:
+        if not self.engine.may_write:
             return result, []
         touched = self.runner.run(
             self.actuator.cluster_view(now), now, fresh=self.engine.still_needed

@@ -29,7 +29,7 @@ from remediations.incidents import Change, TrackerState
 from remediations.policy import Policy, load_policy
 from remediations.store import ActionRecord, NewAction, Store
 from remediations.store.records import ActionBrief, EngineState
-from remediations.types import ActionState, Verdict
+from remediations.types import ActionState, Actuation, Verdict
 
 COUNTED = frozenset(
     {
@@ -51,8 +51,14 @@ def summarize(
     open_incidents: set[str],
     exclude: str | None = None,
     cluster: str = "",
+    now: float | None = None,
 ) -> JournalSummary:
-    """The journal as `decide` and the runner's gates need it."""
+    """The journal as `decide` and the runner's gates need it.
+
+    A shadow action counts as its live twin would: one that would have executed as done (rate,
+    cooldown, attempts, and its nodes held while its incident is open, so the shadow journal
+    shows what the blast radius would have allowed); one that would have asked a person as
+    awaiting approval until its deadline (`now`) or its incident's end."""
     entries: list[LedgerEntry] = []
     blocked: set[tuple[str, str]] = set()
     attempts: dict[tuple[str, str], int] = {}
@@ -63,17 +69,27 @@ def summarize(
         attempts[key] = max(attempts.get(key, 0), a.attempt)
         if a.id == exclude:
             continue
-        done_once = a.state is ActionState.DONE and a.playbook not in REPEATABLE
-        if not a.state.terminal or a.state is ActionState.REJECTED or done_once:
+        shadow = a.state is ActionState.SHADOW
+        would_run = shadow and a.decision is Verdict.EXECUTE
+        would_ask = (
+            shadow
+            and a.decision is Verdict.AWAIT_APPROVAL
+            and a.incident_id in open_incidents
+            and (now is None or a.deadline is None or now < a.deadline)
+        )
+        legacy_dry = a.dry_run and a.state is ActionState.DONE
+        done = a.state is ActionState.DONE or would_run
+        done_once = done and a.playbook not in REPEATABLE
+        if not a.state.terminal or a.state is ActionState.REJECTED or done_once or would_ask:
             blocked.add(key)
-        if not a.state.terminal:
+        if not a.state.terminal or would_ask:
             pending[(a.playbook, a.target)] = (str(a.id), str(a.incident_id))
         elif done_once or a.state is ActionState.REJECTED:
             pt = (a.playbook, a.target)
             settled[pt] = max(settled.get(pt, a.created_at), a.created_at)
-        if a.state in COUNTED:
+        if a.state in COUNTED or would_run:
             holds = a.state in HOLDING or (
-                a.dry_run and a.state is ActionState.DONE and a.incident_id in open_incidents
+                (legacy_dry or would_run) and a.incident_id in open_incidents
             )
             entries.append(
                 LedgerEntry(a.playbook, a.target, a.at, a.target_nodes, a.disruptive, holds)
@@ -81,6 +97,21 @@ def summarize(
     return JournalSummary(
         Ledger.of(entries), frozenset(blocked), attempts, pending, settled, cluster
     )
+
+
+def shadow_result(d: ActionDecision) -> str:
+    """What a shadow action would have done, as `gpufleet actions list` and the audit show it."""
+    if d.decision is Verdict.AWAIT_APPROVAL:
+        return (
+            f"shadow: would ask a person to approve {d.playbook} on {d.target}; "
+            "nothing written to Kubernetes"
+        )
+    steps = ", ".join(f"{i.op} {i.target}" for i in (d.plan.intents if d.plan else ()))
+    return (
+        f"shadow: would {d.playbook} {d.target}"
+        + (f" ({steps})" if steps else "")
+        + "; nothing written to Kubernetes"
+    )[:1000]
 
 
 def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
@@ -97,11 +128,13 @@ class RemediationEngine:
         store: Store,
         *,
         started_at: float,
-        dry_run: bool = False,
+        shadow: bool = False,
     ) -> None:
         self.policy = policy
         self.store = store
-        self.dry_run = dry_run or policy.dry_run
+        self.force_shadow = shadow
+        """Every rule in shadow whatever the policy says (backtests, `dry_run: true` in the
+        gpufleet config)."""
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
         self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
@@ -115,7 +148,25 @@ class RemediationEngine:
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
         open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
-        return summarize(self.store.briefs(horizon), open_ids, cluster=self.store.cluster)
+        return summarize(self.store.briefs(horizon), open_ids, cluster=self.store.cluster, now=now)
+
+    def shadow_for(self, rule: str | None) -> bool:
+        """Whether actions of the rule named `rule` (None or a name no rule has, such as a
+        scheduled job's `schedule:<job>`: the policy's top level) are shadow."""
+        if self.force_shadow:
+            return True
+        found = self.policy.rule_named(rule) if rule is not None else None
+        return self.policy.actuation_of(found) is Actuation.SHADOW
+
+    @property
+    def may_write(self) -> bool:
+        """Whether any decision of this engine can reach Kubernetes."""
+        return not self.force_shadow and self.policy.live_anywhere
+
+    @property
+    def dry_run(self) -> bool:
+        """Deprecated (use `shadow_for(None)`): whether an action no rule decided is shadow."""
+        return self.shadow_for(None)
 
     def cycle(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
@@ -132,7 +183,7 @@ class RemediationEngine:
             self.memory,
             state,
             self.journal_summary(now),
-            dry_run=self.dry_run,
+            shadow=self.force_shadow,
             not_before=self.started_at,
         )
         self.store.save_incidents(c.incident for c in result.changes)
@@ -195,10 +246,11 @@ class RemediationEngine:
                 )
                 continue
             timeout = self.policy.gates.approval_timeout
-            if d.decision is Verdict.AWAIT_APPROVAL:
+            if d.shadow:
+                asks = d.decision is Verdict.AWAIT_APPROVAL
+                state, deadline = ActionState.SHADOW, (now + timeout if asks else None)
+            elif d.decision is Verdict.AWAIT_APPROVAL:
                 state, deadline = ActionState.AWAITING_APPROVAL, now + timeout
-            elif d.dry_run:
-                state, deadline = ActionState.DONE, None
             else:
                 state, deadline = ActionState.APPROVED, now + timeout
             news.append(
@@ -216,9 +268,9 @@ class RemediationEngine:
                     reasons=d.reasons,
                     params=self._params(d.rule),
                     plan=d.plan.intents,
-                    dry_run=d.dry_run,
+                    dry_run=d.shadow,
                     attempt=d.attempt,
-                    result="dry-run: not executed" if state is ActionState.DONE else "",
+                    result=shadow_result(d) if d.shadow else "",
                     deadline=deadline,
                 )
             )
@@ -255,6 +307,12 @@ class RemediationEngine:
         a = self.store.get_action(action_id)
         if a is None:
             raise LookupError(f"no action {action_id}")
+        if a.state is ActionState.SHADOW:
+            raise ValueError(
+                f"action {action_id} was decided in shadow mode (actuation: shadow): it records "
+                "what gpufleet would have done and is never executed; set `actuation: live` in "
+                "the policy (top level or this rule) to act"
+            )
         if a.state is not ActionState.AWAITING_APPROVAL:
             raise ValueError(f"action {action_id} is {a.state.value}, not awaiting approval")
         verb = "approved" if to is ActionState.APPROVED else "rejected"
@@ -386,7 +444,7 @@ class DryRunEngine:
     def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
         self.store = _ReplayStore.open("sqlite://", cluster="backtest")
         self.engine = _ReplayEngine(
-            policy or load_policy(), self.store, started_at=started_at, dry_run=True
+            policy or load_policy(), self.store, started_at=started_at, shadow=True
         )
         self.decisions: list[ActionDecision] = []
 

@@ -21,7 +21,7 @@ from remediations.incidents import Hysteresis, IncidentChange, Tracked, TrackerS
 from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject
 from remediations.policy import Policy, Rule
 from remediations.store.records import EngineState
-from remediations.types import IncidentId, Mode, Verdict, action_id, stable_id
+from remediations.types import Actuation, IncidentId, Mode, Verdict, action_id, stable_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,8 @@ class ActionDecision:
     incident_id: IncidentId
     rule: str
     mode: Mode
-    dry_run: bool = False
+    shadow: bool = False
+    """Decided under `actuation: shadow`: journaled as what would be done, never executed."""
     plan: Plan | None = None
     attempt: int = 1
     escalate: bool = False
@@ -102,6 +103,17 @@ class CycleResult:
 
 
 REPEATABLE = frozenset({"restart_pod", "restart_job", "migrate", "request_reset", "request_reboot"})
+HARDWARE_FAULTS = frozenset(
+    {
+        FindingKind.GPU_XID,
+        FindingKind.GPU_MEMORY,
+        FindingKind.GPU_LOST,
+        FindingKind.GPU_INTERCONNECT,
+    }
+)
+"""The kinds the circuit breaker counts: hardware faults. Idle GPUs, throttling, stragglers,
+hangs, anomalies and monitoring gaps say nothing about a fleet-wide hardware event (a fleet of
+long-idle notebooks must not stop all remediation)."""
 
 
 def matches(rule: Rule, t: Tracked, view: ClusterView, pool_label: str) -> bool:
@@ -146,7 +158,8 @@ def _breaker(
     br = policy.gates.breaker
     seen = {n: t for n, t in memory.fault_seen.items() if now - t <= br.window}
     for f in findings:
-        faulty = f.severity is not Severity.INFO and f.kind is not FindingKind.MONITORING_GAP
+        faulty = f.kind in HARDWARE_FAULTS and f.severity is not Severity.INFO
+        faulty = faulty and not f.pre_existing  # cold-start evidence never acts, nor trips
         if faulty and f.node in fleet.gpu_nodes and now - f.last_seen <= br.window:
             seen[f.node] = max(seen.get(f.node, f.last_seen), f.last_seen)
     total = len(fleet.gpu_nodes) if complete else 0
@@ -169,17 +182,30 @@ def _pending(
     return journal.get(pt) or fresh.get(pt)
 
 
+SHADOW_EXECUTE = "shadow: would execute; nothing is written to Kubernetes (actuation: shadow)"
+SHADOW_APPROVAL = "shadow: would ask a person to approve; nothing is written (actuation: shadow)"
+
+
+COLD_START = (
+    "cold start: the evidence was present before gpufleet started watching; automatic "
+    "actions need evidence seen while watching, so a person must approve"
+)
+
+
 def _verdict(
-    rule: Rule, plan: Plan, results: list[GateResult], dry_run: bool
+    rule: Rule, plan: Plan, results: list[GateResult], shadow: bool, cold: bool = False
 ) -> tuple[Verdict, tuple[str, ...], bool]:
     failed = [r for r in results if not r.ok]
     if failed:
         escalate = any(r.outcome is Outcome.ESCALATE for r in failed)
         return Verdict.DENY, tuple(f"{r.gate}: {r.reason}" for r in failed), escalate
     why = f"rule {rule.name}: {rule.mode.value}"
-    if rule.mode is Mode.APPROVAL:
-        return Verdict.AWAIT_APPROVAL, (why, "gates passed; a person must approve"), False
-    extra = ("dry-run: recorded, not executed",) if dry_run else ()
+    if rule.mode is Mode.APPROVAL or cold:
+        extra = ((COLD_START,) if rule.mode is Mode.AUTO else ()) + (
+            (SHADOW_APPROVAL,) if shadow else ()
+        )
+        return Verdict.AWAIT_APPROVAL, (why, "gates passed; a person must approve", *extra), False
+    extra = (SHADOW_EXECUTE,) if shadow else ()
     return Verdict.EXECUTE, (why, "all gates passed", *extra), False
 
 
@@ -192,12 +218,12 @@ def decide(
     state: EngineState,
     journal: JournalSummary,
     *,
-    dry_run: bool = False,
+    shadow: bool = False,
     not_before: float | None = None,
 ) -> CycleResult:
     """One engine cycle, purely. `not_before`: findings last seen earlier never act (the
-    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450)."""
-    dry_run = dry_run or policy.dry_run
+    engine's start time or the last breaker reset: stale replays, NVSentinel #1280/#450).
+    `shadow`: every rule in shadow whatever its `actuation` (backtests, a forced shadow)."""
     g = policy.gates
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
     tracker, changes = step(memory.tracker, findings, now, h)
@@ -227,6 +253,7 @@ def decide(
             rule = policy.rules[ri]
             if not matches(rule, t, view, g.pool_label):
                 continue
+            in_shadow = shadow or policy.actuation_of(rule) is Actuation.SHADOW
             key = (t.incident_id, rule.playbook)
             if key in journal.blocked:
                 continue
@@ -246,7 +273,7 @@ def decide(
                             t.incident_id,
                             rule.name,
                             rule.mode,
-                            dry_run,
+                            in_shadow,
                         )
                     )
                 continue
@@ -279,9 +306,9 @@ def decide(
                 results = gates.static_gates(
                     g, plan, view, t.kind, ledger, now, t.last_seen, not_before
                 )
-                if rule.mode is Mode.AUTO:
+                if rule.mode is Mode.AUTO and not t.pre_existing:
                     results += gates.execution_gates(g, plan, fleet, state, ledger, now)
-                verdict, reasons, esc = _verdict(rule, plan, results, dry_run)
+                verdict, reasons, esc = _verdict(rule, plan, results, in_shadow, t.pre_existing)
             target = plan.target if plan is not None else f"incident/{t.incident_id}"
             if verdict is Verdict.DENY:
                 sig = stable_id(*reasons)
@@ -300,7 +327,7 @@ def decide(
                     incident_id=t.incident_id,
                     rule=rule.name,
                     mode=rule.mode,
-                    dry_run=dry_run,
+                    shadow=in_shadow,
                     plan=plan,
                     attempt=journal.attempts.get(key, 0) + 1,
                     escalate=esc,

@@ -27,7 +27,7 @@ from remediations.gates import Fleet
 from remediations.playbooks import PLAYBOOKS, Plan, VerifyStatus
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
-from remediations.types import ActionState, Intent
+from remediations.types import ActionState, Actuation, Intent
 
 FreshnessCheck = Callable[[ActionRecord], str | None]
 """Right before acting: why the action is no longer needed (e.g. the finding is gone from current
@@ -71,6 +71,8 @@ class Runner:
         if state.paused or state.breaker_tripped:
             return touched
         for a in self.store.actions([ActionState.EXECUTING, ActionState.VERIFYING]):
+            if self._shadow(a):
+                continue  # the policy went to shadow mid-action: write nothing, a person looks
             if a.lease_owner == self.owner or (a.lease_until or 0.0) <= now:
                 mine = self.store.update_action(
                     a,
@@ -84,7 +86,14 @@ class Runner:
                     touched.append(self._advance(mine, now))
         disrupted: set[str] = set()
         for a in self.store.actions([ActionState.APPROVED]):
-            if a.dry_run:
+            if self._shadow(a):
+                self.store.update_action(
+                    a,
+                    now,
+                    state=ActionState.EXPIRED,
+                    result="shadow: not executed (the policy now says actuation: shadow)",
+                    message="approved -> expired (actuation: shadow)",
+                )
                 continue
             started = self._try_start(a, view, now, fresh, disrupted)
             if started is not None:
@@ -92,6 +101,12 @@ class Runner:
                 if started.disruptive:
                     disrupted.update(started.target_nodes)
         return touched
+
+    def _shadow(self, a: ActionRecord) -> bool:
+        """Whether the action's rule (or, for an action no rule decided, the policy) is in
+        shadow under the current policy: then the runner never writes for it."""
+        rule = self.policy.rule_named(a.rule)
+        return a.dry_run or self.policy.actuation_of(rule) is Actuation.SHADOW
 
     def _try_start(
         self,
@@ -104,7 +119,9 @@ class Runner:
         state = self.store.engine_state()  # read first: any start after this fails the claim
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
-        summary = summarize(self.store.briefs(horizon), self.open_incidents(), exclude=a.id)
+        summary = summarize(
+            self.store.briefs(horizon), self.open_incidents(), exclude=a.id, now=now
+        )
         fleet = Fleet.of(view, g.pool_label)
         fleet = Fleet(
             fleet.gpu_nodes, fleet.unschedulable | disrupted, fleet.pool_of, fleet.pool_size

@@ -53,6 +53,9 @@ class Tracked:
     """None while the entity is pending (seen, not yet opened)."""
     opened_at: float = 0.0
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    pre_existing: bool = False
+    """Every finding this cycle carried evidence present before gpufleet started watching
+    (`Finding.pre_existing`): the incident is reported but never acted on automatically."""
 
 
 class Change(StrEnum):
@@ -157,6 +160,7 @@ def step(
     changes: list[IncidentChange] = []
     for key, group in by_key.items():
         f = group[0] if len(group) == 1 else _worst(group)
+        cold = f.pre_existing if len(group) == 1 else all(g.pre_existing for g in group)
         old = state.entries.get(key)
         sev = f.severity.value
         if old is None:
@@ -176,6 +180,7 @@ def step(
                 None,
                 0.0,
                 f.evidence,
+                cold,
             )
         else:
             t = Tracked(
@@ -193,6 +198,7 @@ def step(
                 old.incident_id,
                 old.opened_at,
                 f.evidence,
+                cold,
             )
         if t.incident_id is None:
             critical = sev == "critical" and params.critical_opens_at_once

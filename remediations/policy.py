@@ -4,10 +4,16 @@ Loaded through `errors.config_files`, so a mistake reads `policy.yaml: rules[2].
 one of 'auto', 'approval', 'notify'`. Playbook parameters are checked against each playbook's own
 model at load time. A rule may never act automatically on `monitoring_gap`: missing telemetry is
 not evidence of a fault.
+
+`actuation` (top level, and per rule to override it) says whether decisions reach Kubernetes:
+`shadow` (the default, also for a file that does not say) decides, gates and journals what
+gpufleet would have done and writes nothing; `live` acts. The old `dry_run: true|false` is read
+as `actuation: shadow|live` with a deprecation warning naming the file.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import time
 from enum import StrEnum
@@ -20,11 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from detectors.findings import FindingKind, Severity
 from errors import ConfigError
-from errors.config_files import describe_validation_error, load_model, validate
+from errors.config_files import describe_validation_error, load_yaml_file, validate
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
-from remediations.types import Mode
+from remediations.types import Actuation, Mode
 
+log = logging.getLogger(__name__)
 DEFAULT_POLICY = Path(__file__).with_name("policies") / "default.yaml"
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
@@ -164,6 +171,8 @@ class Rule(_Strict):
     playbook: str
     mode: Mode
     params: dict[str, Any] = Field(default_factory=dict)
+    actuation: Actuation | None = None
+    """`shadow` or `live` for this rule only; unset: the policy's top-level `actuation`."""
 
     @field_validator("playbook")
     @classmethod
@@ -180,7 +189,9 @@ class Hysteresis(_Strict):
 
 class Policy(_Strict):
     version: int = Field(default=1, ge=1, le=1)
-    dry_run: bool = False
+    actuation: Actuation = Actuation.SHADOW
+    """`shadow` (default): decide and journal what would be done, write nothing to Kubernetes;
+    `live`: act. A rule's own `actuation` overrides this."""
     hysteresis: Hysteresis = Field(default_factory=Hysteresis)
     gates: Gates = Field(default_factory=Gates)
     rules: list[Rule] = Field(default_factory=list)
@@ -188,6 +199,23 @@ class Policy(_Strict):
     def rule_params(self, index: int) -> BaseParams:
         rule = self.rules[index]
         return PLAYBOOKS[rule.playbook].params(rule.params)
+
+    def actuation_of(self, rule: Rule | None) -> Actuation:
+        """The rule's own `actuation`, else the policy's (None: an action no rule decided, such
+        as a scheduled job's)."""
+        if rule is not None and rule.actuation is not None:
+            return rule.actuation
+        return self.actuation
+
+    def rule_named(self, name: str) -> Rule | None:
+        return next((r for r in self.rules if r.name == name), None)
+
+    @property
+    def live_anywhere(self) -> bool:
+        """Whether any rule may write to Kubernetes at all."""
+        return self.actuation is Actuation.LIVE or any(
+            r.actuation is Actuation.LIVE for r in self.rules
+        )
 
 
 def _check(policy: Policy, source: str) -> Policy:
@@ -210,11 +238,52 @@ def _check(policy: Policy, source: str) -> Policy:
     return policy
 
 
+_ACTUATIONS = " or ".join(repr(a.value) for a in Actuation)
+
+
+def _legacy_dry_run(data: Any, source: str) -> Any:
+    """`dry_run: true|false` (before `actuation`) read as `actuation: shadow|live`, with a
+    warning; an error when it contradicts an `actuation` in the same file."""
+    if not isinstance(data, dict) or "dry_run" not in data:
+        return data
+    data = dict(data)
+    dry = data.pop("dry_run")
+    if not isinstance(dry, bool):
+        raise ConfigError(
+            source,
+            [
+                f"dry_run: expected true or false (deprecated: write `actuation: {_ACTUATIONS}`"
+                f" instead) (got {dry!r})"
+            ],
+        )
+    meant = Actuation.SHADOW if dry else Actuation.LIVE
+    given = data.get("actuation")
+    if given is not None and given != meant.value:
+        raise ConfigError(
+            source,
+            [
+                f"dry_run: deprecated, and `dry_run: {str(dry).lower()}` contradicts "
+                f"`actuation: {given}`; expected only `actuation: {_ACTUATIONS}` (remove dry_run)"
+            ],
+        )
+    data["actuation"] = meant.value
+    log.warning(
+        "%s: dry_run is deprecated; `dry_run: %s` is read as `actuation: %s`%s. Write "
+        "`actuation: %s` instead.",
+        source,
+        str(dry).lower(),
+        meant.value,
+        " (gpufleet WRITES to Kubernetes)" if meant is Actuation.LIVE else "",
+        meant.value,
+    )
+    return data
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
     """The policy at `path`, or the conservative default shipped with gpufleet."""
     p = Path(path) if path is not None else DEFAULT_POLICY
-    return _check(load_model(Policy, p), str(p))
+    return policy_from_dict(load_yaml_file(p), str(p))
 
 
 def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
-    return _check(validate(Policy, data, source), source)
+    return _check(validate(Policy, _legacy_dry_run(data, source), source), source)

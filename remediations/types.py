@@ -42,6 +42,9 @@ class ActionState(StrEnum):
     EXPIRED = "expired"
     REJECTED = "rejected"
     DENIED = "denied"
+    SHADOW = "shadow"
+    """Decided under `actuation: shadow`: journaled with what gpufleet would have done (its
+    `result` reads `shadow: would ...`), never executed, never offered for approval."""
 
     @property
     def terminal(self) -> bool:
@@ -56,6 +59,7 @@ _TERMINAL = frozenset(
         ActionState.EXPIRED,
         ActionState.REJECTED,
         ActionState.DENIED,
+        ActionState.SHADOW,
     }
 )
 
@@ -90,6 +94,13 @@ class Mode(StrEnum):
     AUTO = "auto"
     APPROVAL = "approval"
     NOTIFY = "notify"
+
+
+class Actuation(StrEnum):
+    """Whether a rule's decisions reach Kubernetes (`live`) or are only journaled (`shadow`)."""
+
+    SHADOW = "shadow"
+    LIVE = "live"
 
 
 class Verdict(StrEnum):

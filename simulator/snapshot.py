@@ -4,7 +4,8 @@ For detector tests and `eval` without a Prometheus in the loop. At evaluation ti
 adapter answers what an instant query would: each series' newest sample within the lookback
 window (5 min by default, like Prometheus; backfilled data has no staleness markers, so a
 vanished series keeps answering with its *old* sample and timestamp until the lookback passes),
-and for counters the reset-aware, extrapolated `increase(x[window])` of PromQL. Scrapes happen
+and for counters the reset-aware, extrapolated `increase(x[window])` of PromQL (both from
+observer.promql). Scrapes happen
 on the scenario's grid (start + k * scrape_interval); samples are cached per scrape, so a replay
 in time order samples each scrape once. The snapshot itself is built by the same
 `observer.snapshot.builder` the real collectors use.
@@ -19,60 +20,22 @@ import numpy as np
 
 from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind
 from observer.fleet.model import FleetSnapshot, FloatArray, Node, NodeName, Pod
+from observer.promql import DEFAULT_LOOKBACK, Semantics, fresh, increase_columns
 from observer.snapshot.builder import SnapshotBuilder
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from simulator.engine import FleetSimulator, Sample
 from simulator.layout import SimPod
 
-DEFAULT_LOOKBACK = 300.0
-"""Prometheus' default --query.lookback-delta."""
+SEMANTICS = Semantics(left_open=True, zero_point_first=True)
+"""The simulator's PromQL: windows and lookback left-open (as 3.x), extrapolation capped at the
+counter's zero point before the 1.1-interval test (as 2.x). Kept as it has always been so that
+the suite's scores stay comparable across releases."""
 
 
 def increase(times: FloatArray, values: np.ndarray, t: float, window: float) -> FloatArray:
-    """PromQL `increase(x[window])` at `t` over rows of samples (scrapes x series), per series.
-
-    `values` is (k, n) with NaN for absent samples. Reset-aware (a drop means the counter
-    restarted from 0) and extrapolated to the window edges like Prometheus' extrapolatedRate.
-    NaN where a series has fewer than two samples in the window.
-    """
-    lo = t - window
-    sel = (times > lo) & (times <= t)
-    ts, vs = times[sel], values[sel]
-    n = values.shape[1]
-    out = np.full(n, np.nan)
-    if ts.shape[0] < 2:
-        return out
-    present = ~np.isnan(vs)
-    count = present.sum(axis=0)
-    # Reset-aware delta over consecutive present samples (forward-fill gaps).
-    filled = vs.copy()
-    for k in range(1, filled.shape[0]):  # a handful of scrapes, not GPUs
-        filled[k] = np.where(np.isnan(filled[k]), filled[k - 1], filled[k])
-    diffs = np.diff(filled, axis=0)
-    prev = filled[:-1]
-    step = np.where(diffs < 0, filled[1:], diffs)  # after a reset, the new value is the increase
-    step = np.where(np.isnan(step) | np.isnan(prev), 0.0, step)
-    result = step.sum(axis=0)
-    first_k = np.argmax(present, axis=0)
-    last_k = present.shape[0] - 1 - np.argmax(present[::-1], axis=0)
-    first_t, last_t = ts[first_k], ts[last_k]
-    first_v = vs[first_k, np.arange(n)]
-    sampled = last_t - first_t
-    ok = (count >= 2) & (sampled > 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        avg = sampled / np.maximum(count - 1, 1)
-        to_start = first_t - lo
-        to_end = t - last_t
-        to_zero = np.where(result > 0, sampled * (first_v / result), np.inf)
-        to_start = np.where((result > 0) & (first_v >= 0) & (to_zero < to_start), to_zero, to_start)
-        thr = 1.1 * avg
-        span = (
-            sampled
-            + np.where(to_start < thr, to_start, avg / 2)
-            + np.where(to_end < thr, to_end, avg / 2)
-        )
-        out = np.where(ok, result * span / sampled, np.nan)
-    return out
+    """PromQL `increase(x[window])` at `t` over rows of samples (scrapes x series), per series;
+    NaN where a series has fewer than two samples in the window."""
+    return increase_columns(times, values, t - window, t, SEMANTICS)
 
 
 class SimSnapshots:
@@ -128,7 +91,7 @@ class SimSnapshots:
             samples = []
         times = np.array([s.t for s in samples], dtype=np.float64)
         n = self.sim.n_gpu
-        in_lookback = times > t - self.lookback
+        in_lookback = fresh(times, t, self.lookback, SEMANTICS.left_open)
         # Newest present sample per GPU within the lookback (series-level staleness).
         present = np.array([s.present for s in samples], dtype=bool).reshape(len(samples), n)
         present_lb = present & in_lookback[:, None]

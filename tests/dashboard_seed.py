@@ -22,15 +22,16 @@ from remediations.decision_journal import RemediationEngine
 from remediations.executor import Runner
 from remediations.policy import Policy, load_policy
 from remediations.store import IncidentRecord, Store
-from remediations.types import IncidentId, IncidentStatus
+from remediations.types import Actuation, IncidentId, IncidentStatus
 from tests.remediations.fake_cluster import FakeCluster
 
 PROTECTED = {"gpufleet.io/protected": "true"}
 
 
 def seed_policy() -> Policy:
-    """The one policy every dashboard test seeds with (the shipped default)."""
-    return load_policy()
+    """The one policy every dashboard test seeds with: the shipped default, `actuation: live`
+    (the seed's cluster is the in-memory FakeCluster, so the runner's gates and writes run)."""
+    return load_policy().model_copy(update={"actuation": Actuation.LIVE})
 
 
 def _finding(kind: FindingKind, sev: Severity, t: float, **kw: str) -> Finding:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from detectors.base import bind
 from detectors.findings import Finding
+from detectors.registry import bind
 from tests.fleet import Fleet
 
 

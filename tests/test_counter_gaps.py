@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import detectors.all  # noqa: F401  (registers the detectors)
-from detectors.base import bind
+from detectors.registry import bind
 from errors import GpufleetError
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector

@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from detectors.base import DetectorSpec, bind, registry
+from detectors.base import DetectorSpec
 from detectors.config import suite_from_section
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.registry import bind, registry
 from detectors.state import align, empty
 from detectors.suite import DetectorSuite
 from errors import ConfigError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from detectors.base import bind
 from detectors.findings import FindingKind, Severity
 from detectors.monitoring_gap import Params as GapParams
+from detectors.registry import bind
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
 

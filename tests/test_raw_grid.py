@@ -8,8 +8,8 @@ import pytest
 
 from observer.prometheus.cycle import chunk_span
 from observer.prometheus.replay.matrix import RawBlock
-from observer.prometheus.replay.range_replay import parse_duration
 from observer.prometheus.replay.step_grid import increase, newest
+from observer.promql import parse_duration
 
 
 def block(rng: np.random.Generator, n: int = 40) -> RawBlock:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.base import bind
 from detectors.findings import Severity
+from detectors.registry import bind
 from detectors.suite import DetectorSuite
 from evaluation.replay import replay
 from evaluation.scoring import score

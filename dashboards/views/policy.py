@@ -84,7 +84,9 @@ def render(ctx: Context) -> None:
     path = ctx.settings.policy
     p = policy(path)
     now = data.now()
-    st.caption(f"Policy file: `{path or DEFAULT_POLICY}`" + (" · **dry-run**" if p.dry_run else ""))
+    st.caption(f"Policy file: `{path or DEFAULT_POLICY}` · actuation **{p.actuation.value}**"
+               + (" (decisions are journaled, nothing is written to Kubernetes)"
+                  if p.actuation.value == "shadow" else ""))  # fmt: skip
     rules = pd.DataFrame(
         [
             {
@@ -93,6 +95,7 @@ def render(ctx: Context) -> None:
                 "severities": ", ".join(s.value for s in r.match.severities) or "any",
                 "playbook": r.playbook,
                 "mode": r.mode.value,
+                "actuation": p.actuation_of(r).value,
             }
             for r in p.rules
         ]

@@ -1,7 +1,9 @@
 """`gpufleet actions list|show|approve|reject`: the journal's actions, and people's decisions.
 
 Approving moves an action from awaiting_approval to approved (the runner then re-checks every
-gate before it acts); rejecting closes it for good for that incident. Both are audited with the
+gate before it acts); rejecting closes it for good for that incident. Actions in state `shadow`
+(decided under `actuation: shadow`) show what gpufleet would have done; they never run and
+cannot be approved. Both are audited with the
 person's name. IDs may be abbreviated to any unique prefix.
 """
 
@@ -73,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             print(f"{'ID':<12} {'STATE':<17} {'PLAYBOOK':<14} {'TARGET':<32} {'MODE':<8} CREATED")
             for a in actions:
+                shadow = f"  {a.result}" if a.state is ActionState.SHADOW else ""
                 print(
                     f"{a.id[:12]:<12} {a.state.value:<17} {a.playbook:<14} {a.target[:32]:<32} "
-                    f"{a.mode.value:<8} {_when(a.created_at)}"
+                    f"{a.mode.value:<8} {_when(a.created_at)}{shadow}"
                 )
             return 0
         found = _find(store, args.id)

@@ -80,7 +80,12 @@ def register(sub: Any) -> None:
         help="the dashboard on http://localhost:P (default 8501; 0: any free; -1: none)",
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="decide and journal, never write to Kubernetes"
+        "--shadow",
+        "--dry-run",
+        dest="shadow",
+        action="store_true",
+        help="keep the demo's policy in shadow (actuation: shadow): decide and journal what "
+        "would be done, never write to Kubernetes (the demo otherwise opts in to live)",
     )
     p.set_defaults(func=run)
 
@@ -131,11 +136,11 @@ def run(args: argparse.Namespace) -> int:
             if not args.no_loop:
                 files = DemoFiles(Path(args.workdir))
                 report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
-                loop = DemoLoop(handle, files, report, dry_run=args.dry_run).start()
+                loop = DemoLoop(handle, files, report, shadow=args.shadow).start()
                 if args.dashboard_port >= 0:
                     dash = start_dashboard(files.config, args.dashboard_port, files.workdir)
             config = None if loop is None else loop.files.config
-            print(banner(handle, config, dry_run=args.dry_run), flush=True)
+            print(banner(handle, config, shadow=args.shadow), flush=True)
             print(flush=True)
             if loop is not None:
                 loop.run(stop)
@@ -155,7 +160,8 @@ def start_dashboard(config: Path, port: int, workdir: Path) -> Dashboard:
     """The dashboard over the demo's journal, in demo mode (no login: anyone may approve, and
     every page says so); its URL is printed first."""
     cfg, _ = load_config(config)
-    settings = settings_of(cfg, None, unauthenticated_approvals=True)
+    policy = config.parent / cfg.policy if cfg.policy else None  # the demo's own policy file
+    settings = settings_of(cfg, policy, unauthenticated_approvals=True)
     if port and not port_free(port):
         print(f"gpufleet demo: port {port} is taken; the dashboard uses a free port instead",
               file=sys.stderr)  # fmt: skip

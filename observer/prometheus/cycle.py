@@ -31,15 +31,9 @@ from observer.prometheus.memory import PromMemory
 from observer.prometheus.plan import PromSettings, Query, counter_families, plan
 from observer.prometheus.replay.chunks import chunks
 from observer.prometheus.replay.fetch import RawFetch
-from observer.prometheus.replay.range_replay import (
-    DEFAULT_LOOKBACK,
-    LEFT_OPEN_PROBE,
-    RawQuery,
-    RawReplay,
-    memory_from,
-    parse_duration,
-)
+from observer.prometheus.replay.range_replay import RawQuery, RawReplay, memory_from
 from observer.prometheus.replay.steps import KubeCache, build_step
+from observer.promql import DEFAULT_LOOKBACK, LEFT_OPEN_PROBE, parse_duration
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.gc_pause import paused_gc

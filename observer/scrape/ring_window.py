@@ -2,8 +2,8 @@
 
 The direct-scrape collector has no Prometheus to ask for `increase()`, so it keeps the last
 `capacity` samples of every counter series itself and computes the same reset-aware,
-extrapolated increase PromQL does (Prometheus' `extrapolatedRate`, range closed on both ends as
-in Prometheus 2.x). Memory is fixed per series: two float64 rings (time, value) of `capacity`
+extrapolated increase PromQL does (observer.promql, range closed on both ends as in Prometheus
+2.x). Memory is fixed per series: two float64 rings (time, value) of `capacity`
 slots, i.e. 16 * capacity bytes; series not seen for `retention` seconds give their column back.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from observer.fleet.model import FloatArray
+from observer.promql import PROMETHEUS_2, increase_columns
 
 
 class RingWindow:
@@ -92,48 +93,7 @@ class RingWindow:
         if not known:
             return out
         cols = np.fromiter((self._index[keys[i]] for i in known), np.int64, len(known))
-        out[known] = extrapolated_increase(self._t[:, cols], self._v[:, cols], now - window, now)
-        return out
-
-
-def extrapolated_increase(t: FloatArray, v: FloatArray, lo: float, hi: float) -> FloatArray:
-    """Prometheus' extrapolatedRate (counter, not per-second) over columns of samples.
-
-    `t`, `v`: (k, n) sample times/values, NaN for empty slots, in any slot order.
-    """
-    t = np.where((t >= lo) & (t <= hi), t, np.nan)
-    order = np.argsort(np.where(np.isnan(t), np.inf, t), axis=0)
-    ts = np.take_along_axis(t, order, axis=0)
-    vs = np.take_along_axis(v, order, axis=0)
-    ok = ~np.isnan(ts)
-    count = ok.sum(axis=0)
-    n = ts.shape[1]
-    out = np.full(n, np.nan)
-    good = count >= 2
-    if not good.any():
-        return out
-    prev, cur = vs[:-1], vs[1:]
-    pair = ok[:-1] & ok[1:]
-    step = np.where(cur >= prev, cur - prev, cur)
-    delta = np.where(pair, step, 0.0).sum(axis=0)
-    cols = np.arange(n)
-    first_t, first_v = ts[0], vs[0]
-    last_k = np.maximum(count - 1, 0)
-    last_t = ts[last_k, cols]
-    sampled = last_t - first_t
-    with np.errstate(invalid="ignore", divide="ignore"):
-        avg = sampled / np.maximum(count - 1, 1)
-        to_start = first_t - lo
-        to_end = hi - last_t
-        to_zero = np.where(delta > 0, sampled * (first_v / np.where(delta > 0, delta, 1.0)), np.inf)
-        to_start = np.where((delta > 0) & (first_v >= 0) & (to_zero < to_start), to_zero, to_start)
-        thr = 1.1 * avg
-        span = (
-            sampled
-            + np.where(to_start < thr, to_start, avg / 2)
-            + np.where(to_end < thr, to_end, avg / 2)
+        out[known] = increase_columns(
+            self._t[:, cols], self._v[:, cols], now - window, now, PROMETHEUS_2
         )
-        result = delta * span / sampled
-    ok_cols = good & (sampled > 0)
-    out[ok_cols] = result[ok_cols]
-    return out
+        return out

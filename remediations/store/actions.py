@@ -29,9 +29,17 @@ from remediations.types import (
     ActionId,
     ActionState,
     IncidentId,
+    Verdict,
     can_transition,
 )
 from remediations.types import action_id as _action_id
+
+
+def _decision_message(r: Mapping[str, Any]) -> str:
+    """A new action's audit line; a shadow one says what would have happened (its result)."""
+    if r["state"] == ActionState.SHADOW.value and r["result"]:
+        return str(r["result"])
+    return f"{r['playbook']} on {r['target']}: {r['decision']}"
 
 
 class TransitionRefused(Exception):
@@ -79,7 +87,15 @@ class ActionStore(StoreBase):
                     s,
                     now,
                     "decision",
-                    f"{new.playbook} on {new.target}: {new.decision.value}",
+                    _decision_message(
+                        {
+                            "state": new.state.value,
+                            "result": new.result,
+                            "playbook": new.playbook,
+                            "target": new.target,
+                            "decision": new.decision.value,
+                        }
+                    ),
                     action_id=action_id,
                     incident_id=new.incident_id,
                     target=new.target,
@@ -159,7 +175,7 @@ class ActionStore(StoreBase):
                     "action_id": r["id"],
                     "incident_id": r["incident_id"],
                     "target": r["target"],
-                    "message": f"{r['playbook']} on {r['target']}: {r['decision']}",
+                    "message": _decision_message(r),
                     "detail": {
                         "reasons": r["reasons"],
                         "mode": r["mode"],
@@ -234,6 +250,8 @@ class ActionStore(StoreBase):
             ActionRow.created_at,
             ActionRow.attempt,
             ActionRow.started_at,
+            ActionRow.decision,
+            ActionRow.deadline,
         )
         q = select(*cols).where(
             ActionRow.cluster == self.cluster,
@@ -253,6 +271,8 @@ class ActionStore(StoreBase):
                     r[8],
                     r[9],
                     r[10],
+                    Verdict(r[11]),
+                    r[12],
                 )
                 for r in conn.execute(q)
             ]

@@ -135,6 +135,8 @@ class ActionBrief:
     created_at: float
     attempt: int
     started_at: float | None = None
+    decision: Verdict = Verdict.EXECUTE
+    deadline: float | None = None
 
     @property
     def at(self) -> float:

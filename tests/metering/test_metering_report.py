@@ -9,6 +9,7 @@ import pytest
 from errors import ConfigError
 from gpufleet.config import load_config
 from metering import (
+    ALL_CLUSTERS,
     DailyReport,
     Meter,
     MeteringConfig,
@@ -102,6 +103,7 @@ def test_daily_report_numbers_incidents_actions(store: Store) -> None:
     (saved,) = reports(store)  # the same day written again replaces it
     assert saved == again and saved.created_at == T0 + DAY + 60
     assert DailyReport.from_json(again.to_json()) == again
+    assert reports(store, cluster="elsewhere") == [] and reports(store, cluster=ALL_CLUSTERS)
 
 
 def test_unpriced_models_are_counted_apart(store: Store) -> None:
@@ -152,7 +154,7 @@ def test_daily_job_reports_the_day_that_ended_and_prunes(store: Store) -> None:
     assert (report.start, report.end) == (int(T0 - 3600), int(T0 + DAY - 3600))
     assert report.totals.gpu_hours == pytest.approx(12 * 30 / 3600)
     assert [r.end for r in reports(store)] == [report.end]
-    old = MeteringConfig(retention_days=1, report_retention_days=1)
+    old = MeteringConfig(retention_days=1, hourly_retention_days=1, report_retention_days=1)
     daily_job(store, old, now=now + 3 * DAY)
     assert [r.end for r in reports(store)] == [int(T0 + 4 * DAY)]  # the old one pruned
     assert usage(store, T0, T0 + DAY, by="fleet") == []

@@ -189,6 +189,13 @@ def test_prune_keeps_the_retention_window(store: Store) -> None:
     left = usage(store, T0, T0 + 4 * day, "fleet", per_bucket=True)
     assert min(r.bucket or 0 for r in left) >= T0 + 2 * day - 300
     assert len(left) == 289  # the bucket that ends at the cutoff, and the last day
+    assert pruned.hourly_rows == 0  # hourly rollups are kept longer
+    hours = usage(store, T0, T0 + 4 * day, "fleet", per_bucket=True, resolution=3600)
+    assert len(hours) == 3 * 24
+    pruned = prune(store, T0 + 3 * day, MeteringConfig(retention_days=1, hourly_retention_days=1))
+    assert pruned.hourly_rows > 0
+    hours = usage(store, T0, T0 + 4 * day, "fleet", per_bucket=True, resolution=3600)
+    assert len(hours) == 24 + 1  # the hour that ends at the cutoff, and the last day
 
 
 def test_pools_and_mig_instances(store: Store) -> None:
@@ -244,3 +251,30 @@ def test_upgrade_from_0001_keeps_the_journal_and_downgrades(store_url: str) -> N
         assert not {tbl.name for tbl in t.metadata.sorted_tables} & names and "audit" in names
     finally:
         engine.dispose()
+
+
+def test_long_windows_read_hours_and_agree_with_five_minute_buckets(store: Store) -> None:
+    f = fleet()
+    meter = Meter(store)
+    for k in range(0, 3 * 3600 + 1, 45):  # three hours, 45 s apart: intervals cross buckets
+        meter.record_cycle(snapshot(f, T0 + 100 + k))
+    start, end = T0 + 1200, T0 + 3 * 3600 - 600  # ragged ends, two whole hours between
+    fine = usage(store, start, end, by="namespace", per_bucket=True)
+    assert {r.bucket for r in fine} == set(range(int(start), int(end), 300))
+    whole = usage(store, start, end, by="namespace")
+    for ns in ("ml", "web"):
+        (row,) = [r for r in whole if r.key == ns]
+        mine = [r for r in fine if r.key == ns]
+        assert row.allocated_gpu_hours == pytest.approx(sum(r.allocated_gpu_hours for r in mine))
+        assert row.busy_gpu_hours == pytest.approx(sum(r.busy_gpu_hours for r in mine))
+    hourly = usage(store, T0, T0 + 4 * 3600, by="fleet", per_bucket=True, resolution=3600)
+    five = usage(store, T0, T0 + 4 * 3600, by="fleet", per_bucket=True)
+    assert [r.bucket for r in hourly] == [int(T0) + h * 3600 for h in range(4)]
+    for h in hourly:
+        lo = h.bucket or 0
+        inside = [r.gpu_hours for r in five if lo <= (r.bucket or 0) < lo + 3600]
+        assert h.gpu_hours == pytest.approx(sum(inside))
+    with pytest.raises(ValueError, match="resolution"):
+        usage(store, T0, T0 + 60, per_bucket=True, resolution=60)
+    with pytest.raises(ValueError, match="by: expected one of"):
+        usage(store, T0, T0 + 60, by="rack")  # type: ignore[arg-type]

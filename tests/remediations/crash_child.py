@@ -18,11 +18,11 @@ from remediations.actuator_api import WriteContext
 from remediations.decision_journal import RemediationEngine
 from remediations.executor import Runner
 from remediations.kube_actuator import KubeActuator
-from remediations.policy import policy_from_dict
 from remediations.store import Store
 from remediations.types import Intent
+from tests.remediations.helpers import live_policy
 
-POLICY = policy_from_dict({
+POLICY = live_policy({
     "hysteresis": {"open_after": 1},
     "gates": {"blast_radius": {"max_nodes": 3, "max_percent_of_pool": 100},
               "protected": {"namespaces": ["kube-system"]}},

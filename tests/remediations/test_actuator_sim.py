@@ -18,7 +18,7 @@ from detectors.findings import Finding, FindingKind, Severity
 from remediations.decision_journal import RemediationEngine
 from remediations.executor import Runner
 from remediations.kube_actuator import KubeActuator
-from remediations.policy import Policy, policy_from_dict
+from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -32,6 +32,7 @@ from remediations.types import (
 )
 from tests.k8s_sim_support import Sim, annotations_of, labels_of, present, running_sim, spec
 from tests.remediations.helpers import finding as _finding
+from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0
 
@@ -60,7 +61,7 @@ def actuator(sim: Sim) -> Iterator[KubeActuator]:
 
 
 def _policy(playbook: str, kind: str = "gpu_xid", **params: object) -> Policy:
-    return policy_from_dict({
+    return live_policy({
         "hysteresis": {"open_after": 1},
         "gates": {"blast_radius": {"max_nodes": 3, "max_percent_of_pool": 100},
                   "protected": {"namespaces": ["kube-system"]}},
@@ -152,7 +153,7 @@ def test_restart_pod_and_restart_job(sim: Sim, actuator: KubeActuator, store: St
     train = {n: actuator.pod("ml", n) for n in ("train-worker-0", "train-worker-1")}
     assert serve0 is not None
     hang = finding(kind=FindingKind.NCCL_HANG, node=None, gpu=None, job="ml/train")
-    policy = policy_from_dict({"rules": [
+    policy = live_policy({"rules": [
         {"name": "rj", "match": {"kinds": ["nccl_hang"]}, "playbook": "restart_job",
          "mode": "auto"},
         {"name": "rp", "match": {"kinds": ["gpu_xid"]}, "playbook": "restart_pod",
@@ -235,7 +236,7 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
 
     data = _policy("quarantine").model_dump(mode="json")
     data["gates"]["breaker"]["threshold_percent"] = 100  # 3 of 4 nodes: keep the breaker out
-    policy = policy_from_dict(data)
+    policy = live_policy(data)
     eng = RemediationEngine(policy, store, started_at=T0 - 60)
     acts = [KubeActuator.from_kubeconfig(sim.kubeconfig) for _ in range(2)]
     fs = [finding(node=f"h100-000{i}", gpu=f"G{i}") for i in (1, 2, 3)]
@@ -268,7 +269,7 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
 def test_request_reset_and_uncordon_what_we_cordoned(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:
-    policy = policy_from_dict({
+    policy = live_policy({
         "hysteresis": {"open_after": 1},
         "rules": [
             {"name": "c", "match": {"kinds": ["gpu_xid"]}, "playbook": "cordon", "mode": "auto"},
@@ -327,9 +328,8 @@ def test_live_loop_quarantines_then_drains_after_approval(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:
     from remediations.cycle import RemediationLoop
-    from remediations.policy import load_policy
 
-    loop = RemediationLoop(load_policy(), store, actuator, "loop", started_at=T0 - 60)
+    loop = RemediationLoop(live_policy(), store, actuator, "loop", started_at=T0 - 60)
     xid = finding(node="h100-0002", gpu="GPU-2")
     result, touched = loop.tick([xid], T0)
     assert {d.playbook: d.decision.value for d in result.decisions} == {
@@ -347,5 +347,5 @@ def test_live_loop_quarantines_then_drains_after_approval(
     assert done is not None and done.state is ActionState.DONE
     big = actuator.pod("ml", "big-worker-0")
     assert big is not None and big.node != "h100-0002"
-    dry = RemediationLoop(load_policy(), store, actuator, "dry", started_at=T0, dry_run=True)
+    dry = RemediationLoop(live_policy(), store, actuator, "dry", started_at=T0, shadow=True)
     assert dry.tick([], T0 + 200)[1] == []

@@ -10,11 +10,10 @@ import pytest
 
 from gpufleet.cli import main
 from remediations.decision_journal import RemediationEngine
-from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.fake_cluster import FakeCluster
-from tests.remediations.helpers import finding
+from tests.remediations.helpers import finding, live_policy
 
 
 def _config(tmp_path: Path, url: str, **extra: str) -> Path:
@@ -29,7 +28,7 @@ def test_approve_reject_pause_breaker_audit(
 ) -> None:
     now = time.time()
     store = Store.open(store_url, cluster="cli-test")
-    eng = RemediationEngine(load_policy(), store, started_at=now - 60)
+    eng = RemediationEngine(live_policy(), store, started_at=now - 60)
     cluster = FakeCluster({"a": 10})
     eng.cycle(
         [

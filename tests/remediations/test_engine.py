@@ -5,17 +5,17 @@ from __future__ import annotations
 from detectors.findings import FindingKind, Severity
 from remediations.decision_journal import DryRunEngine, RemediationEngine
 from remediations.executor import Runner
-from remediations.policy import Policy, load_policy, policy_from_dict
+from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster
-from tests.remediations.helpers import finding
+from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0
 
 
 def _engine(store: Store, policy: Policy | None = None) -> RemediationEngine:
-    return RemediationEngine(policy or load_policy(), store, started_at=T0 - 60)
+    return RemediationEngine(policy or live_policy(), store, started_at=T0 - 60)
 
 
 def test_default_policy_quarantines_critical_xid_and_asks_before_draining(store: Store) -> None:
@@ -59,7 +59,7 @@ def test_replayed_findings_create_no_second_action(store: Store) -> None:
 
 def test_stale_findings_after_restart_never_act(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    eng = RemediationEngine(load_policy(), store, started_at=T0 + 100)
+    eng = RemediationEngine(live_policy(), store, started_at=T0 + 100)
     old = finding(node="a-0003", first_seen=T0, last_seen=T0)
     res = eng.cycle([old], cluster.view(T0 + 100), T0 + 100)
     assert all(d.decision is Verdict.DENY for d in res.decisions if d.playbook == "quarantine")
@@ -73,7 +73,7 @@ def test_monitoring_gap_never_acts_and_policy_refuses_auto(store: Store) -> None
     from errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"rules\[0\].mode"):
-        policy_from_dict({"rules": [{"name": "x", "playbook": "cordon", "mode": "auto"}]})
+        live_policy({"rules": [{"name": "x", "playbook": "cordon", "mode": "auto"}]})
     cluster = FakeCluster({"a": 4})
     eng = _engine(store)
     gap = finding(kind=FindingKind.MONITORING_GAP, node="a-0000", gpu=None, first_seen=T0)
@@ -100,7 +100,7 @@ def test_breaker_trips_on_mass_faults_and_stops_everything(store: Store) -> None
 def test_uncordon_only_what_we_cordoned(store: Store) -> None:
     cluster = FakeCluster({"a": 4})
     cluster.nodes["a-0001"].unschedulable = True  # a person cordoned it
-    policy = policy_from_dict(
+    policy = live_policy(
         {
             "rules": [
                 {
@@ -144,7 +144,7 @@ def test_failed_quarantine_rolls_back(store: Store) -> None:
     assert not n.unschedulable and n.taints == []
 
 
-def test_dry_run_engine_for_backtest() -> None:
+def test_shadow_replay_engine_for_backtest() -> None:
     dr = DryRunEngine()
     cluster = FakeCluster({"a": 10})
     for i in range(3):
@@ -154,7 +154,7 @@ def test_dry_run_engine_for_backtest() -> None:
     out = [d.to_json() for d in dr.decisions]
     assert {o["playbook"] for o in out} >= {"quarantine", "drain"}
     q = next(o for o in out if o["playbook"] == "quarantine")
-    assert q["decision"] == "execute" and any("dry-run" in r for r in q["reasons"])
+    assert q["decision"] == "execute" and any("shadow: would" in r for r in q["reasons"])
     assert cluster.writes == []
     assert set(out[0]) == {"playbook", "target", "decided_at", "decision", "reasons"}
     dr.close()
@@ -207,7 +207,7 @@ def test_replay_episodes_gives_backtest_its_actions() -> None:
 
 def test_freshness_recheck_expires_approved_actions(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    policy = policy_from_dict(
+    policy = live_policy(
         {
             "hysteresis": {"open_after": 1},
             "rules": [
@@ -247,7 +247,7 @@ def test_metrics_only_backtest_does_not_trip_the_breaker() -> None:
 
 def test_resolved_incident_expires_its_pending_approvals(store: Store) -> None:
     cluster = FakeCluster({"a": 10})
-    policy = policy_from_dict(
+    policy = live_policy(
         {
             "hysteresis": {"open_after": 1, "resolve_after": 2},
             "rules": [

@@ -11,11 +11,10 @@ from __future__ import annotations
 from detectors.findings import Finding, FindingKind
 from remediations.decision_journal import DryRunEngine, RemediationEngine
 from remediations.executor import Runner
-from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
 from tests.remediations.fake_cluster import FakeCluster
-from tests.remediations.helpers import finding
+from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0
 NODE = "a-0001"
@@ -30,7 +29,7 @@ def _pair(t: float, first: float = T0) -> list:  # type: ignore[type-arg]
 def _setup(store: Store) -> tuple[FakeCluster, RemediationEngine]:
     cluster = FakeCluster({"a": 10})
     cluster.add_pod("ml", "w-0", NODE, job="ml/train")
-    return cluster, RemediationEngine(load_policy(), store, started_at=T0 - 60)
+    return cluster, RemediationEngine(live_policy(), store, started_at=T0 - 60)
 
 
 def test_two_kinds_on_one_node_share_one_quarantine_and_one_drain(store: Store) -> None:
@@ -110,7 +109,7 @@ def _with(f: Finding, t: float) -> Finding:
 
 def test_dry_run_backtest_reports_one_drain_approval_per_node() -> None:
     cluster = FakeCluster({"a": 10})
-    dr = DryRunEngine(load_policy(), started_at=T0 - 60)
+    dr = DryRunEngine(live_policy(), started_at=T0 - 60)
     for i in range(3):
         t = T0 + 30 * i
         dr.step(_pair(t), cluster.view(t), t)

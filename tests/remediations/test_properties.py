@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from detectors.findings import Finding, FindingKind, Severity
 from remediations.decision_journal import RemediationEngine
 from remediations.executor import Runner
-from remediations.policy import policy_from_dict
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.fake_cluster import FakeCluster
+from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0
 POOLS = {"a": 3, "b": 6}
-POLICY = policy_from_dict(
+POLICY = live_policy(
     {
         "hysteresis": {"open_after": 1, "resolve_after": 2},
         "gates": {

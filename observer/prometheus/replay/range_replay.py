@@ -59,21 +59,6 @@ from observer.prometheus.replay.workers import WorkerPool
 from observer.snapshot.cycle_stats import QueryStat
 from observer.snapshot.inputs import GpuColumns
 
-DEFAULT_LOOKBACK = 300.0
-"""Prometheus' default `--query.lookback-delta`."""
-LEFT_OPEN_PROBE = "count_over_time(vector(1)[60s:30s])"
-"""3 points on a closed window (Prometheus 2.x), 2 on a left-open one (3.x)."""
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds of a Prometheus duration (`5m`, `1m30s`); None when it is not one."""
-    parts = _DURATION.findall(text or "")
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(float(n) * _UNIT[u] for n, u in parts)
-
 
 @dataclass(frozen=True, slots=True)
 class RawQuery:

@@ -8,9 +8,7 @@ of asking Prometheus to (observer.prometheus.replay.range_replay). Two primitive
   delta — an instant vector selector. Prometheus 2.x counts a sample exactly `lookback` old
   (closed interval); 3.x does not (`left_open`).
 - `increase`: PromQL's `increase(x[w])` — reset-aware (a drop means the counter restarted, and
-  the value before the drop is added) and extrapolated as `extrapolatedRate` in
-  promql/functions.go (at least two samples in the window; 2.x caps the extrapolation at the
-  counter's zero point before the 1.1-average-interval threshold test, 3.x after it — left-open
+  the value before the drop is added) and extrapolated by the rules in observer.promql (left-open
   windows are taken to mean 3.x).
 
 Times are integer milliseconds, as Prometheus stores them, so window edges compare exactly.
@@ -22,6 +20,7 @@ import numpy as np
 
 from observer.fleet.model import FloatArray
 from observer.prometheus.replay.matrix import RawBlock
+from observer.promql import extrapolate, fresh, semantics_of
 
 IndexGrid = np.ndarray
 """(series x step) int64: a flat sample index, -1 for none."""
@@ -46,8 +45,7 @@ def newest(block: RawBlock, steps_ms: np.ndarray, lookback_ms: int, left_open: b
     grid = newest_at_or_before(block, steps_ms)
     ok = grid >= 0
     t = block.t_ms[np.maximum(grid, 0)]
-    oldest = steps_ms[None, :] - lookback_ms
-    ok &= (t > oldest) if left_open else (t >= oldest)
+    ok &= fresh(t, steps_ms[None, :], lookback_ms, left_open)
     grid[~ok] = -1
     return grid
 
@@ -77,23 +75,12 @@ def increase(block: RawBlock, steps_ms: np.ndarray, window_ms: int, left_open: b
     first_v, last_v = v[lo_], v[hi_]
     result = last_v - first_v + _resets(block, lo_, hi_, ok)
     t_first, t_last = t[lo_], t[hi_]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sampled = (t_last - t_first) / 1000.0
-        avg = sampled / np.maximum(count - 1, 1)
-        to_start = (t_first - (steps_ms - window_ms)[None, :]) / 1000.0
-        to_end = (steps_ms[None, :] - t_last) / 1000.0
-        to_zero = np.where(result > 0, sampled * (first_v / result), np.inf)
-        cap = (result > 0) & (first_v >= 0)
-        threshold = avg * 1.1
-        if left_open:  # Prometheus 3: the threshold first, then the counter's zero point
-            to_start = np.where(to_start < threshold, to_start, avg / 2)
-            to_start = np.where(cap & (to_zero < to_start), to_zero, to_start)
-        else:  # 2.x: the zero point first, then the threshold
-            to_start = np.where(cap & (to_zero < to_start), to_zero, to_start)
-            to_start = np.where(to_start < threshold, to_start, avg / 2)
-        span = sampled + to_start + np.where(to_end < threshold, to_end, avg / 2)
-        out: FloatArray = result * (span / sampled)
-    out[~ok | (sampled <= 0)] = np.nan
+    sampled = (t_last - t_first) / 1000.0
+    to_start = (t_first - (steps_ms - window_ms)[None, :]) / 1000.0
+    to_end = (steps_ms[None, :] - t_last) / 1000.0
+    sem = semantics_of(left_open)
+    out = extrapolate(result, first_v, count, sampled, to_start, to_end, sem.zero_point_first)
+    out[~ok] = np.nan
     return out
 
 

@@ -1,4 +1,4 @@
-"""Metering: latest fleet state, 5-minute usage rollups, the cursor and daily reports.
+"""Metering: latest fleet state, 5-minute and hourly usage rollups, the cursor, daily reports.
 
 Revision ID: 0002_metering
 Revises: 0001
@@ -46,22 +46,23 @@ def upgrade() -> None:
         sa.Column("taken_at", sa.Float, nullable=False),
         sa.Column("gpus", sa.Integer, nullable=False),
     )
-    op.create_table(
-        "metering_usage",
-        sa.Column("cluster", sa.String(128), nullable=False),
-        sa.Column("dimension", sa.String(16), nullable=False),
-        sa.Column("bucket", sa.Integer, nullable=False),
-        sa.Column("key", sa.String(320), nullable=False),
-        sa.Column("model", sa.String(128), nullable=False),
-        sa.Column("gpu_seconds", sa.Float, nullable=False),
-        sa.Column("allocated_seconds", sa.Float, nullable=False),
-        sa.Column("busy_seconds", sa.Float, nullable=False),
-        sa.Column("unmeasured_seconds", sa.Float, nullable=False),
-        sa.PrimaryKeyConstraint(
-            "cluster", "dimension", "bucket", "key", "model", name="pk_metering_usage"
-        ),
-    )
-    op.create_index("ix_metering_usage_bucket", "metering_usage", ["bucket"])
+    for name in ("metering_usage", "metering_usage_hourly"):  # 5-minute and 1-hour buckets
+        op.create_table(
+            name,
+            sa.Column("cluster", sa.String(128), nullable=False),
+            sa.Column("dimension", sa.String(16), nullable=False),
+            sa.Column("bucket", sa.Integer, nullable=False),
+            sa.Column("key", sa.String(320), nullable=False),
+            sa.Column("model", sa.String(128), nullable=False),
+            sa.Column("gpu_seconds", sa.Float, nullable=False),
+            sa.Column("allocated_seconds", sa.Float, nullable=False),
+            sa.Column("busy_seconds", sa.Float, nullable=False),
+            sa.Column("unmeasured_seconds", sa.Float, nullable=False),
+            sa.PrimaryKeyConstraint(
+                "cluster", "dimension", "bucket", "key", "model", name=f"pk_{name}"
+            ),
+        )
+        op.create_index(f"ix_{name}_bucket", name, ["bucket"])
     op.create_table(
         "metering_reports",
         sa.Column("cluster", sa.String(128), nullable=False),
@@ -75,7 +76,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("metering_reports")
-    op.drop_index("ix_metering_usage_bucket", table_name="metering_usage")
-    op.drop_table("metering_usage")
+    for name in ("metering_usage_hourly", "metering_usage"):
+        op.drop_index(f"ix_{name}_bucket", table_name=name)
+        op.drop_table(name)
     op.drop_table("metering_cursor")
     op.drop_table("metering_gpu_state")

@@ -1,0 +1,140 @@
+"""`AlertsRuntime`: the one object the service (`gpufleet run`) drives.
+
+    rt = AlertsRuntime(config.alerts, store, loop.engine)
+    findings = [*detected, *rt.intake_findings(now)]    # before a cycle
+    result, _ = loop.tick(findings, now)
+    rt.on_cycle(result, now)                            # after it: messages -> outbox
+    rt.run_outbox(now)                                  # a job every ~2 s (leader only)
+    server = rt.serve()                                 # Slack + Alertmanager endpoints
+    link = rt.socket_mode()                             # or Socket Mode instead of serve()
+
+Without a Slack token the outbox is still written and "sent" to the log, so the demo and the
+dashboard show every message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from alerts.am_intake import Intake
+from alerts.am_output import AmOutput
+from alerts.config import AlertsConfig
+from alerts.http_server import AlertsServer, Endpoints
+from alerts.interactions import BadRequest, Interactions
+from alerts.notify import Notifier
+from alerts.outbox import LogTransport, OutboxWorker, Transport
+from alerts.slack_client import SlackApi, SocketLink
+from alerts.store import AlertsStore
+from detectors.findings import Finding
+from errors import ConfigError
+from remediations.decision_journal import RemediationEngine
+from remediations.incidents import IncidentChange
+from remediations.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class HasChanges(Protocol):
+    """What `on_cycle` reads of a cycle: its incident changes."""
+
+    @property
+    def changes(self) -> Sequence[IncidentChange]: ...
+
+
+class AlertsRuntime:
+    def __init__(
+        self,
+        config: AlertsConfig,
+        store: Store,
+        engine: RemediationEngine,
+        *,
+        transport: Transport | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.engine = engine
+        self.clock = clock
+        self.astore = AlertsStore(store.engine, store.cluster)
+        self.astore.start_cursor()
+        token = config.secret("token")
+        self.api: SlackApi | None = None
+        if transport is None and token:
+            self.api = SlackApi(token, config.slack.base_url, config.slack.timeout)
+            transport = self.api
+        self.transport: Transport = transport or LogTransport()
+        self.notifier = Notifier(config, store, self.astore)
+        self.worker = OutboxWorker(self.astore, self.transport, config.slack)
+        self.interactions = Interactions(
+            config, store, engine, self.astore, self.notifier, self._group_members
+        )
+        self.intake = Intake(config.alertmanager.intake, store)
+        self.am_output = AmOutput(config.alertmanager, store, config.slack.dashboard_url)
+
+    # ---- the service's calls ------------------------------------------------------------------
+
+    def intake_findings(self, now: float) -> list[Finding]:
+        """Alertmanager alerts firing now, as findings (one per fingerprint)."""
+        return self.intake.findings(now)
+
+    def on_cycle(self, result: HasChanges, now: float) -> None:
+        """Incidents opened/updated/resolved and journal events since the last call -> outbox.
+        `result`: the engine's CycleResult, or gpufleet.live_cycle's CycleReport."""
+        if not self.config.enabled:
+            return
+        self.notifier.on_cycle(result.changes, now)
+        self.am_output.on_cycle(result.changes, now)
+
+    def run_outbox(self, now: float) -> int:
+        """Send what is due (Slack outbox and Alertmanager output); returns calls that succeeded."""
+        if not self.config.enabled:
+            return 0
+        return self.worker.run(now) + self.am_output.push(now)
+
+    def backlog(self, now: float) -> dict[str, float]:
+        """Outbox health: `unsent`, `dead` (refused for good) and `oldest_unsent_seconds`."""
+        return self.astore.backlog(now)
+
+    def serve(self, host: str | None = None, port: int | None = None) -> AlertsServer:
+        endpoints = Endpoints(
+            self.interactions,
+            self.intake,
+            self.astore,
+            self.config.secret("signing_secret"),
+            self.config.alertmanager.intake.bearer_token,
+            self.clock,
+        )
+        h = self.config.http
+        return AlertsServer(endpoints, host or h.host, h.port if port is None else port)
+
+    def socket_mode(self) -> SocketLink:
+        app_token = self.config.secret("app_token")
+        if not app_token or self.api is None:
+            raise ConfigError(
+                "(config)", ["alerts.slack.app_token: Socket Mode needs an app token and a token"]
+            )
+        link = SocketLink(app_token, self.api, self.handle_envelope)
+        link.connect()
+        return link
+
+    def handle_envelope(self, kind: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A Socket Mode envelope (Slack authenticated the socket itself: no signature)."""
+        now = self.clock()
+        try:
+            if kind == "interactive":
+                return self.interactions.on_block_action(payload, now)
+            if kind == "slash_commands":
+                form = {k: str(v) for k, v in payload.items()}
+                return self.interactions.on_slash(form, now)
+        except BadRequest as exc:
+            log.warning("socket mode: malformed %s envelope: %s", kind, exc)
+        return None
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _group_members(self, usergroup: str) -> set[str]:
+        answer = self.transport.call("usergroups.users.list", {"usergroup": usergroup})
+        return {str(u) for u in answer.get("users", [])}

@@ -1,0 +1,88 @@
+"""`gpufleet policy explain`: per rule, automatic / awaits approval / only notifies, and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.cli import main
+
+POLICY = """
+actuation: live
+gates:
+  blast_radius: {max_nodes: 3, max_percent_of_pool: 5}
+  rate: {max_actions_per_hour: 7}
+  maintenance:
+    applies_to: [drain]
+    windows: [{days: [sat], start: "01:00", end: "05:00"}]
+rules:
+  - {name: q, match: {kinds: [gpu_xid], severities: [critical]}, playbook: quarantine,
+     mode: auto}
+  - {name: d, match: {kinds: [gpu_xid]}, playbook: drain, mode: auto, actuation: shadow}
+  - {name: r, match: {kinds: [nccl_hang]}, playbook: restart_job, mode: approval}
+  - {name: idle, match: {kinds: [gpu_idle]}, playbook: cordon, mode: notify}
+"""
+
+
+def _explain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, policy: str | None
+) -> tuple[int, Any, str]:
+    if policy is not None:
+        (tmp_path / "policy.yaml").write_text(policy)
+        config += "policy: policy.yaml\n"
+    cfg = tmp_path / "gpufleet.yaml"
+    cfg.write_text(config)
+    code = main(["policy", "explain", "--config", str(cfg), "--format", "json"])
+    out = capsys.readouterr()
+    return code, json.loads(out.out) if code == 0 else None, out.err
+
+
+def test_explain_says_per_rule_what_happens_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, doc, _ = _explain(tmp_path, capsys, "", POLICY)
+    assert code == 0 and doc["actuation"] == "live" and doc["policy"].endswith("policy.yaml")
+    rules = {r["rule"]: r for r in doc["rules"]}
+    assert rules["q"]["outcome"] == "acts automatically" and rules["q"]["actuation"] == "live"
+    assert rules["q"]["actuation_from"] == "the policy (actuation: live)"
+    why_q = "\n".join(rules["q"]["why"])
+    assert "mode: auto" in why_q and "at most 3 GPU nodes" in why_q and "5% of a pool" in why_q
+    assert "at most 7 actions per hour" in why_q and "maintenance" not in why_q
+    assert rules["d"]["outcome"] == "only notifies" and rules["d"]["live_outcome"] == (
+        "acts automatically"
+    )
+    assert rules["d"]["actuation_from"] == "the rule (actuation: shadow)"
+    assert any("maintenance window" in w for w in rules["d"]["why"])
+    assert rules["r"]["outcome"] == "awaits approval"
+    assert any("mode: approval" in w for w in rules["r"]["why"])
+    assert not any("blast radius" in w for w in rules["r"]["why"])  # restart_job: not disruptive
+    assert rules["idle"]["outcome"] == "only notifies" and rules["idle"]["why"] == [
+        "mode: notify (reports the incident; no plan, no action)"
+    ]
+
+
+def test_explain_default_install_and_forced_shadow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["policy", "explain"]) == 0
+    text = capsys.readouterr().out
+    assert "(shipped default): actuation shadow at the top level; 0 of 8 rules live" in text
+    assert "nothing is written to Kubernetes" in text
+    assert (
+        "quarantine-critical-hardware: ONLY NOTIFIES (shadow; live it acts automatically)" in text
+    )
+    assert "drain-critical-hardware: ONLY NOTIFIES (shadow; live it awaits approval)" in text
+    code, doc, _ = _explain(tmp_path, capsys, "dry_run: true\n", POLICY)
+    assert code == 0 and doc["forced_shadow"] is True
+    assert {r["outcome"] for r in doc["rules"]} == {"only notifies"}
+    assert {r["actuation"] for r in doc["rules"]} == {"shadow"}
+
+
+def test_explain_bad_policy_exits_2_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _explain(tmp_path, capsys, "", POLICY.replace("mode: approval", "mode: maybe"))
+    assert code == 2 and "policy.yaml" in err and "rules[2].mode:" in err and "'auto'" in err

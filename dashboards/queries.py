@@ -194,12 +194,14 @@ def usage_series(
     resolution: int = 300,
     key: str | None = None,
 ) -> pd.DataFrame:
-    """GPU-hours per key over time from metering's 5-minute rollups, summed over GPU models and
-    clusters into `resolution`-second steps in SQL (a month of one team is 720 hourly rows, not
-    8,640 buckets x models)."""
-    u = metering_tables.usage.c
-    lo = int(start // 300 * 300)
-    hi = int(-(-end // 300) * 300)
+    """GPU-hours per key over time from metering's rollups (hourly ones when `resolution` is
+    whole hours, else the 5-minute ones), summed over GPU models and clusters into
+    `resolution`-second steps in SQL (a month of one team is 720 rows, not 8,640 x models)."""
+    hourly = resolution % 3600 == 0
+    u = (metering_tables.usage_hourly if hourly else metering_tables.usage).c
+    size = 3600 if hourly else 300
+    lo = int(start // size * size)
+    hi = int(-(-end // size) * size)
     t = (u.bucket - u.bucket % resolution).label("t")
     q = select(
         u.key,

@@ -173,6 +173,8 @@ def evaluate_suite(
     paths = list(files) if files is not None else scenario_files(suite_dir)
     scenarios = [(p, load_scenario(p)) for p in paths]  # all validated before any work
     out: list[ScenarioEval] = []
+    eta = SuiteEta([step_count(sc.start + sc.scrape_interval, sc.end, sc.scrape_interval)
+                    for _, sc in scenarios])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gpufleet-eval-") as tmp:
         for path, sc in scenarios:
             work = Path(tmp) / sc.name
@@ -180,7 +182,29 @@ def evaluate_suite(
             out.append(
                 evaluate_scenario(sc, str(path), work, suite, grace_cycles, lookback_delta, log)
             )
+            if log is not None:
+                log(eta.scenario_done(out[-1].seconds))
     return SuiteEval(str(suite_dir), tuple(out))
+
+
+@dataclass
+class SuiteEta:
+    """The suite's time left, from the seconds per replay step of the scenarios done so far
+    (a scenario's cost grows with its steps; GPU count differences average out)."""
+
+    steps: list[int]
+    done: int = 0
+    seconds: float = 0.0
+
+    def scenario_done(self, seconds: float) -> str:
+        self.done += 1
+        self.seconds += seconds
+        n = len(self.steps)
+        if self.done >= n:
+            return f"{n}/{n} scenarios done in {self.seconds:.0f} s"
+        per_step = self.seconds / max(1, sum(self.steps[: self.done]))
+        left = per_step * sum(self.steps[self.done :])
+        return f"{self.done}/{n} scenarios done in {self.seconds:.0f} s, ~{left:.0f} s left"
 
 
 def stderr_log(message: str) -> None:

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.eval",
     "gpufleet.commands.policy",
     "gpufleet.commands.run",
+    "gpufleet.commands.dashboard",
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from alerts.config import AlertsConfig
+from dashboards.settings import DashboardConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
 from errors import ConfigError
@@ -43,6 +44,7 @@ class GpufleetConfig(BaseModel):
     detectors: dict[str, Any] | None = None
     """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     alerts: AlertsConfig = AlertsConfig()
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     """`gpufleet run`: interval, schedule, leader election, HTTP, telemetry

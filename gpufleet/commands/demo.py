@@ -16,6 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dashboards.launcher import Dashboard, port_free
+from dashboards.launcher import start as launch
+from gpufleet.commands.dashboard import settings_of
+from gpufleet.config import load_config
 from gpufleet.demo_banner import banner
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
@@ -69,6 +73,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-loop", action="store_true", help="serve the simulator only")
     p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=8501,
+        metavar="P",
+        help="the dashboard on http://localhost:P (default 8501; 0: any free; -1: none)",
+    )
+    p.add_argument(
         "--shadow",
         "--dry-run",
         dest="shadow",
@@ -119,12 +130,15 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("observer.scrape.collector").setLevel(logging.ERROR)
     handle = _start(args)
     loop: DemoLoop | None = None
+    dash: Dashboard | None = None
     try:
         with stop_on_signal() as stop:
             if not args.no_loop:
                 files = DemoFiles(Path(args.workdir))
                 report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
                 loop = DemoLoop(handle, files, report, shadow=args.shadow).start()
+                if args.dashboard_port >= 0:
+                    dash = start_dashboard(files.config, args.dashboard_port, files.workdir)
             config = None if loop is None else loop.files.config
             print(banner(handle, config, shadow=args.shadow), flush=True)
             print(flush=True)
@@ -134,7 +148,24 @@ def run(args: argparse.Namespace) -> int:
                 while not stop.wait(0.5):
                     pass
     finally:
+        if dash is not None:
+            dash.stop()
         if loop is not None:
             loop.close()
         handle.stop()
     return 0
+
+
+def start_dashboard(config: Path, port: int, workdir: Path) -> Dashboard:
+    """The dashboard over the demo's journal, in demo mode (no login: anyone may approve, and
+    every page says so); its URL is printed first."""
+    cfg, _ = load_config(config)
+    policy = config.parent / cfg.policy if cfg.policy else None  # the demo's own policy file
+    settings = settings_of(cfg, policy, unauthenticated_approvals=True)
+    if port and not port_free(port):
+        print(f"gpufleet demo: port {port} is taken; the dashboard uses a free port instead",
+              file=sys.stderr)  # fmt: skip
+        port = 0
+    dash = launch(settings, port, workdir=workdir)
+    print(f"Dashboard: {dash.url}  (Streamlit log: {workdir / 'dashboard.log'})", flush=True)
+    return dash

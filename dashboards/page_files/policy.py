@@ -1,0 +1,4 @@
+from dashboards.shell import run_page
+from dashboards.views.policy import render
+
+run_page(render)

@@ -1,0 +1,4 @@
+from dashboards.shell import run_page
+from dashboards.views.remediation import render
+
+run_page(render)

@@ -1,0 +1,73 @@
+"""Small Altair builders the pages share (Streamlit renders Altair natively)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import altair as alt
+import pandas as pd  # type: ignore[import-untyped]
+
+SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
+ROLE_COLORS = {"this entity": "#d62728", "peers": "#7f7f7f", "threshold": "#2ca02c"}
+
+
+def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
+    """One bar per incident from open to resolve (or now), a lane per kind, coloured by
+    severity."""
+    d = df.assign(
+        start=pd.to_datetime(df["opened_at"], unit="s", utc=True),
+        end=pd.to_datetime(df["resolved_at"].fillna(now), unit="s", utc=True),
+        entity=df["node"].fillna(df["job"]).fillna("fleet"),
+    )
+    chart: alt.Chart = (
+        alt.Chart(d[["start", "end", "entity", "kind", "severity", "summary", "id"]])
+        .mark_bar(height=10, opacity=0.7)
+        .encode(
+            x=alt.X("start:T", title="time (UTC)"),
+            x2="end:T",
+            y=alt.Y("kind:N", title=None),
+            color=alt.Color(
+                "severity:N",
+                scale=alt.Scale(domain=list(SEVERITY_COLORS), range=list(SEVERITY_COLORS.values())),
+            ),
+            tooltip=["id", "entity", "kind", "severity", "summary"],
+        )
+    )
+    return chart
+
+
+def role(key: str) -> str:
+    k = key.lower()
+    if "threshold" in k or k.startswith(("min_", "max_")):
+        return "threshold"
+    if "median" in k or "peer" in k or "baseline" in k:
+        return "peers"
+    return "this entity"
+
+
+def evidence_frame(evidence: Mapping[str, Any]) -> pd.DataFrame:
+    """The numeric evidence, each value labelled as the entity's, its peers' or a threshold."""
+    rows = [
+        {"field": k, "value": float(v), "role": role(k)}
+        for k, v in evidence.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and v == v
+    ]
+    return pd.DataFrame(rows, columns=["field", "value", "role"])
+
+
+def evidence_bars(frame: pd.DataFrame) -> alt.Chart:
+    chart: alt.Chart = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("value:Q"),
+            y=alt.Y("field:N", sort=None, title=None),
+            color=alt.Color(
+                "role:N",
+                scale=alt.Scale(domain=list(ROLE_COLORS), range=list(ROLE_COLORS.values())),
+            ),
+            tooltip=["field", "value", "role"],
+        )
+    )
+    return chart

@@ -1,0 +1,124 @@
+"""Incidents: filter, see them on a timeline, and open one for its evidence and its history."""
+
+from __future__ import annotations
+
+import pandas as pd  # type: ignore[import-untyped]
+import streamlit as st
+
+from dashboards import data
+from dashboards.shell import Context, ago, when
+from dashboards.views import charts
+
+PERIODS = {
+    "6 hours": 6 * 3600.0,
+    "24 hours": 86400.0,
+    "7 days": 7 * 86400.0,
+    "30 days": 30 * 86400.0,
+}
+TIMELINE_ROWS = 300
+PICK_ROWS = 500
+
+
+def text(v: object) -> str:
+    return v if isinstance(v, str) and v else "-"
+
+
+def filtered(df: pd.DataFrame) -> pd.DataFrame:
+    c = st.columns(5)
+    kinds = c[0].multiselect("Kind", sorted(df["kind"].unique()), key="inc_kind")
+    sev = c[1].multiselect("Severity", ["critical", "warning", "info"], key="inc_sev")
+    state = c[2].multiselect("State", ["open", "resolved"], key="inc_state")
+    node = c[3].text_input("Node contains", key="inc_node")
+    job = c[4].text_input("Job contains", key="inc_job")
+    keep = pd.Series(True, index=df.index)
+    if kinds:
+        keep &= df["kind"].isin(kinds)
+    if sev:
+        keep &= df["severity"].isin(sev)
+    if state:
+        keep &= df["status"].isin(state)
+    if node:
+        keep &= df["node"].fillna("").str.contains(node, regex=False)
+    if job:
+        keep &= df["job"].fillna("").str.contains(job, regex=False)
+    return df[keep]
+
+
+def history(ctx: Context, cluster: str, incident_id: str) -> None:
+    acts = data.actions(ctx.url, cluster, incident_id=incident_id)
+    trail = data.audit(ctx.url, cluster, incident_id=incident_id)
+    st.markdown("**What happened to it**")
+    if acts.empty and trail.empty:
+        st.caption("No decision or action recorded for this incident.")
+        return
+    if not acts.empty:
+        st.dataframe(
+            acts[["id", "playbook", "target", "state", "decision", "reasons", "result"]],
+            hide_index=True,
+            width="stretch",
+        )
+    if not trail.empty:
+        t = trail.assign(at=trail["at"].map(when))
+        st.dataframe(t[["at", "actor", "kind", "message"]], hide_index=True, width="stretch")
+
+
+def detail(ctx: Context, row: pd.Series, now: float) -> None:
+    st.subheader(f"{row['kind']} · {row['severity']} · {row['status']}")
+    st.write(row["summary"])
+    c = st.columns(4)
+    c[0].metric("Opened", ago(row["opened_at"], now))
+    c[1].metric("Last seen", ago(row["last_seen"], now))
+    c[2].metric("Node", text(row["node"]))
+    c[3].metric("Job", text(row["job"]))
+    ev = data.evidence(ctx.url, str(row["id"]))
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Evidence the detector used** (at its last reading)")
+        frame = charts.evidence_frame(ev)
+        if frame.empty:
+            st.caption("No numeric evidence.")
+        else:
+            st.altair_chart(charts.evidence_bars(frame), width="stretch")
+    with right:
+        st.json(ev, expanded=False)
+    history(ctx, str(row["cluster"]), str(row["id"]))
+
+
+def render(ctx: Context) -> None:
+    st.title("Incidents")
+    now = data.now()
+    period = (
+        st.segmented_control("Period", list(PERIODS), default="24 hours", key="inc_period")
+        or "24 hours"
+    )
+    df = data.incidents(ctx.url, ctx.cluster, now - PERIODS[period])
+    if df.empty:
+        st.info("No incidents in this period.")
+        return
+    df = filtered(df)
+    counts = df["status"].value_counts()
+    c = st.columns(3)
+    c[0].metric("Incidents", len(df))
+    c[1].metric("Open", int(counts.get("open", 0)))
+    c[2].metric("Resolved", int(counts.get("resolved", 0)))
+    if df.empty:
+        st.info("No incident matches these filters.")
+        return
+    st.altair_chart(charts.timeline(df.head(TIMELINE_ROWS), now), width="stretch")
+    shown = df.assign(opened=df["opened_at"].map(when), resolved=df["resolved_at"].map(when))
+    st.dataframe(
+        shown[["id", "cluster", "kind", "severity", "status", "node", "job", "opened", "resolved",
+               "summary"]].head(PICK_ROWS),
+        hide_index=True,
+        width="stretch",
+    )  # fmt: skip
+    ids = list(df["id"].head(PICK_ROWS))
+    wanted = st.query_params.get("incident")
+    index = ids.index(wanted) if wanted in ids else 0
+    label = dict(zip(df["id"], df["kind"] + " · " + df["summary"].str.slice(0, 80), strict=True))
+    pick = st.selectbox(
+        "Open an incident", ids, index=index, format_func=lambda i: f"{i} · {label[i]}",
+        key="inc_pick",
+    )  # fmt: skip
+    if pick is not None:
+        detail(ctx, df[df["id"] == pick].iloc[0], now)

@@ -1,0 +1,125 @@
+"""Jobs: for each job, its ranks x metrics at the latest cycle (utilization, health, open
+findings) with the straggler or the hang highlighted, the ranks' nodes, and the job's busy share
+over time from metering's rollups. Per-rank history is not kept in the store (Prometheus has it);
+the heatmap is the latest cycle."""
+
+from __future__ import annotations
+
+import re
+
+import altair as alt
+import pandas as pd  # type: ignore[import-untyped]
+import streamlit as st
+
+from dashboards import data
+from dashboards.shell import Context
+
+HEALTH_SCORE = {"healthy": 0.0, "no_data": 0.5, "degraded": 1.0, "quarantined": 1.0}
+JOB_KINDS = ("straggler", "nccl_hang")
+DAY = 86400.0
+
+
+def natural(s: str) -> tuple[object, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
+
+
+def ranks(gpus: pd.DataFrame, flagged: pd.DataFrame, job: str) -> pd.DataFrame:
+    """One row per GPU of the job in rank order (pod name, device), with its flag."""
+    g = gpus.copy()
+    prefix = job.split("/", 1)[-1] + "-"
+    pods = g["pod"].map(lambda p: p[len(prefix) :] if p.startswith(prefix) else p)
+    g["rank"] = pods + " · gpu " + g["device"].astype(str)
+    g = g.iloc[sorted(range(len(g)), key=lambda i: natural(str(g["rank"].iloc[i])))]
+    strag = set(flagged[flagged["kind"] == "straggler"]["gpu_uuid"].dropna())
+    hung = bool((flagged["kind"] == "nccl_hang").any())
+    g["flag"] = [
+        "straggler" if u in strag else ("hang" if hung else "") for u in g["uuid"]
+    ]  # fmt: skip
+    return g
+
+
+def heatmap(g: pd.DataFrame) -> alt.LayerChart:
+    """Utilization on its own scale; health and the detector's flag in red where bad."""
+    order = list(g["rank"])
+    util = pd.DataFrame({"rank": g["rank"], "metric": "utilization %", "value": g["utilization"]})
+    bad = pd.concat(
+        [
+            pd.DataFrame({"rank": g["rank"], "metric": "health", "label": g["health"],
+                          "bad": g["health"].map(HEALTH_SCORE)}),
+            pd.DataFrame({"rank": g["rank"], "metric": "flagged", "label": g["flag"],
+                          "bad": (g["flag"] != "").astype(float)}),
+        ]
+    )  # fmt: skip
+    x = alt.X("metric:N", title=None, sort=["utilization %", "health", "flagged"])
+    y = alt.Y("rank:N", sort=order, title=None)
+    left = alt.Chart(util).mark_rect().encode(
+        x=x, y=y,
+        color=alt.Color("value:Q", scale=alt.Scale(scheme="blues", domain=[0, 100]),
+                        title="util %"),
+        tooltip=["rank", "value"],
+    )  # fmt: skip
+    right = alt.Chart(bad).mark_rect().encode(
+        x=x, y=y,
+        color=alt.Color("bad:Q", scale=alt.Scale(domain=[0, 1], range=["#e8f5e9", "#d62728"]),
+                        legend=None),
+        tooltip=["rank", "metric", "label"],
+    )  # fmt: skip
+    chart: alt.LayerChart = (
+        alt.layer(left, right)
+        .resolve_scale(color="independent")
+        .properties(height=min(16 * len(order) + 40, 3000))
+    )
+    return chart
+
+
+def render(ctx: Context) -> None:
+    st.title("Jobs")
+    gpus = data.fleet(ctx.url, ctx.cluster)
+    jobs = gpus[gpus["job"] != ""] if not gpus.empty else gpus
+    if jobs.empty:
+        st.info("No job holds GPUs in the latest recorded cycle.")
+        return
+    now = data.now()
+    inc = data.incidents(ctx.url, ctx.cluster, now)
+    open_job = (
+        inc[(inc["status"] == "open") & inc["kind"].isin(JOB_KINDS)] if not inc.empty else inc
+    )
+    held = set(jobs["job"])
+    troubled = set(open_job["job"].dropna()) & held if not open_job.empty else set()
+    summary = jobs.groupby("job").agg(
+        gpus=("uuid", "size"), nodes=("node", "nunique"), utilization=("utilization", "mean")
+    )
+    summary["trouble"] = summary.index.isin(troubled)
+    summary = summary.sort_values(["trouble", "gpus"], ascending=[False, False]).reset_index()
+    only = st.toggle("Only jobs with a straggler or a hang", value=bool(troubled), key="jobs_bad")
+    shown = summary[summary["trouble"]] if only and troubled else summary
+    pick = st.selectbox(
+        "Job",
+        list(shown["job"]),
+        key="jobs_pick",
+        format_func=lambda j: j + ("  ⚠" if j in troubled else ""),
+    )
+    st.dataframe(shown.head(200), hide_index=True, width="stretch", height=220)
+    if pick is None:
+        return
+    flagged = open_job[open_job["job"] == pick] if not open_job.empty else open_job
+    g = ranks(jobs[jobs["job"] == pick], flagged if not flagged.empty else inc.head(0), pick)
+    for _, f in flagged.iterrows():
+        st.error(f"{f['kind']}: {f['summary']} (incident {f['id']})")
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Ranks × metrics** (latest cycle; red: unhealthy or flagged by a detector)")
+        st.altair_chart(heatmap(g), width="stretch")
+    with right:
+        st.markdown("**The ranks' nodes**")
+        st.dataframe(
+            g[["rank", "node", "health", "utilization", "flag"]], hide_index=True, width="stretch"
+        )
+    st.markdown("**Busy share of its GPUs over 24 h** (5-minute rollups)")
+    u = data.usage_series(ctx.url, ctx.cluster, "job", now - DAY, data.bucket_now(), key=pick)
+    if u.empty:
+        st.caption("No usage recorded for this job in the last 24 h.")
+        return
+    per = u.set_index("t")
+    share = (100.0 * per["busy_gpu_hours"] / per["allocated_gpu_hours"]).rename("busy %")
+    st.line_chart(share, y_label="busy %")

@@ -1,0 +1,97 @@
+"""The what-if run behind the dashboard page: `gpufleet backtest` over a window of Prometheus
+history with a chosen policy, reporting progress and an estimate of the time left.
+
+Same code path as the CLI (evaluation.backtest: the Prometheus collector's range replay, the
+detector suite, the policy in dry-run), so the page shows what the detectors would have found
+and the policy would have done; nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from detectors.suite import DetectorSuite
+from evaluation.backtest import Backtest, backtest, step_count
+from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
+from remediations.policy import DEFAULT_POLICY, load_policy
+
+SHIPPED = DEFAULT_POLICY.parent
+MAX_STEPS = 20_000
+"""A what-if longer than this is refused (use `gpufleet backtest` on the CLI)."""
+
+
+@dataclass
+class Eta:
+    """Steps done of a total, the rate so far and the time left (None until a rate is known)."""
+
+    total: int
+    began: float = field(default_factory=time.monotonic)
+    done: int = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 1.0
+
+    @property
+    def seconds_left(self) -> float | None:
+        spent = time.monotonic() - self.began
+        if self.done <= 0 or spent <= 0:
+            return None
+        return (self.total - self.done) / (self.done / spent)
+
+    def text(self) -> str:
+        left = self.seconds_left
+        eta = "estimating the time left" if left is None else f"~{left:.0f} s left"
+        return f"{self.done}/{self.total} steps ({100 * self.fraction:.0f} %), {eta}"
+
+
+def policies(configured: str | None) -> dict[str, Path]:
+    """Policy files to choose from: the configured one first, then the shipped ones."""
+    out: dict[str, Path] = {}
+    if configured:
+        out[f"configured ({Path(configured).name})"] = Path(configured)
+    for p in sorted(SHIPPED.glob("*.yaml")):
+        out[f"shipped: {p.stem}"] = p
+    return out
+
+
+def run(
+    prometheus_url: str,
+    start: float,
+    end: float,
+    step: float,
+    policy_file: Path,
+    cluster: str,
+    on_progress: Callable[[Eta], None] | None = None,
+) -> Backtest:
+    """Backtest [start, end] every `step` with the policy in `policy_file` (ConfigError if it
+    is invalid; errors.GpufleetError if Prometheus cannot answer)."""
+    if end <= start:
+        raise ValueError("the window's end must be after its start")
+    total = step_count(start, end, step)
+    if total > MAX_STEPS:
+        raise ValueError(
+            f"{total} steps is more than {MAX_STEPS}: choose a shorter window or a longer step"
+        )
+    policy = load_policy(policy_file)
+    eta = Eta(total)
+
+    def progress(done: int, _t: float) -> None:
+        eta.update(done)
+        if on_progress is not None:
+            on_progress(eta)
+
+    settings = PromSettings(prometheus_url, timeout=30.0, cluster=cluster)
+    with PrometheusCollector(settings) as c:
+        result = backtest(c, start, end, step, DetectorSuite.default(), 0, policy, progress)
+    eta.update(total)
+    if on_progress is not None:
+        on_progress(eta)
+    return result

@@ -1,0 +1,173 @@
+"""The dashboard's pages under Streamlit's AppTest, on journals the real engine wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboards import data
+from dashboards.shell import SETTINGS_KEY
+from remediations.store import Store
+from remediations.types import ActionState
+from tests.dashboard_seed import seed_cluster, write_settings
+
+APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
+PAGES = ("page_files/incidents.py", "page_files/remediation.py", "page_files/policy.py")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    """Streamlit's caches are per process: each test starts from its own journal."""
+    data.changed()
+    data.store.clear()
+    yield
+    data.store.clear()
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> tuple[str, Store]:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    return url, Store.open(url, cluster="alpha")
+
+
+def app(settings: Path, page: str | None = None, **user: object) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.session_state[SETTINGS_KEY] = str(settings)
+    if user:
+        at.secrets["auth"] = {"redirect_uri": "http://localhost:8501/oauth2callback",
+                              "cookie_secret": "x" * 32}  # fmt: skip
+        at.user = dict(user)
+    at.run()
+    assert not at.exception
+    if page is not None:
+        at.switch_page(page).run()
+        assert not at.exception, at.exception
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [w.value for w in at.warning]
+    parts += [i.value for i in at.info] + [c.value for c in at.caption]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_every_page_renders_an_empty_journal(journal: tuple[str, Store], tmp_path: Path) -> None:
+    url, _ = journal
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    for page in PAGES:
+        at = app(settings, page)
+        assert "read-only" in texts(at)  # no login, no demo approvals: it says so on every page
+    at = app(settings, "page_files/incidents.py")
+    assert "No incidents in this period." in texts(at)
+    at = app(settings, "page_files/remediation.py")
+    assert "Nothing waits for a person." in texts(at)
+
+
+def test_demo_mode_approves_through_the_engine(journal: tuple[str, Store], tmp_path: Path) -> None:
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha", unauthenticated_approvals=True)
+    at = app(settings, "page_files/remediation.py")
+    assert "Demo mode" in texts(at)
+    at.button(key=f"approve_{ids['pending']}").click().run()
+    assert not at.exception
+    a = store.get_action(ids["pending"])
+    assert a is not None and a.state is ActionState.APPROVED
+    assert a.approved_by == "dashboard (no login)"
+    trail = [r for r in store.audit_log() if r.action_id == a.id and r.kind == "approval"]
+    assert trail and trail[-1].actor == "dashboard (no login)"
+    assert any(ids["pending"] in s.value for s in at.success)
+    assert f"approve_{ids['pending']}" not in [b.key for b in at.button]
+
+
+def test_an_approval_the_gate_refused_shows_as_denied_with_its_reason(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/remediation.py")
+    history = at.dataframe[0].value
+    row = history[history["id"] == ids["denied"]].iloc[0]
+    assert row["state"] == "expired"
+    assert row["outcome"] == (
+        "approved by alice@example.com, then denied by the gate: protected: node pool-b-0003 "
+        "is protected (gpufleet.io/protected=true)"
+    )
+    at = app(settings, "page_files/policy.py")
+    why = at.dataframe[-1].value
+    assert why["why"].str.contains("protected: node pool-b-0003 is protected").any()
+
+
+def test_read_only_without_login_and_the_buttons_say_why(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/remediation.py")
+    button = at.button(key=f"approve_{ids['pending']}")
+    assert button.disabled
+    assert "approvals need one" in (button.help or "")
+
+
+def test_only_logged_in_approvers_may_approve(journal: tuple[str, Store], tmp_path: Path) -> None:
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha", approvers=["alice@example.com"])
+    key = f"approve_{ids['pending']}"
+    bob = app(settings, "page_files/remediation.py", is_logged_in=True, email="bob@example.com")
+    assert bob.button(key=key).disabled
+    assert "bob@example.com is not an approver" in (bob.button(key=key).help or "")
+    assert "Demo mode" not in texts(bob) and "read-only" not in texts(bob)
+    alice = app(settings, "page_files/remediation.py", is_logged_in=True, email="alice@example.com")
+    assert not alice.button(key=key).disabled
+    alice.button(key=f"reject_{ids['pending']}").click().run()
+    a = store.get_action(ids["pending"])
+    assert a is not None and a.state is ActionState.REJECTED
+    assert a.approved_by == "alice@example.com"
+
+
+def test_incident_detail_shows_evidence_and_history(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/incidents.py")
+    incidents = at.dataframe[0].value
+    assert set(incidents["kind"]) == {"gpu_xid", "nccl_hang", "gpu_throttle"}
+    hang = store.get_action(ids["hang"])
+    assert hang is not None
+    at.selectbox(key="inc_pick").set_value(hang.incident_id).run()
+    assert not at.exception
+    assert "Evidence the detector used" in texts(at)
+    acts = at.dataframe[1].value
+    assert list(acts["playbook"]) == ["restart_job"]
+    at.multiselect(key="inc_kind").set_value(["gpu_throttle"]).run()
+    assert set(at.dataframe[0].value["kind"]) == {"gpu_throttle"}
+
+
+def test_two_clusters_have_a_selector_and_an_all_clusters_view(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, alpha = journal
+    seed_cluster(alpha)
+    beta = Store.open(url, cluster="beta")
+    seed_cluster(beta)
+    beta.set_paused(True, "carol", "maintenance", 0.0)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/incidents.py")
+    sel = at.sidebar.selectbox(key="cluster")
+    assert sel.options == [data.ALL, "alpha", "beta"] and sel.value == "alpha"
+    assert set(at.dataframe[0].value["cluster"]) == {"alpha"}
+    sel.set_value(data.ALL).run()
+    assert set(at.dataframe[0].value["cluster"]) == {"alpha", "beta"}
+    at.sidebar.selectbox(key="cluster").set_value("beta").run()
+    assert set(at.dataframe[0].value["cluster"]) == {"beta"}
+    at.switch_page("page_files/remediation.py").run()
+    assert at.toggle(key="pause_beta").value is True
+    assert set(at.dataframe[0].value["cluster"]) == {"beta"}

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from alerts import AlertsRuntime
+from dashboards.launcher import Dashboard
 from errors import TemporaryError
+from gpufleet.commands.demo import start_dashboard
 from gpufleet.config import GpufleetConfig, add_arguments, detector_suite, load_all, load_config
 from gpufleet.demo_banner import banner
 from gpufleet.demo_log import DemoLog
@@ -81,6 +83,13 @@ def register(sub: Any) -> None:
         type=float,
         default=300.0,
         help="embedded: scenario seconds before the first fault at start",
+    )
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=8501,
+        metavar="P",
+        help="embedded: the dashboard on http://localhost:P (default 8501; 0: any free; -1: none)",
     )
     p.set_defaults(func=run)
 
@@ -292,6 +301,7 @@ def run_embedded(args: argparse.Namespace) -> int:
         logging.getLogger("observer.scrape.collector").setLevel(logging.ERROR)
         logging.getLogger("gpufleet.service").setLevel(logging.WARNING)
     handle = _start_simulation(args)
+    dash: Dashboard | None = None
     try:
         assert handle.kubeconfig is not None
         cluster = handle.scenario.cluster
@@ -324,6 +334,8 @@ def run_embedded(args: argparse.Namespace) -> int:
         parts.first_cycle_in = 1.0 / speed
         service = Service(parts)
         with stop_on_signal() as stop:
+            if args.dashboard_port >= 0:  # its URL first: that is where a new user looks
+                dash = start_dashboard(files.config, args.dashboard_port, files.workdir)
             print(banner(handle, files.config, dry_run=cfg.dry_run), flush=True)
             service.start()
             print(f"service       {service.http.url}  (/healthz /readyz /metrics)", flush=True)
@@ -333,4 +345,6 @@ def run_embedded(args: argparse.Namespace) -> int:
             stop.wait()
         return service.shutdown()
     finally:
+        if dash is not None:
+            dash.stop()
         handle.stop()

@@ -4,10 +4,11 @@ dcgm-exporter's shipped field lists leave ECC counters, NVLink error counters an
 (throttle) reasons off (docs: /work/shared/reference/gpu-health-facts.md). A detector whose
 fields are missing must not go silent: it either infers from what is present (SM clocks,
 temperature, power, activity) and says so, or it says that it cannot run and which exporter
-lines would turn its fields on. `coverage(present)` takes a plain set of field (series) names,
-as the observer finds them, and answers per registered detector; `notices(...)` turns the
-detectors that cannot run into findings (info, kind monitoring_gap: missing evidence, never a
-fault), so they reach the same outputs as every other finding.
+lines would turn its fields on (`observer.fleet.coverage` knows the fields and those lines;
+this module knows what each detector reads). `coverage(present)` takes a plain set of field
+(series) names, as the observer finds them, and answers per registered detector;
+`notices(...)` turns the detectors that cannot run into findings (info, kind monitoring_gap:
+missing evidence, never a fault), so they reach the same outputs as every other finding.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from detectors.signals import (
     UTIL,
     XID,
 )
-from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind, canonical_name
+from observer.fleet.catalog import XID_COUNT_METRIC, canonical_name
+from observer.fleet.coverage import exporter_line
 
 ANY_GPU_SERIES = "*"
 """Stands for "any per-GPU series": freshness needs no particular field."""
@@ -192,21 +194,6 @@ class DetectorCoverage:
         }
 
 
-def exporter_line(field: str) -> str:
-    """The line of dcgm-exporter's counters CSV (`name, type, help`) that enables `field`."""
-    if field == XID_COUNT_METRIC:
-        return (
-            f"{XID_COUNT_METRIC}, gauge, Count of XID errors within the user-specified window "
-            "(see --xid-count-window-size)."
-        )
-    spec = BY_NAME.get(field)
-    kind = "counter" if (spec is not None and spec.kind is Kind.COUNTER) else "gauge"
-    if spec is None and field.endswith(("_TOTAL", "_COUNT", "_COUNTER")):
-        kind = "counter"
-    text = spec.help if spec is not None else field.removeprefix("DCGM_FI_DEV_").replace("_", " ")
-    return f"{field}, {kind}, {text}"
-
-
 def _present(names: Iterable[str]) -> frozenset[str]:
     return frozenset(canonical_name(n) for n in names)
 
@@ -247,6 +234,32 @@ def coverage(
     have = _present(present)
     names = list(detectors) if detectors is not None else list(NEEDS)
     return tuple(detector_coverage(n, have) for n in names)
+
+
+def fields_read() -> tuple[str, ...]:
+    """Every field some detector reads, in NEEDS order (what the field-presence report asks
+    about besides the catalog)."""
+    out: dict[str, None] = {}
+    for needs in NEEDS.values():
+        for f in (*(f for g in needs.requires for f in g), *needs.full):
+            if f != ANY_GPU_SERIES:
+                out[f] = None
+    return tuple(out)
+
+
+def describe(report: Iterable[DetectorCoverage]) -> list[str]:
+    """For people: one line per detector not on full evidence (what it misses and what it then
+    infers from), and how many run on full evidence."""
+    items = list(report)
+    full = [c.detector for c in items if c.evidence is Evidence.FULL]
+    out = [f"detectors: {len(full)} of {len(items)} on full evidence"]
+    for c in items:
+        if c.evidence is Evidence.CANNOT_RUN:
+            out.append(f"  {c.detector}: CANNOT RUN ({c.notes[0]})")
+        elif c.evidence is Evidence.REDUCED:
+            using = f"; infers from {', '.join(c.infers_from)}" if c.infers_from else ""
+            out.append(f"  {c.detector}: reduced evidence ({'; '.join(c.notes)}{using})")
+    return out
 
 
 def notices(report: Iterable[DetectorCoverage], now: float) -> list[Finding]:

@@ -2,6 +2,9 @@
 what a long-running `gpufleet run` will run on its scheduler.
 
     collect() -> FleetSnapshot            (direct scrape + Kubernetes API here; Prometheus later)
+    coverage_report(fields)               (when the set of fields changes: logged; detectors
+                                           that cannot run give info monitoring_gap findings
+                                           every cycle, so none goes silent)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
     RemediationCycle.tick(findings, now)   (incidents, decisions, journal; the actuator's writes
@@ -26,11 +29,14 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from detectors.coverage import notices
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
 from evaluation.episodes import EntityKey, EpisodeTracker
+from gpufleet.coverage import CoverageReport, coverage_report
 from metering import Meter
+from observer.fleet.coverage import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.scrape.collector import ScrapeCollector
@@ -78,6 +84,10 @@ class CycleReport:
     open_incidents: int = 0
     awaiting_approval: int = 0
     """Actions waiting for a person after this cycle."""
+    coverage: CoverageReport | None = None
+    """Field coverage as of this cycle (None when collection failed)."""
+    coverage_changed: bool = False
+    """The set of fields differs from the previous successful collection (or this is the first)."""
 
     @property
     def ok(self) -> bool:
@@ -124,6 +134,9 @@ class LiveCycle:
         """Id of the last audit row reported (None: do not follow the journal)."""
         self.cycles = 0
         self.failed_cycles = 0
+        self.fields: frozenset[str] | None = None
+        """The fields of the last successful collection."""
+        self.coverage: CoverageReport | None = None
 
     def run_once(self, now: float) -> CycleReport:
         began = time.perf_counter()
@@ -137,6 +150,7 @@ class LiveCycle:
             log.exception("collection failed")
             return self._failed(now, began, "collect", f"{type(exc).__name__}: {exc}")
         errors: list[CycleError] = []
+        changed = self._cover(snapshot)
         try:
             with self.span("detect"):
                 result = self.suite.run(snapshot, now, self.state)
@@ -146,6 +160,8 @@ class LiveCycle:
         self.state = result.state
         errors += [CycleError(f"detect:{f.detector}", f.error) for f in result.failures]
         findings = result.findings
+        if self.coverage is not None:
+            findings = (*findings, *notices(self.coverage.detectors, now))
         if self.extra_findings is not None:
             try:
                 findings = (*findings, *self.extra_findings(now))
@@ -193,7 +209,25 @@ class LiveCycle:
             seconds=time.perf_counter() - began,
             open_incidents=open_incidents,
             awaiting_approval=awaiting,
+            coverage=self.coverage,
+            coverage_changed=changed,
         )
+
+    def _cover(self, snapshot: FleetSnapshot) -> bool:
+        """Recompute and log the coverage report when the set of fields changed."""
+        try:
+            fields = snapshot_fields(snapshot)
+            if fields == self.fields:
+                return False
+            self.fields = fields
+            self.coverage = coverage_report(fields, self.suite.names)
+        except Exception:  # coverage is a report; it must never stop a cycle
+            log.exception("computing field coverage failed")
+            return False
+        level = logging.WARNING if self.coverage.blind else logging.INFO
+        for line in ["field coverage changed:", *self.coverage.lines()]:
+            log.log(level, "%s", line)
+        return True
 
     def _backlog(self) -> tuple[int, int]:
         """Open incidents and actions awaiting approval (0, 0 without remediation)."""

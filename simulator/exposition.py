@@ -37,10 +37,18 @@ def _family(name: str, help_: str, kind: str, lines: str) -> str:
     return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n{lines}" if lines else ""
 
 
-def dcgm_text(sample: Sample, layout: Layout, node: str, pod_labels: str = "direct") -> str:
+def dcgm_text(
+    sample: Sample,
+    layout: Layout,
+    node: str,
+    pod_labels: str = "direct",
+    fields: Collection[str] | None = None,
+) -> str:
     """One node's dcgm-exporter /metrics (only the GPUs whose series are present).
     `pod_labels="none"`: the exporter's Kubernetes mapping off (no pod labels); `exported`:
-    the workload as `exported_*`, as a relabelling proxy would show it."""
+    the workload as `exported_*`, as a relabelling proxy would show it. `fields`: only these
+    families, as an exporter with that counters file serves them (None: every catalog field
+    and the XID counter; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: the shipped file)."""
     pos = layout.node_position()[node]
     gpus = np.flatnonzero(layout.gpu_node == pos)
     static = gpu_static_labels(layout, gpus.tolist())
@@ -50,10 +58,14 @@ def dcgm_text(sample: Sample, layout: Layout, node: str, pod_labels: str = "dire
     ]
     parts: list[str] = []
     for m in METRICS:
+        if fields is not None and m.name not in fields:
+            continue
         lines = sample_lines(
             m.name, labels, sample.metrics[m.name][gpus], m.name not in FLOAT_FAMILIES
         )
         parts.append(_family(m.name, m.help, m.kind.value, lines))
+    if fields is not None and XID_COUNT_METRIC not in fields:
+        return "".join(parts)
     xid_lines = ""
     for code, counts in sorted(sample.xid_counts.items()):
         vals = counts[gpus].copy()

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -35,8 +36,11 @@ class LiveMetrics:
         cluster: SimCluster,
         max_age: float = 1.0,
         pod_labels: str = "direct",
+        fields: Collection[str] | None = None,
     ) -> None:
         self.pod_labels = pod_labels
+        self.fields = fields
+        """The DCGM families the exporters serve (None: all; see simulator.exposition.dcgm_text)."""
         """simulator.series.POD_LABEL_LAYOUTS: `none` serves pages without pod labels (the
         exporter's Kubernetes mapping off), `exported` with `exported_*` labels."""
         self.engine = engine
@@ -66,7 +70,7 @@ class LiveMetrics:
         pos = self.engine.layout.node_position()[node]
         if not s.scrape_ok or not bool(s.exporter_up[pos]):
             return None
-        return dcgm_text(s, self.engine.layout, node, self.pod_labels)
+        return dcgm_text(s, self.engine.layout, node, self.pod_labels, self.fields)
 
     def kube_state_page(self) -> str:
         s, pods = self.sample()

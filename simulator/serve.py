@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,13 +128,15 @@ def start_simulation(
     bookmark_interval: float = 10.0,
     start_offset: float = 0.0,
     pod_labels: str = "direct",
+    fields: Collection[str] | None = None,
 ) -> SimulationHandle:
     """Start the Kubernetes API and the exporters on `host` (port 0: a free port).
 
     `start_offset`: scenario seconds already elapsed at start (the demo skips the quiet part
     of its scenario); the cluster is built as it stands at that time. `pod_labels`: the
     exporters' pod-label layout (simulator.series.POD_LABEL_LAYOUTS; `none`: the exporter's
-    Kubernetes mapping off)."""
+    Kubernetes mapping off). `fields`: the DCGM families the exporters serve (None: all;
+    observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: dcgm-exporter's shipped counters file)."""
     sc = scenario if scenario is not None else demo_scenario()
     layout = build_layout(sc)
     wall0 = wall() - start_offset / speed if speed > 0 else None
@@ -144,7 +146,9 @@ def start_simulation(
     k8s = KubeApiServer(cluster, host=host, port=k8s_port, bookmark_interval=bookmark_interval)
     try:
         metrics = MetricsServer(
-            LiveMetrics(engine, cluster, pod_labels=pod_labels), host=host, port=metrics_port
+            LiveMetrics(engine, cluster, pod_labels=pod_labels, fields=fields),
+            host=host,
+            port=metrics_port,
         )
     except OSError:
         k8s.stop()

@@ -12,9 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from detectors.coverage import Evidence
 from detectors.suite import DetectorSuite
 from evaluation.replay import replay
-from observer.fleet.coverage import EXPORTER_CSV_LINES, field_coverage, snapshot_coverage
+from gpufleet.coverage import coverage_report
+from observer.fleet.catalog import METRICS, XID_COUNT_METRIC
+from observer.fleet.coverage import (
+    CATALOG_FIELDS,
+    SHIPPED_DEFAULT_FIELDS,
+    exporter_line,
+    field_presence,
+    snapshot_fields,
+)
 from observer.prometheus import PrometheusCollector, PromSettings
 from simulator.engine import FleetSimulator
 from simulator.openmetrics import OpenMetricsWriter
@@ -23,19 +32,24 @@ from tests.prometheus_fixture import PrometheusFactory
 
 MIN = 60.0
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+THROTTLE = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+RETIRED = "DCGM_FI_DEV_RETIRED_DBE"
 
 
-def test_coverage_names_reduced_detectors_and_the_lines_to_add() -> None:
-    full = field_coverage([*EXPORTER_CSV_LINES, "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL",
-                           "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-                           "DCGM_FI_DEV_POWER_USAGE"])  # fmt: skip
-    assert {d.status for d in full.detectors} == {"full"} and full.exporter_lines == ()
-    blind = field_coverage([])
-    assert {d.detector for d in blind.detectors if d.status == "blind"} >= {"gpu_lost", "gpu_idle"}
-    assert any("CANNOT RUN" in line for line in blind.lines())
-    # the reasons field under its newer name counts as present
-    renamed = field_coverage(["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])
-    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" not in renamed.missing
+def test_presence_lists_missing_fields_and_the_lines_to_add() -> None:
+    full = field_presence(CATALOG_FIELDS)
+    assert full.missing == () and full.exporter_lines == ()
+    shipped = field_presence(SHIPPED_DEFAULT_FIELDS)
+    assert set(shipped.missing) == {m.name for m in METRICS if not m.default_on}
+    assert (
+        f"{DBE}, counter, Total number of double-bit volatile ECC errors." in shipped.exporter_lines
+    )
+    assert "add to dcgm-exporter's counters CSV" in "\n".join(shipped.lines())
+    # the reasons field under its newer name counts as present; fields off the catalog get lines
+    renamed = field_presence(["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"], [THROTTLE, RETIRED])
+    assert renamed.present == (THROTTLE,) and renamed.missing == (RETIRED,)
+    assert renamed.exporter_lines[0].startswith(f"{RETIRED}, counter, Total number of retired")
+    assert exporter_line(XID_COUNT_METRIC).startswith(f"{XID_COUNT_METRIC}, gauge, ")
 
 
 @pytest.mark.prometheus
@@ -49,13 +63,15 @@ def test_shipped_field_list_through_prometheus(
     prom = prometheus_factory(om)
     with PrometheusCollector(PromSettings(prom.url)) as collector:
         snaps = [r.snapshot for r in collector.collect_range(t0, t1, sc.scrape_interval)]
-    cov = snapshot_coverage(snaps[-1])
-    status = {d.detector: d.status for d in cov.detectors}
-    assert status["gpu_memory"] == "reduced" and status["gpu_throttle"] == "reduced"
-    assert status["gpu_interconnect"] == "reduced" and status["gpu_xid"] == "full"
-    assert DBE in cov.missing and EXPORTER_CSV_LINES[DBE] in cov.exporter_lines
+    cov = coverage_report(snapshot_fields(snaps[-1]))
+    status = {d.detector: d.evidence for d in cov.detectors}
+    reduced = {"gpu_memory", "gpu_throttle", "gpu_interconnect"}
+    assert {n for n, e in status.items() if e is Evidence.REDUCED} >= reduced, status
+    assert Evidence.CANNOT_RUN not in status.values(), status
+    assert DBE in cov.fields.missing and exporter_line(DBE) in cov.fields.exporter_lines
     report = "\n".join(cov.lines())
-    assert "gpu_throttle: reduced evidence (SM clock" in report
+    assert "gpu_throttle: reduced evidence (no clock-event reasons" in report
+    assert "infers from DCGM_FI_DEV_SM_CLOCK" in report
     result = replay(DetectorSuite.default(), ((s.taken_at, s) for s in snaps))
     found = {(f.kind.value, f.node) for f in result.episodes}
     assert ("gpu_xid", "h100-0005") in found, found  # the DBE at 20 m, through XID 48

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from errors import GpufleetError, TemporaryError
-from observer.fleet.coverage import snapshot_coverage
+from gpufleet.coverage import coverage_report
+from observer.fleet.coverage import snapshot_fields
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
 from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP
 from observer.snapshot.json_dump import snapshot_to_dict
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     else:
         print(summarize(snapshot, source))
-        print("\n".join(snapshot_coverage(snapshot).lines()))
+        print("\n".join(coverage_report(snapshot_fields(snapshot)).lines()))
         print(f"cost: {cost}")
     for p in problems:
         print(f"gpufleet collect: warning: {p}", file=sys.stderr)

@@ -2,8 +2,9 @@
 
 /healthz: 200 while the process serves. /readyz: JSON with the role (leader or standby) and the
 age of the last successful cycle; 503 when this instance leads but its last good cycle is older
-than `stale_after` (it is leading and not working). /metrics: the Prometheus exposition of the
-service's own OpenTelemetry metrics.
+than `stale_after` (it is leading and not working); once a cycle has collected, also
+`detector_coverage` (per detector: full, reduced or cannot_run) and `fields_missing`.
+/metrics: the Prometheus exposition of the service's own OpenTelemetry metrics.
 """
 
 from __future__ import annotations

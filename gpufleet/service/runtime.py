@@ -228,6 +228,8 @@ class Service:
         for k in self._seen_findings | counts.keys():
             t.findings.add(counts.get(k, 0), {"kind": k[0], "severity": k[1]})
         self._seen_findings |= counts.keys()
+        if r.coverage is not None and r.coverage_changed:
+            t.record_coverage(r.coverage.states())
         t.incidents_open.set(r.open_incidents)
         t.awaiting.set(r.awaiting_approval)
         for d in r.decisions:
@@ -253,13 +255,17 @@ class Service:
             ready = time.time() - self.started < stale_after
         else:
             ready = age < stale_after
-        body = {
+        body: dict[str, Any] = {
             "role": "leader" if leading else "standby",
             "identity": self.p.identity,
             "last_successful_cycle_age_seconds": age,
             "ready": ready,
             "stopping": self.halt.is_set(),
         }
+        cov = self.p.live.coverage
+        if cov is not None:
+            body["detector_coverage"] = cov.states()
+            body["fields_missing"] = list(cov.fields.missing)
         return ready, body
 
     # ---- lifecycle ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@ Metrics go to a Prometheus registry of this service (served on /metrics by gpufl
 through opentelemetry-exporter-prometheus) and, when `service.telemetry.otlp_endpoint` is set,
 to an OTLP/HTTP collector with the spans. Spans: `cycle` with `collect`, `detect`,
 `detector:<name>` and `remediate` inside, `k8s:<op>` per Kubernetes write, `schedule:<name>`.
+`gpufleet_detector_coverage{detector, state}` is 1 on each detector's field-coverage state
+(full, reduced, cannot_run) and 0 on the others.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span
 from prometheus_client import CollectorRegistry, generate_latest
 
+from detectors.coverage import Evidence
 from gpufleet.service.config import TelemetryConfig
+
+COVERAGE_STATES = tuple(e.value for e in Evidence)
+"""The gauge's `state` label values: full, reduced, cannot_run."""
 
 
 class Telemetry:
@@ -90,11 +96,24 @@ class Telemetry:
         self.k8s_writes = m.create_counter(
             "gpufleet_k8s_writes", description="Kubernetes writes by operation and result"
         )
+        self.detector_coverage = m.create_gauge(
+            "gpufleet_detector_coverage",
+            description="1 for each detector's evidence state (full, reduced, cannot_run) "
+            "on the fields collected, 0 for the other states",
+        )
         self.last_cycle_ok = m.create_gauge(
             "gpufleet_last_successful_cycle_timestamp",
             unit="s",
             description="Unix time of the last cycle without errors",
         )
+
+    def record_coverage(self, states: Mapping[str, str]) -> None:
+        """Per detector, 1 on its coverage state and 0 on the others."""
+        for detector, state in states.items():
+            for s in COVERAGE_STATES:
+                self.detector_coverage.set(
+                    1 if s == state else 0, {"detector": detector, "state": s}
+                )
 
     @contextlib.contextmanager
     def span(self, name: str, attrs: Mapping[str, Any] | None = None) -> Iterator[Span]:

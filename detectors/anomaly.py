@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     DRAM_ACTIVE,
@@ -139,7 +139,18 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
+NEEDS = Needs(
+    ((UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),),
+    (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),
+    {},
+    {},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="anomaly",
     params_type=Params,
     detect=detect,

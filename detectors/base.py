@@ -11,7 +11,7 @@ so live runs, backtest and eval replay the very same code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -33,6 +33,23 @@ class DetectorState(Protocol):
 DetectFn = Callable[[FleetSnapshot, Any, float, Any], tuple[list[Finding], Any]]
 
 
+ANY_GPU_SERIES = "*"
+"""Stands for "any per-GPU series": freshness needs no particular field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What one detector reads. It runs when at least one field of every `requires` group is
+    present; it runs on full evidence when every `full` field is present as well; `reduced`
+    says, per missing field, what the detector infers from instead."""
+
+    requires: tuple[tuple[str, ...], ...]
+    full: tuple[str, ...]
+    reduced: Mapping[str, str]
+    infers_from: Mapping[str, tuple[str, ...]]
+    """Per missing field: the present fields the detector then leans on."""
+
+
 @dataclass(frozen=True, slots=True)
 class DetectorSpec(Generic[P]):
     """What the registry knows about a detector."""
@@ -45,6 +62,8 @@ class DetectorSpec(Generic[P]):
     doc: str = ""
     severities: tuple[Severity, ...] = ()
     """The severities its findings can carry (with `kinds`: what a policy rule can match)."""
+    needs: Needs | None = None
+    """The fields it reads (detectors.coverage: full, reduced or cannot run on a fleet's fields)."""
 
     @property
     def produces(self) -> frozenset[tuple[FindingKind, Severity]]:

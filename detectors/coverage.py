@@ -16,36 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
+from detectors.base import ANY_GPU_SERIES, Needs
 from detectors.findings import Finding, FindingKind, Severity
-from detectors.gpu_interconnect import NVLINK_CRC, PCIE_REPLAY
-from detectors.gpu_memory import (
-    DBE,
-    REMAP_FAIL,
-    REMAP_PENDING,
-    RETIRED_DBE,
-    RETIRED_SBE,
-    SBE,
-    UNCORR_ROWS,
-)
-from detectors.signals import (
-    DRAM_ACTIVE,
-    GPU_TEMP,
-    GR_ACTIVE,
-    MEM_TEMP,
-    POWER,
-    SM_CLOCK,
-    TENSOR_ACTIVE,
-    THROTTLE,
-    UTIL,
-    XID,
-)
-from observer.fleet.catalog import XID_COUNT_METRIC, canonical_name
+from detectors.registry import registry
+from observer.fleet.catalog import canonical_name
 from observer.fleet.coverage import exporter_line
-
-ANY_GPU_SERIES = "*"
-"""Stands for "any per-GPU series": freshness needs no particular field."""
 
 
 class Evidence(StrEnum):
@@ -54,120 +32,11 @@ class Evidence(StrEnum):
     CANNOT_RUN = "cannot_run"
 
 
-@dataclass(frozen=True, slots=True)
-class Needs:
-    """What one detector reads. It runs when at least one field of every `requires` group is
-    present; it runs on full evidence when every `full` field is present as well; `reduced`
-    says, per missing field, what the detector infers from instead."""
-
-    requires: tuple[tuple[str, ...], ...]
-    full: tuple[str, ...]
-    reduced: Mapping[str, str]
-    infers_from: Mapping[str, tuple[str, ...]]
-    """Per missing field: the present fields the detector then leans on."""
-
-
-NEEDS: Mapping[str, Needs] = {
-    "monitoring_gap": Needs(((ANY_GPU_SERIES,),), (), {}, {}),
-    "gpu_lost": Needs(
-        ((ANY_GPU_SERIES,),),
-        (XID,),
-        {XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals"},
-        {XID: ()},
-    ),
-    "gpu_xid": Needs(
-        ((XID,),),
-        (XID, XID_COUNT_METRIC),
-        {XID_COUNT_METRIC: "last-XID gauge only: a repeat of the same code is invisible"},
-        {XID_COUNT_METRIC: ()},
-    ),
-    "gpu_memory": Needs(
-        ((DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS, RETIRED_SBE, RETIRED_DBE),),
-        (DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS),
-        {
-            DBE: "no uncorrectable ECC counts: infers from remapped rows and remap failure "
-            "(an uncorrectable error remaps a row)",
-            SBE: "no single-bit ECC storms: the early warning before uncorrectable errors is lost",
-            REMAP_PENDING: "pending row remaps unseen until the rows are counted",
-            REMAP_FAIL: "a failed row remap is unseen",
-            UNCORR_ROWS: "remapped rows unseen",
-        },
-        {
-            DBE: (UNCORR_ROWS, REMAP_FAIL),
-            SBE: (),
-            REMAP_PENDING: (UNCORR_ROWS,),
-            REMAP_FAIL: (),
-            UNCORR_ROWS: (),
-        },
-    ),
-    "gpu_throttle": Needs(
-        ((THROTTLE, SM_CLOCK),),
-        (THROTTLE, SM_CLOCK, UTIL, GPU_TEMP),
-        {
-            THROTTLE: "no clock-event reasons: infers throttling from the SM clock below its "
-            "model peers while busy; the cause (thermal, power brake) is read from temperature "
-            "and power, not from the reason bits",
-            SM_CLOCK: "reason bits only: a slow clock with no reason bit is unseen",
-            UTIL: "cannot tell busy from idle GPUs: clock comparisons skipped",
-            GPU_TEMP: "no temperature in the evidence",
-        },
-        {
-            THROTTLE: (SM_CLOCK, UTIL, GPU_TEMP, POWER),
-            SM_CLOCK: (THROTTLE,),
-            UTIL: (),
-            GPU_TEMP: (),
-        },
-    ),
-    "gpu_interconnect": Needs(
-        ((NVLINK_CRC, PCIE_REPLAY),),
-        (NVLINK_CRC, PCIE_REPLAY),
-        {
-            NVLINK_CRC: "no NVLink CRC error rates: PCIe replays only",
-            PCIE_REPLAY: "no PCIe replays: NVLink CRC errors only",
-        },
-        {NVLINK_CRC: (PCIE_REPLAY,), PCIE_REPLAY: (NVLINK_CRC,)},
-    ),
-    "straggler": Needs(
-        ((TENSOR_ACTIVE, GR_ACTIVE, UTIL),),
-        (TENSOR_ACTIVE, GR_ACTIVE, UTIL, SM_CLOCK),
-        {
-            TENSOR_ACTIVE: "no tensor pipe: compares graphics-engine activity (or utilisation), "
-            "which waiting ranks also keep up, so fewer stragglers stand out",
-            GR_ACTIVE: "no graphics engine: falls back to utilisation where tensor is unused",
-            UTIL: "busy test skipped",
-            SM_CLOCK: "clock-limited GPUs unseen",
-        },
-        {
-            TENSOR_ACTIVE: (GR_ACTIVE, UTIL, SM_CLOCK),
-            GR_ACTIVE: (UTIL,),
-            UTIL: (),
-            SM_CLOCK: (),
-        },
-    ),
-    "nccl_hang": Needs(
-        ((UTIL,),),
-        (UTIL, TENSOR_ACTIVE, POWER),
-        {
-            TENSOR_ACTIVE: "no tensor pipe: no-compute read from the graphics engine, or from "
-            "near-idle power alone",
-            POWER: "no power: the spin kernel's near-idle draw is not checked",
-        },
-        {TENSOR_ACTIVE: (GR_ACTIVE, POWER), POWER: (UTIL,)},
-    ),
-    "gpu_idle": Needs(
-        ((UTIL,),),
-        (UTIL, GR_ACTIVE),
-        {GR_ACTIVE: "utilisation only (a kernel resident but doing little reads as busy)"},
-        {GR_ACTIVE: (UTIL,)},
-    ),
-    "anomaly": Needs(
-        ((UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),),
-        (UTIL, GR_ACTIVE, TENSOR_ACTIVE, DRAM_ACTIVE, SM_CLOCK, POWER, GPU_TEMP, MEM_TEMP),
-        {},
-        {},
-    ),
-}
-"""Per built-in detector (tests check every registered detector has an entry)."""
+NEEDS: Mapping[str, Needs] = MappingProxyType(
+    {name: spec.needs for name, spec in registry().items() if spec.needs is not None}
+)
+"""Per registered detector, the needs its module declares (`NEEDS` next to its `SPEC`; a test
+checks every one declares them)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import GR_ACTIVE, UTIL, dt_since, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -96,7 +96,18 @@ def detect(
     return findings, State(cur.replace(idle=acc, pod=pod), now)
 
 
+NEEDS = Needs(
+    ((UTIL,),),
+    (UTIL, GR_ACTIVE),
+    {GR_ACTIVE: "utilisation only (a kernel resident but doing little reads as busy)"},
+    {GR_ACTIVE: (UTIL,)},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_idle",
     params_type=Params,
     detect=detect,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import dt_since, hysteresis, persist, rate, scrape_interval
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -106,7 +106,21 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
+NEEDS = Needs(
+    ((NVLINK_CRC, PCIE_REPLAY),),
+    (NVLINK_CRC, PCIE_REPLAY),
+    {
+        NVLINK_CRC: "no NVLink CRC error rates: PCIe replays only",
+        PCIE_REPLAY: "no PCIe replays: NVLink CRC errors only",
+    },
+    {NVLINK_CRC: (PCIE_REPLAY,), PCIE_REPLAY: (NVLINK_CRC,)},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_interconnect",
     params_type=Params,
     detect=detect,

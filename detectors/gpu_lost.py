@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context
+from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs, gpu_context
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, telemetry_view, value
 from detectors.state import KeyedArrays, align, gpu_keys
@@ -281,7 +281,18 @@ def detect(
     return findings, State(new, gone)
 
 
+NEEDS = Needs(
+    ((ANY_GPU_SERIES,),),
+    (XID,),
+    {XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals"},
+    {XID: ()},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_lost",
     params_type=Params,
     detect=detect,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import increase, rate, scrape_interval, value
 from detectors.state import KeyedArrays, align, gpu_keys
@@ -233,7 +233,31 @@ def _finding(
     )
 
 
+NEEDS = Needs(
+    ((DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS, RETIRED_SBE, RETIRED_DBE),),
+    (DBE, SBE, REMAP_FAIL, REMAP_PENDING, UNCORR_ROWS),
+    {
+        DBE: "no uncorrectable ECC counts: infers from remapped rows and remap failure "
+        "(an uncorrectable error remaps a row)",
+        SBE: "no single-bit ECC storms: the early warning before uncorrectable errors is lost",
+        REMAP_PENDING: "pending row remaps unseen until the rows are counted",
+        REMAP_FAIL: "a failed row remap is unseen",
+        UNCORR_ROWS: "remapped rows unseen",
+    },
+    {
+        DBE: (UNCORR_ROWS, REMAP_FAIL),
+        SBE: (),
+        REMAP_PENDING: (UNCORR_ROWS,),
+        REMAP_FAIL: (),
+        UNCORR_ROWS: (),
+    },
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_memory",
     params_type=Params,
     detect=detect,

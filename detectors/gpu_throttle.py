@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     GPU_TEMP,
+    POWER,
     SM_CLOCK,
     THROTTLE,
     UTIL,
@@ -146,7 +147,30 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
+NEEDS = Needs(
+    ((THROTTLE, SM_CLOCK),),
+    (THROTTLE, SM_CLOCK, UTIL, GPU_TEMP),
+    {
+        THROTTLE: "no clock-event reasons: infers throttling from the SM clock below its "
+        "model peers while busy; the cause (thermal, power brake) is read from temperature "
+        "and power, not from the reason bits",
+        SM_CLOCK: "reason bits only: a slow clock with no reason bit is unseen",
+        UTIL: "cannot tell busy from idle GPUs: clock comparisons skipped",
+        GPU_TEMP: "no temperature in the evidence",
+    },
+    {
+        THROTTLE: (SM_CLOCK, UTIL, GPU_TEMP, POWER),
+        SM_CLOCK: (THROTTLE,),
+        UTIL: (),
+        GPU_TEMP: (),
+    },
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_throttle",
     params_type=Params,
     detect=detect,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec, gpu_context, node_name
+from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
@@ -202,7 +202,18 @@ def detect(
     return findings, State(new, now)
 
 
+NEEDS = Needs(
+    ((XID,),),
+    (XID, XID_COUNT_METRIC),
+    {XID_COUNT_METRIC: "last-XID gauge only: a repeat of the same code is invisible"},
+    {XID_COUNT_METRIC: ()},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="gpu_xid",
     params_type=Params,
     detect=detect,

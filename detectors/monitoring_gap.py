@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec
+from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import telemetry_view
 from detectors.state import KeyedArrays, align
@@ -132,7 +132,14 @@ def detect(
     return findings, State(prev.replace(onset=onset, watched=watched, last=last), fleet_onset)
 
 
+NEEDS = Needs(((ANY_GPU_SERIES,),), (), {}, {})
+
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="monitoring_gap",
     params_type=Params,
     detect=detect,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec
+from detectors.base import DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
     GR_ACTIVE,
@@ -297,7 +297,22 @@ def _median(values: np.ndarray, rows: np.ndarray) -> float | None:
     return round(float(np.median(v)), 3) if v.size else None
 
 
+NEEDS = Needs(
+    ((UTIL,),),
+    (UTIL, TENSOR_ACTIVE, POWER),
+    {
+        TENSOR_ACTIVE: "no tensor pipe: no-compute read from the graphics engine, or from "
+        "near-idle power alone",
+        POWER: "no power: the spin kernel's near-idle draw is not checked",
+    },
+    {TENSOR_ACTIVE: (GR_ACTIVE, POWER), POWER: (UTIL,)},
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="nccl_hang",
     params_type=Params,
     detect=detect,

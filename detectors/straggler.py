@@ -26,11 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.base import DetectorSpec
+from detectors.base import DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
+    GR_ACTIVE,
     POWER,
     SM_CLOCK,
+    TENSOR_ACTIVE,
     UTIL,
     cusum,
     dt_since,
@@ -359,7 +361,29 @@ def detect(
     return findings, State(new, now)
 
 
+NEEDS = Needs(
+    ((TENSOR_ACTIVE, GR_ACTIVE, UTIL),),
+    (TENSOR_ACTIVE, GR_ACTIVE, UTIL, SM_CLOCK),
+    {
+        TENSOR_ACTIVE: "no tensor pipe: compares graphics-engine activity (or utilisation), "
+        "which waiting ranks also keep up, so fewer stragglers stand out",
+        GR_ACTIVE: "no graphics engine: falls back to utilisation where tensor is unused",
+        UTIL: "busy test skipped",
+        SM_CLOCK: "clock-limited GPUs unseen",
+    },
+    {
+        TENSOR_ACTIVE: (GR_ACTIVE, UTIL, SM_CLOCK),
+        GR_ACTIVE: (UTIL,),
+        UTIL: (),
+        SM_CLOCK: (),
+    },
+)
+"""The fields this detector reads, for detectors.coverage: what it needs to run at all,
+what full evidence is, and what it infers from when a field is missing."""
+
+
 SPEC = DetectorSpec(
+    needs=NEEDS,
     name="straggler",
     params_type=Params,
     detect=detect,

@@ -40,6 +40,7 @@ def test_summary_and_json_from_prometheus(
     assert "40 GPUs on 5 nodes, 6 pods, 2 jobs" in out
     assert "stale: a100-0001 (2.5m old, exporter down)" in out
     assert "default/train" in out and "24 queries" in out
+    assert "fields: " in out and " on full evidence" in out  # the coverage report
     dump = tmp_path / "snap.json"
     assert main(["collect", "--prometheus-url", prom.url, "--at", at, "-o", str(dump)]) == 0
     doc = json.loads(dump.read_text())

@@ -22,6 +22,7 @@ from gpufleet.service.runtime import Service
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store
+from remediations.types import Verdict
 from simulator.serve import SimulationHandle, start_simulation
 from tests.k8s_sim_support import small_scenario
 from tests.service.procs import wait_for
@@ -119,6 +120,8 @@ def test_a_detector_without_its_field_is_never_silent(
     notice = next(f for f in service.last_report.findings if f.detector == "coverage")
     assert (notice.kind, notice.severity) == (FindingKind.MONITORING_GAP, Severity.INFO)
     assert f"{XID}, gauge," in (notice.recommended_action or "")
+    assert service.last_report.ok, service.last_report.errors  # the notice passes the policy
+    assert all(d.decision is not Verdict.EXECUTE for d in service.last_report.decisions)
 
     # the first cycle may run before the test body
     records = [*caplog.get_records("setup"), *caplog.records]

@@ -80,9 +80,13 @@ def test_no_execute_evicts_only_the_pods_on_that_device(
     running = {p.key for p in sim.cluster.running_pods()}
     assert on_gpu1.key not in running and others <= running
     assert sim.cluster.device_taints[("h100-0001", 1)]["effect"] == "NoExecute"
-    sim.advance(60)  # the replacement starts elsewhere: never on the tainted device
+    sim.advance(60)  # the replacement starts: on the same node, never on the tainted device
     for p in sim.cluster.running_pods():
         assert not (p.node == "h100-0001" and 1 in p.gpu_indices), p
+    fresh = {p.key: p for p in sim.cluster.running_pods()}.keys() - others
+    assert len(fresh) == 1
+    (new,) = [p for p in sim.cluster.running_pods() if p.key in fresh]
+    assert new.node == "h100-0001" and len(new.gpu_indices) == 2  # the other GPUs take new work
     node = sim.cluster.store.get("nodes", "", "h100-0001")
     assert node is not None and not node["spec"].get("unschedulable")
 

@@ -14,8 +14,8 @@ Obj = dict[str, Any]
 
 SERVER_VERSION = {
     "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.4-gpufleet-sim",
+    "minor": "37",
+    "gitVersion": "v1.37.0-gpufleet-sim",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",

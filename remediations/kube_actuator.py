@@ -315,9 +315,19 @@ class KubeActuator:
         name = str(a["rule"])
         if not self.dra.create_rule(name, dev, taint, labels, _ctx_annotations(ctx)):
             have = self.dra.rule(name)
-            if have is None or not have.ours:
+            if have is None:
+                raise TemporaryError(f"device taint rule {name} vanished while creating it")
+            if not have.ours:
                 raise PermanentError(f"device taint rule {name} exists and is not gpufleet's")
-            return f"device taint rule {name} already present ({have.effect})"
+            if have.device != dev.device or have.pool != dev.pool:
+                raise PermanentError(
+                    f"device taint rule {name} selects {have.pool}/{have.device}, "
+                    f"not {dev.pool}/{dev.device}"
+                )
+            if (have.key, have.value, have.effect) == taint:
+                return f"device taint rule {name} already present ({have.effect})"
+            self.dra.set_taint(name, taint, _ctx_annotations(ctx))
+            return f"device taint rule {name}: effect {have.effect} -> {taint[2]}"
         return f"created device taint rule {name}: {dev.driver}/{dev.pool}/{dev.device} {taint[2]}"
 
     def _op_unfence_device(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:

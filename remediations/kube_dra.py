@@ -128,6 +128,18 @@ class DraClient:
             raise
         return True
 
+    def set_taint(
+        self, name: str, taint: tuple[str, str, str], annotations: Mapping[str, str]
+    ) -> None:
+        """Change the taint of gpufleet's existing rule (e.g. a `None` dry run becomes a fence);
+        the API server restamps `timeAdded` when the effect changes."""
+        key, value, effect = taint
+        body = {
+            "metadata": {"annotations": dict(annotations)},
+            "spec": {"taint": {"key": key, "value": value, "effect": effect}},
+        }
+        self.resource.patch_device_taint_rule(name, body)
+
     def delete_rule(self, name: str) -> str:
         """Delete rule `name` if gpufleet owns it; says what happened."""
         current = self.rule(name)

@@ -108,11 +108,9 @@ class SimCluster:
         for i, n in enumerate(self.layout.nodes):
             self.store.put("nodes", ko.node_object(n, i, wall, sc.cluster))
         if self.options.dra:
-            for i, n in enumerate(self.layout.nodes):
+            for n in self.layout.nodes:
                 if n.gpus:
-                    self.store.put(
-                        dra.SLICES, dra.resource_slice(self.layout, n, i, wall, sc.cluster)
-                    )
+                    self.store.put(dra.SLICES, dra.resource_slice(self.layout, n, wall, sc.cluster))
         for ns in sorted({*SYSTEM_NAMESPACES, *(w.namespace for w in sc.workloads)}):
             meta = {
                 "name": ns,

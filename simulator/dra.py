@@ -43,7 +43,7 @@ def slice_name(node: str) -> str:
     return f"{node}-{DRIVER}"
 
 
-def resource_slice(layout: Layout, n: SimNode, position: int, ts: float, cluster: str) -> Obj:
+def resource_slice(layout: Layout, n: SimNode, ts: float, cluster: str) -> Obj:
     """The ResourceSlice the NVIDIA DRA driver on node `n` publishes."""
     devices: list[Obj] = []
     for d in range(n.gpus):

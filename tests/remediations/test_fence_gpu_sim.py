@@ -182,3 +182,17 @@ def test_a_gpu_no_slice_publishes_cannot_be_fenced(actuator: KubeActuator) -> No
 
     with pytest.raises(PermanentError, match="not a DRA GPU"):
         actuator.pin(Intent("fence_device", NODE, {"uuid": "GPU-unknown", "rule": "x"}))
+
+
+def test_a_dry_run_rule_becomes_a_fence(sim: Sim, actuator: KubeActuator) -> None:
+    args = {"uuid": BAD, "rule": fence_rule_name(BAD), "key": QUARANTINE_TAINT, "value": "gpu_xid"}
+    dry = actuator.pin(Intent("fence_device", NODE, {**args, "effect": "None"}))
+    actuator.apply(dry, WriteContext("a1", "i1", "fence_gpu", "dry run"))
+    assert not sim.cluster.controller.blocked()
+    fence = actuator.pin(Intent("fence_device", NODE, {**args, "effect": "NoSchedule"}))
+    did = actuator.apply(fence, WriteContext("a2", "i1", "fence_gpu", "fence"))
+    assert did.endswith("effect None -> NoSchedule")
+    rule = actuator.dra.resource.read_device_taint_rule(fence_rule_name(BAD))
+    assert spec(rule).taint.effect == "NoSchedule"
+    assert annotations_of(rule)[ACTION_ANNOTATION] == "a2"
+    assert (NODE, 2) in sim.cluster.controller.blocked()

@@ -25,6 +25,7 @@ from errors import PermanentError, TemporaryError
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
+from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.playbooks.drain import evictable
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -115,6 +116,7 @@ class KubeActuator:
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.dra = DraClient(api)
         self.clock = clock
         self.sleep = sleep
 
@@ -164,6 +166,13 @@ class KubeActuator:
                 return None
             raise _error(exc, f"read pod {namespace}/{name}") from exc
 
+    def device_taint_rule(self, name: str) -> TaintRuleView | None:
+        """A DeviceTaintRule by name (None: absent), for the fence_gpu playbook's verification."""
+        try:
+            return self.dra.rule(name)
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"read device taint rule {name}") from exc
+
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
         """Nodes, pods and jobs from the live API (jobs by the operators' job-name labels)."""
         try:
@@ -207,7 +216,24 @@ class KubeActuator:
                 if evictable(p, bool(a.get("include_unmanaged")), skip)
                 and (not job or p.job == job)
             ]
+        elif intent.op == "fence_device" and "device" not in a:
+            self._pin_device(intent.target, a)
         return Intent(intent.op, intent.target, a)
+
+    def _pin_device(self, node: str, a: dict[str, Any]) -> None:
+        """Resolve the GPU's UUID to its DRA device (driver, pool, device) before journaling."""
+        try:
+            dev = self.dra.find_device(
+                node, str(a["uuid"]), str(a.get("driver") or "gpu.nvidia.com")
+            )
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"list resource slices of {node}") from exc
+        if dev is None:
+            raise PermanentError(
+                f"no ResourceSlice of driver {a.get('driver') or 'gpu.nvidia.com'} on node {node} "
+                f"has a device with uuid {a['uuid']}: not a DRA GPU, cannot fence it alone"
+            )
+        a.update(driver=dev.driver, pool=dev.pool, device=dev.device)
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -279,6 +305,33 @@ class KubeActuator:
         taints = [{"key": k, "value": v, "effect": e} for k, v, e in keep]
         self._patch_node(name, {"spec": {"taints": taints or None}}, ctx)
         return f"removed taint {a['key']}"
+
+    def _op_fence_device(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        if "device" not in a:
+            raise PermanentError("fence_device was not pinned to a DRA device")
+        dev = DraDevice(str(a["driver"]), str(a["pool"]), str(a["device"]), node)
+        taint = (str(a["key"]), str(a["value"]), str(a["effect"]))
+        labels = {GPU_LABEL: str(a["uuid"]).lower()[:63]}
+        name = str(a["rule"])
+        if not self.dra.create_rule(name, dev, taint, labels, _ctx_annotations(ctx)):
+            have = self.dra.rule(name)
+            if have is None:
+                raise TemporaryError(f"device taint rule {name} vanished while creating it")
+            if not have.ours:
+                raise PermanentError(f"device taint rule {name} exists and is not gpufleet's")
+            if have.device != dev.device or have.pool != dev.pool:
+                raise PermanentError(
+                    f"device taint rule {name} selects {have.pool}/{have.device}, "
+                    f"not {dev.pool}/{dev.device}"
+                )
+            if (have.key, have.value, have.effect) == taint:
+                return f"device taint rule {name} already present ({have.effect})"
+            self.dra.set_taint(name, taint, _ctx_annotations(ctx))
+            return f"device taint rule {name}: effect {have.effect} -> {taint[2]}"
+        return f"created device taint rule {name}: {dev.driver}/{dev.pool}/{dev.device} {taint[2]}"
+
+    def _op_unfence_device(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        return self.dra.delete_rule(str(a["rule"]))
 
     def _op_label(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         self._patch_node(name, {"metadata": {"labels": dict(a["labels"])}}, ctx)

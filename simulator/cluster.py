@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from simulator import dra
 from simulator.batch_jobs import BatchJobs
 from simulator.clock import SimClock
 from simulator.controller import JobController, tolerates
@@ -49,6 +50,9 @@ class ClusterOptions:
     termination_seconds: float = 0.0
     """Scenario seconds a deleted or evicted pod stays Terminating (deletionTimestamp set)
     before it is gone; 0 removes it at once, as does a delete with gracePeriodSeconds 0."""
+    dra: bool = True
+    """Every GPU node runs the NVIDIA DRA driver and publishes a `gpu.nvidia.com` ResourceSlice;
+    DeviceTaintRules then keep pods off (NoSchedule) or evict them from (NoExecute) a device."""
 
 
 class SimCluster:
@@ -90,7 +94,9 @@ class SimCluster:
         self.devices = DevicePlugin(
             self.store, device_faults(scenario, self.layout), emit=self._emit
         )
-        self.controller.blocked = lambda: self.devices.unhealthy.keys()
+        self.device_taints: dict[tuple[str, int], Obj] = {}
+        """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
+        self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
         self.batch = BatchJobs(self.store, scenario)
         with self.store.lock:
             self._build()
@@ -101,6 +107,10 @@ class SimCluster:
         sc, now, wall = self.scenario, self.clock.scenario_time(), self.clock.now()
         for i, n in enumerate(self.layout.nodes):
             self.store.put("nodes", ko.node_object(n, i, wall, sc.cluster))
+        if self.options.dra:
+            for n in self.layout.nodes:
+                if n.gpus:
+                    self.store.put(dra.SLICES, dra.resource_slice(self.layout, n, wall, sc.cluster))
         for ns in sorted({*SYSTEM_NAMESPACES, *(w.namespace for w in sc.workloads)}):
             meta = {
                 "name": ns,
@@ -212,7 +222,11 @@ class SimCluster:
                     raise NotFound(obj["metadata"]["name"])
                 for f in ("uid", "creationTimestamp"):
                     obj["metadata"][f] = old["metadata"][f]
+            if resource == dra.RULES:
+                self._stamp_taint(obj, old)
             out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
+            if resource == dra.RULES:
+                self._apply_device_taints()
             if resource == "nodes" and old is not None:
                 self._note_node_change(old, out)
                 self._evict_for_no_execute(out)
@@ -235,6 +249,45 @@ class SimCluster:
                 component="taint-eviction-controller",
             )
             self.delete("pods", ns, name)
+
+    # --- DRA device taints --------------------------------------------------------------------
+
+    def _fenced(self) -> set[tuple[str, int]]:
+        return {k for k, t in self.device_taints.items() if t.get("effect") in dra.BLOCKING}
+
+    def _stamp_taint(self, rule: Obj, old: Obj | None) -> None:
+        """`timeAdded` is set on create, and again when an update changes the effect."""
+        taint = (rule.get("spec") or {}).get("taint")
+        if not isinstance(taint, dict):
+            return
+        before = ((old or {}).get("spec") or {}).get("taint") or {}
+        if not taint.get("timeAdded") or (
+            before
+            and before.get("effect") != taint.get("effect")
+            and taint.get("timeAdded") == before.get("timeAdded")
+        ):
+            taint["timeAdded"] = ko.rfc3339(self.clock.now())
+
+    def _apply_device_taints(self) -> None:
+        """Recompute device taints; NoExecute evicts the pods allocated a newly tainted device
+        (the device taint eviction controller), then pending pods may schedule elsewhere."""
+        _, slices = self.store.objects(dra.SLICES)
+        _, rules = self.store.objects(dra.RULES)
+        self.device_taints = dra.device_taints(slices, rules)
+        for (node, device), taint in sorted(self.device_taints.items()):
+            if taint.get("effect") != "NoExecute":
+                continue
+            for pod in self.controller.pods_on_device(node, device):
+                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                self._emit(
+                    pod,
+                    "DeviceTaintManagerEviction",
+                    f"Marking for deletion Pod {ns}/{name}: device {dra.DRIVER}/{node}/"
+                    f"{dra.device_name(device)} has taint {taint.get('key')}:NoExecute",
+                    component="device-taint-eviction-controller",
+                )
+                self.delete("pods", ns, name)
+        self.tick()
 
     def _note_node_change(self, old: Obj, new: Obj) -> None:
         was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))
@@ -274,6 +327,8 @@ class SimCluster:
             assert gone is not None
             if resource == "pods":
                 self._pod_gone(gone)
+            if resource == dra.RULES:
+                self._apply_device_taints()
             return gone
 
     def _start_terminating(self, pod: Obj) -> Obj:

@@ -249,6 +249,20 @@ class JobController:
             self.slots.pop(uid, None)
             self.store.delete("pods", slot.template.namespace, slot.template.name)
 
+    def pods_on_device(self, node: str, device: int) -> list[Obj]:
+        """The live pods the scheduler gave GPU `device` of `node` (the kubelet's allocation)."""
+        out = []
+        for uid, slot in self.slots.items():
+            pod = self._pod_by_uid(uid, slot)
+            if (
+                pod is not None
+                and pod["spec"].get("nodeName") == node
+                and device in slot.gpus
+                and pod["status"].get("phase") not in TERMINAL
+            ):
+                out.append(pod)
+        return out
+
     def running(self) -> list[SimPod]:
         """Pods running now, where they run (`end` is the workload's planned end, if any)."""
         return [s.placement for s in self.slots.values() if s.placement is not None]

@@ -145,3 +145,32 @@ def test_drain_waits_for_terminating_pods(tmp_path: Path) -> None:
             t.join()
         assert "pod/big-worker-0 evicted" in out.stdout
         assert sim.node_of("ml", "big-worker-0") == "h100-0003"
+
+
+def test_get_resourceslices_and_devicetaintrules(sim: Sim, tmp_path: Path) -> None:
+    rule = tmp_path / "rule.yaml"
+    rule.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata:\n  name: fence-gpu3\n"
+        "spec:\n  deviceSelector:\n    driver: gpu.nvidia.com\n    pool: h100-0001\n"
+        "    device: gpu-3\n  taint:\n    key: example.com/xid\n    value: '48'\n"
+        "    effect: NoSchedule\n"
+    )
+    # the simulator serves no OpenAPI document for kubectl's client-side schema validation
+    assert "created" in kubectl(sim, "create", "--validate=false", "-f", str(rule)).stdout
+    out = kubectl(sim, "get", "resourceslices,devicetaintrules").stdout
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    assert lines[0] == ["NAME", "NODE", "DRIVER", "POOL", "AGE"]
+    slices = [r for r in lines if r[0].startswith("resourceslice")]
+    assert [r[:4] for r in slices] == [
+        [f"resourceslice.resource.k8s.io/h100-000{i}-gpu.nvidia.com", f"h100-000{i}",
+         "gpu.nvidia.com", f"h100-000{i}"]
+        for i in range(4)
+    ]  # fmt: skip
+    assert any(r[0] == "devicetaintrule.resource.k8s.io/fence-gpu3" for r in lines)
+    effect = kubectl(
+        sim, "get", "devicetaintrule", "fence-gpu3", "-o", "jsonpath={.spec.taint.effect}"
+    )
+    assert effect.stdout == "NoSchedule"
+    assert sim.cluster.device_taints[("h100-0001", 3)]["effect"] == "NoSchedule"
+    kubectl(sim, "delete", "devicetaintrule", "fence-gpu3")
+    assert not sim.cluster.device_taints

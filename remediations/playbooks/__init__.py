@@ -14,6 +14,7 @@ from remediations.playbooks.base import (
     VerifyStatus,
 )
 from remediations.playbooks.drain import Drain, Migrate
+from remediations.playbooks.fence import FenceGpu, UnfenceGpu
 from remediations.playbooks.node_state import Cordon, Quarantine, Uncordon
 from remediations.playbooks.requests import RequestReboot, RequestReset
 from remediations.playbooks.restart import RestartJob, RestartPod
@@ -30,6 +31,8 @@ PLAYBOOKS: Mapping[str, Playbook] = {
         RestartJob(),
         RequestReset(),
         RequestReboot(),
+        FenceGpu(),
+        UnfenceGpu(),
     )
 }
 

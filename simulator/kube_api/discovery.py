@@ -14,8 +14,8 @@ Obj = dict[str, Any]
 
 SERVER_VERSION = {
     "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.4-gpufleet-sim",
+    "minor": "37",
+    "gitVersion": "v1.37.0-gpufleet-sim",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",
@@ -56,13 +56,17 @@ RESOURCES = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, (*READ, *WRITE)),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, READ, ("ds",)),
     Resource("batch", "v1", "jobs", "Job", True, (*READ, *WRITE)),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, READ),
+    Resource(
+        "resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False, (*READ, *WRITE)
+    ),
 )
 SUBRESOURCES = {
     ("", "v1", "pods/eviction"): ("policy", "v1", "Eviction", ("create",)),
     ("", "v1", "pods/status"): ("", "v1", "Pod", ("get", "patch", "update")),
     ("", "v1", "nodes/status"): ("", "v1", "Node", ("get", "patch", "update")),
 }
-GROUPS = ("policy", "coordination.k8s.io", "apps", "batch")
+GROUPS = ("policy", "coordination.k8s.io", "apps", "batch", "resource.k8s.io")
 
 
 def find(group: str, version: str, plural: str) -> Resource | None:

@@ -17,7 +17,7 @@ Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 GPU_NAMESPACE = "gpu-operator"
 DAEMONSETS = ("nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset")
-KUBELET_VERSION = "v1.31.4"
+KUBELET_VERSION = "v1.37.0"
 
 
 def rfc3339(ts: float) -> str:

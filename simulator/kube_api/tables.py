@@ -54,6 +54,13 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Age", "string", 0),
     ],
     "leases": [("Name", "string", 0), ("Holder", "string", 0), ("Age", "string", 0)],
+    "resourceslices": [
+        ("Name", "string", 0),
+        ("Node", "string", 0),
+        ("Driver", "string", 0),
+        ("Pool", "string", 0),
+        ("Age", "string", 0),
+    ],
 }
 _DEFAULT: list[Column] = [("Name", "string", 0), ("Age", "string", 0)]
 
@@ -160,6 +167,15 @@ def _cells(resource: str, o: Obj) -> list[Any]:
         return [
             meta["name"],
             o.get("spec", {}).get("holderIdentity") or "",
+            human_age(meta.get("creationTimestamp")),
+        ]
+    if resource == "resourceslices":
+        spec = o.get("spec", {})
+        return [
+            meta["name"],
+            spec.get("nodeName") or "",
+            spec.get("driver", ""),
+            (spec.get("pool") or {}).get("name", ""),
             human_age(meta.get("creationTimestamp")),
         ]
     return [meta["name"], human_age(meta.get("creationTimestamp"))]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator import dra
 from simulator.cluster import Invalid, NotFound, SimCluster, TooManyRequests
 from simulator.controller import NAME_CHARS
 from simulator.kube_api import discovery as disc
@@ -207,6 +208,9 @@ class Verbs:
             body.setdefault("spec", {"finalizers": ["kubernetes"]})
             body["status"] = {"phase": "Active"}
         meta.pop("resourceVersion", None)
+        invalid = self._invalid(req, body)
+        if invalid is not None:
+            return invalid
         if req.params.get("dryRun") == "All":
             return Reply(201, body)
         try:
@@ -216,6 +220,14 @@ class Verbs:
                 409, f'{req.resource.plural} "{meta["name"]}" already exists', "AlreadyExists", req
             )
         return Reply(201, decorate(req.resource, out))
+
+    def _invalid(self, req: Request, body: Obj) -> Reply | None:
+        """422 Invalid for a body the real API server's validation would reject."""
+        why = dra.check_rule(body) if req.resource.plural == dra.RULES else None
+        if why is None:
+            return None
+        name = body["metadata"].get("name", "")
+        return error(422, f'{req.resource.kind} "{name}" is invalid: {why}', "Invalid", req)
 
     def update(self, req: Request) -> Reply:
         body = self._body(req)
@@ -238,6 +250,9 @@ class Verbs:
         return self._write(req, new, expect)
 
     def _write(self, req: Request, obj: Obj, expect: str | None) -> Reply:
+        invalid = self._invalid(req, obj)
+        if invalid is not None:
+            return invalid
         if req.params.get("dryRun") == "All":
             return Reply(200, obj)
         try:

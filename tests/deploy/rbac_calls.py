@@ -29,6 +29,7 @@ GROUPS = {
     "PolicyV1Api": "policy",
     "AppsV1Api": "apps",
     "EventsV1Api": "events.k8s.io",
+    "ResourceV1Api": "resource.k8s.io",
 }
 VERBS = (
     ("delete_collection_", "deletecollection"),

@@ -199,6 +199,16 @@ def test_derivation_reads_the_client_naming() -> None:
         "update",
     )
     assert rule_of("BatchV1Api", "delete_namespaced_job") == ("batch", "jobs", "delete")
+    assert rule_of("ResourceV1Api", "list_resource_slice") == (
+        "resource.k8s.io",
+        "resourceslices",
+        "list",
+    )
+    assert rule_of("ResourceV1Api", "read_device_taint_rule") == (
+        "resource.k8s.io",
+        "devicetaintrules",
+        "get",
+    )
 
 
 def test_postgresql_overlay_wires_the_database_secret() -> None:

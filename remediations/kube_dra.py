@@ -1,0 +1,159 @@
+"""The DRA adapter: GPUs from ResourceSlices, gpufleet's DeviceTaintRules (resource.k8s.io/v1).
+
+The one module that reads ResourceSlices and writes DeviceTaintRules (through the `kubernetes`
+client's `ResourceV1Api`). A finding names a GPU by UUID; the NVIDIA DRA driver publishes each
+GPU as a device of a ResourceSlice (driver `gpu.nvidia.com`, pool = node name) with a `uuid`
+attribute, so the UUID maps to exactly one (driver, pool, device). gpufleet's rules carry the
+`app.kubernetes.io/managed-by: gpufleet` label and the action/incident annotations, and their names
+are derived from the GPU UUID, so re-creating one after a crash finds the earlier one (409) and
+deleting one never touches a rule someone else made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+GPU_LABEL = "gpufleet.io/gpu"
+EFFECTS = ("None", "NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    driver: str
+    pool: str
+    device: str
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRuleView:
+    name: str
+    uid: str
+    driver: str | None
+    pool: str | None
+    device: str | None
+    key: str
+    value: str
+    effect: str
+    ours: bool
+    annotations: Mapping[str, str]
+
+
+def _view(r: Any) -> TaintRuleView:
+    meta, spec = r.metadata, r.spec
+    sel, taint = spec.device_selector, spec.taint
+    labels = dict(meta.labels or {})
+    return TaintRuleView(
+        name=meta.name,
+        uid=meta.uid or "",
+        driver=sel.driver if sel else None,
+        pool=sel.pool if sel else None,
+        device=sel.device if sel else None,
+        key=taint.key,
+        value=taint.value or "",
+        effect=taint.effect,
+        ours=labels.get(MANAGED_BY) == "gpufleet",
+        annotations=dict(meta.annotations or {}),
+    )
+
+
+class DraClient:
+    """ResourceSlice reads and DeviceTaintRule writes over a `kubernetes.client.ApiClient`.
+
+    Raises the client's ApiException / urllib3 errors; the actuator maps them."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.resource = client.ResourceV1Api(api)
+
+    def find_device(
+        self, node: str, gpu_uuid: str, driver: str = NVIDIA_DRIVER
+    ) -> DraDevice | None:
+        """The DRA device whose `uuid` attribute is `gpu_uuid` on `node` (None: not a DRA GPU)."""
+        slices = self.resource.list_resource_slice(
+            field_selector=f"spec.nodeName={node},spec.driver={driver}"
+        )
+        for s in slices.items:
+            spec = s.spec
+            for d in spec.devices or ():
+                attr = (d.attributes or {}).get("uuid")
+                if attr is not None and attr.string == gpu_uuid:
+                    return DraDevice(spec.driver, spec.pool.name, d.name, spec.node_name)
+        return None
+
+    def rule(self, name: str) -> TaintRuleView | None:
+        try:
+            return _view(self.resource.read_device_taint_rule(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_rule(
+        self,
+        name: str,
+        dev: DraDevice,
+        taint: tuple[str, str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+    ) -> bool:
+        """Create gpufleet's rule for `dev`; False when a rule of that name already exists."""
+        key, value, effect = taint
+        if effect not in EFFECTS:
+            raise ValueError(f"device taint effect must be one of {EFFECTS}, not {effect!r}")
+        body = client.V1DeviceTaintRule(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                labels={**labels, MANAGED_BY: "gpufleet"},
+                annotations=dict(annotations),
+            ),
+            spec=client.V1DeviceTaintRuleSpec(
+                device_selector=client.V1DeviceTaintSelector(
+                    driver=dev.driver, pool=dev.pool, device=dev.device
+                ),
+                taint=client.V1DeviceTaint(key=key, value=value, effect=effect),
+            ),
+        )
+        try:
+            self.resource.create_device_taint_rule(body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def set_taint(
+        self, name: str, taint: tuple[str, str, str], annotations: Mapping[str, str]
+    ) -> None:
+        """Change the taint of gpufleet's existing rule (e.g. a `None` dry run becomes a fence);
+        the API server restamps `timeAdded` when the effect changes."""
+        key, value, effect = taint
+        body = {
+            "metadata": {"annotations": dict(annotations)},
+            "spec": {"taint": {"key": key, "value": value, "effect": effect}},
+        }
+        self.resource.patch_device_taint_rule(name, body)
+
+    def delete_rule(self, name: str) -> str:
+        """Delete rule `name` if gpufleet owns it; says what happened."""
+        current = self.rule(name)
+        if current is None:
+            return f"device taint rule {name} already absent"
+        if not current.ours:
+            return f"device taint rule {name} is not gpufleet's: left alone"
+        try:
+            opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=current.uid))
+            self.resource.delete_device_taint_rule(name, body=opts)
+        except ApiException as exc:
+            if exc.status == 409:
+                return f"device taint rule {name} was replaced meanwhile: left alone"
+            if exc.status == 404:
+                return f"device taint rule {name} already absent"
+            raise
+        return f"deleted device taint rule {name}"

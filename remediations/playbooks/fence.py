@@ -1,0 +1,155 @@
+"""fence_gpu and unfence_gpu: take one GPU out of service on a DRA node, leave the other seven.
+
+On clusters where the NVIDIA DRA driver publishes GPUs as `resource.k8s.io/v1` devices, a
+DeviceTaintRule owned by gpufleet selects exactly the faulty GPU's device (driver, pool, device,
+resolved from the finding's GPU UUID through the node's ResourceSlice when the step is pinned)
+and taints it: effect `NoSchedule` keeps new claims off it, `NoExecute` also evicts the pods that
+hold it, `None` only records the taint (the API's own dry run). The node stays schedulable. The
+rule's name derives from the GPU UUID, so a retry finds it, and undoing deletes only a rule that
+carries gpufleet's managed-by label. Under `actuation: shadow` nothing is written at all.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.playbooks.base import (
+    BaseParams,
+    NoPlan,
+    Plan,
+    Playbook,
+    Subject,
+    Verification,
+    VerifyStatus,
+    node_of,
+)
+from remediations.types import QUARANTINE_TAINT, Intent
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+
+
+def fence_rule_name(gpu_uuid: str) -> str:
+    """gpufleet's DeviceTaintRule name for one GPU: a DNS subdomain derived from its UUID."""
+    return "gpufleet-" + gpu_uuid.lower().replace("_", "-")[:50]
+
+
+class RuleView(Protocol):
+    @property
+    def effect(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def ours(self) -> bool: ...
+    @property
+    def device(self) -> str | None: ...
+
+
+@runtime_checkable
+class DeviceTaintReader(Protocol):
+    def device_taint_rule(self, name: str) -> RuleView | None: ...
+
+
+class FenceParams(BaseParams):
+    effect: Literal["None", "NoSchedule", "NoExecute"] = "NoSchedule"
+    """`NoSchedule` fences the GPU, `NoExecute` also evicts the pods on it, `None` records the
+    taint without effect (a live dry run the scheduler and eviction controller ignore)."""
+    driver: str = Field(default=NVIDIA_DRIVER, min_length=1)
+    """The DRA driver whose ResourceSlices publish the GPUs."""
+
+
+def _subject_gpu(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
+    node = node_of(subject, view)
+    if isinstance(node, NoPlan):
+        return node
+    if not subject.gpu_uuid:
+        return NoPlan(f"{subject.kind} incident names no GPU: fence the node instead")
+    return node, subject.gpu_uuid
+
+
+class FenceGpu(Playbook):
+    name = "fence_gpu"
+    disruptive = False
+    """The node stays available: only one GPU leaves service (no blast-radius share)."""
+    Params = FenceParams
+
+    def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
+        assert isinstance(params, FenceParams)
+        found = _subject_gpu(subject, view)
+        if isinstance(found, NoPlan):
+            return found
+        node, uuid = found
+        intent = Intent(
+            "fence_device",
+            node,
+            {
+                "uuid": uuid,
+                "driver": params.driver,
+                "rule": fence_rule_name(uuid),
+                "key": QUARANTINE_TAINT,
+                "value": subject.kind,
+                "effect": params.effect,
+            },
+        )
+        return Plan(self.name, f"gpu/{uuid}", (intent,), False, (node,))
+
+    def verify(
+        self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
+    ) -> Verification:
+        if not isinstance(reader, DeviceTaintReader):
+            return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
+        for i in intents:
+            if i.op != "fence_device":
+                continue
+            name = str(i.args["rule"])
+            rule = reader.device_taint_rule(name)
+            if rule is None:
+                return Verification(VerifyStatus.PENDING, f"device taint rule {name} not there")
+            if not rule.ours:
+                return Verification(VerifyStatus.FAILED, f"device taint rule {name} is not ours")
+            if rule.effect != i.args["effect"] or rule.key != i.args["key"]:
+                return Verification(
+                    VerifyStatus.FAILED,
+                    f"device taint rule {name} has {rule.key}:{rule.effect}, "
+                    f"planned {i.args['key']}:{i.args['effect']}",
+                )
+            if "device" in i.args and rule.device != i.args["device"]:
+                return Verification(
+                    VerifyStatus.FAILED, f"device taint rule {name} selects {rule.device}"
+                )
+        return Verification(VerifyStatus.OK, "GPU fenced by its device taint rule")
+
+    def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
+        return tuple(_unfence(i) for i in intents if i.op == "fence_device")
+
+
+def _unfence(i: Intent) -> Intent:
+    return Intent("unfence_device", i.target, {"rule": i.args["rule"]})
+
+
+class UnfenceGpu(Playbook):
+    """The inverse: delete gpufleet's own DeviceTaintRule for the GPU (never anyone else's)."""
+
+    name = "unfence_gpu"
+    Params = FenceParams
+
+    def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
+        found = _subject_gpu(subject, view)
+        if isinstance(found, NoPlan):
+            return found
+        node, uuid = found
+        intent = Intent("unfence_device", node, {"rule": fence_rule_name(uuid)})
+        return Plan(self.name, f"gpu/{uuid}", (intent,), False, (node,), undo=True)
+
+    def verify(
+        self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
+    ) -> Verification:
+        if not isinstance(reader, DeviceTaintReader):
+            return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
+        for i in intents:
+            rule = reader.device_taint_rule(str(i.args["rule"]))
+            if rule is not None and rule.ours:
+                return Verification(VerifyStatus.PENDING, f"{i.args['rule']} still present")
+        return Verification(VerifyStatus.OK, "gpufleet's device taint rule is gone")

@@ -39,6 +39,7 @@ class ExecutorThread:
         fresh: FreshnessCheck | None = None,
         idle_wait: float = 5.0,
         name: str = "gpufleet-executor",
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         self.executor = executor
         self.view = view
@@ -46,6 +47,9 @@ class ExecutorThread:
         self.fresh = fresh
         self.idle_wait = idle_wait
         self.name = name
+        self.may_act = may_act
+        """Asked before each pass: False skips it (a service that is not the leader, or is
+        stopping, must not write to Kubernetes even between cycles)."""
         self.passes = 0
         self.errors = 0
         self.last_error = ""
@@ -81,16 +85,20 @@ class ExecutorThread:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
         """Stop after the current pass (a waiting drain ends when the actuator's sleep is
-        interrupted by whoever owns it; the action resumes on the next start)."""
+        interrupted by whoever owns it; the action resumes on the next start). False when the
+        pass is still running after `timeout` (the thread is then left as a daemon)."""
         self._stop.set()
         self._wake.set()
+        stopped = True
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.warning("%s still busy after %.0f s; left as a daemon", self.name, timeout)
+                stopped = False
             self._thread = None
+        return stopped
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -106,6 +114,8 @@ class ExecutorThread:
                 self._idle.notify_all()
 
     def _pass(self) -> None:
+        if self.may_act is not None and not self.may_act():
+            return
         try:
             now = self.clock()
             self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)

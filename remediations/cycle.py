@@ -82,6 +82,12 @@ class RemediationCycle:
         if self.worker is not None:
             self.worker.may_act = may_act
 
+    def on_acted(self, report: Callable[[list[ActionRecord]], None]) -> None:
+        """Called with what each background pass started, resumed or finished (inline, `tick`
+        returns it instead)."""
+        if self.worker is not None:
+            self.worker.on_touched = report
+
     def judged_by_job(self, action_id: str) -> None:
         """A scheduled job journals this action and has judged its need itself (a quarantined
         node's diagnosis needs no open incident): the executor skips the open-incident check

@@ -55,6 +55,8 @@ class ExecutorThread:
         self.last_error = ""
         self.touched: list[ActionRecord] = []
         """What the latest pass started, resumed or finished."""
+        self.on_touched: Callable[[list[ActionRecord]], None] | None = None
+        """Called after each pass that touched actions (the service's telemetry)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -120,6 +122,8 @@ class ExecutorThread:
             now = self.clock()
             self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)
             self.passes += 1
+            if self.touched and self.on_touched is not None:
+                self.on_touched(self.touched)
         except Exception as exc:  # isolation: the next pass must run
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
 from remediations.cycle import RemediationCycle
-from remediations.store import Store
+from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ class Service:
         # The background executor (if any) acts between cycles only while this process leads
         # and is not stopping, like every other write.
         parts.loop.gate(self.may_act)
+        parts.loop.on_acted(self._acted)
 
     def may_act(self) -> bool:
         return not self.halt.is_set() and self.is_leader()
@@ -244,12 +245,16 @@ class Service:
                 for reason in d.reasons:
                     gate = reason.split(":", 1)[0] if ":" in reason else "other"
                     t.denials.add(1, {"gate": gate})
-        for a in r.touched:
-            t.actions.add(1, {"playbook": a.playbook, "outcome": a.state.value})
+        self._acted(r.touched)
         try:
             t.breaker.set(1 if self.p.store.engine_state().breaker_tripped else 0)
         except Exception:
             log.exception("reading the breaker failed")
+
+    def _acted(self, touched: Sequence[ActionRecord]) -> None:
+        """Actions a cycle or a background executor pass started, resumed or finished."""
+        for a in touched:
+            self.t.actions.add(1, {"playbook": a.playbook, "outcome": a.state.value})
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         leading = self.is_leader()

@@ -106,6 +106,7 @@ def test_pdb_blocked_drain_keeps_the_cycle_cadence(
         assert svc.shutdown() == 0
         assert time.monotonic() - t0 < 10
         assert not parts.loop.worker.running
+        assert [a.playbook for a in parts.loop.worker.touched] == ["drain"]  # its pass ended
         (parked,) = [a for a in store.actions() if a.playbook == "drain"]
         assert parked.state is ActionState.EXECUTING and parked.progress == 1
         assert parked.lease_until is not None and parked.lease_until <= handle.clock()

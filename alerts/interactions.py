@@ -22,7 +22,7 @@ from alerts.config import AlertsConfig
 from alerts.notify import Notifier
 from alerts.store import AlertsStore
 from alerts.timeline import actor_label
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
 from remediations.types import ActionState
 
@@ -43,7 +43,7 @@ class Interactions:
         self,
         cfg: AlertsConfig,
         journal: Store,
-        engine: RemediationEngine,
+        engine: DecisionJournal,
         astore: AlertsStore,
         notifier: Notifier,
         group_members: Callable[[str], set[str]] | None = None,

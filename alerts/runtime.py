@@ -30,7 +30,7 @@ from alerts.slack_client import SlackApi, SocketLink
 from alerts.store import AlertsStore
 from detectors.findings import Finding
 from errors import ConfigError
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.incidents import IncidentChange
 from remediations.store import Store
 
@@ -49,7 +49,7 @@ class AlertsRuntime:
         self,
         config: AlertsConfig,
         store: Store,
-        engine: RemediationEngine,
+        engine: DecisionJournal,
         *,
         transport: Transport | None = None,
         clock: Callable[[], float] = time.time,

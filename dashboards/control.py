@@ -1,6 +1,6 @@
 """What people do from the dashboard, through the same engine and store as the CLI and Slack.
 
-Approve and reject go through `RemediationEngine.approve/reject` (same journal transition,
+Approve and reject go through `DecisionJournal.approve/reject` (same journal transition,
 same audit row, the runner re-checks every gate before anything reaches Kubernetes); pause,
 resume and breaker reset through the store's engine-state calls that `gpufleet pause` and
 `gpufleet breaker reset` use. Each call checks again that the person may do it (a disabled
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dashboards import data
 from dashboards.shell import Context
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.policy import load_policy
 
 
@@ -37,7 +37,7 @@ def decide(ctx: Context, cluster: str, action_id: str, approve: bool, reason: st
     """Approve or reject one action awaiting approval; the journal records who."""
     _check(ctx)
     store = data.store(ctx.url, cluster)
-    engine = RemediationEngine(load_policy(ctx.settings.policy), store, started_at=time.time())
+    engine = DecisionJournal(load_policy(ctx.settings.policy), store, started_at=time.time())
     try:
         if approve:
             done = engine.approve(action_id, ctx.actor, time.time())

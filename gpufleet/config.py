@@ -37,7 +37,7 @@ class GpufleetConfig(BaseModel):
     """SQLAlchemy URL: `sqlite:///path.db` (default) or `postgresql://user@host/db`."""
     dry_run: bool = False
     """True: every rule in shadow whatever the policy's `actuation` says (a kill switch; pass it
-    as `RemediationLoop(..., shadow=cfg.dry_run)`). Shadow is already the policy's default."""
+    as `RemediationCycle(..., shadow=cfg.dry_run)`). Shadow is already the policy's default."""
     policy: str | None = None
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None

@@ -46,13 +46,17 @@ class RemediationCycle:
         background: bool = False,
         idle_wait: float = 5.0,
         dry_run: bool = False,
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         """`clock`: the journal's clock (`now` comes from it); the runner reads it to renew its
         lease during a long step, and the background executor to stamp its passes (required
         with `background=True`). `idle_wait`: wall seconds between unprompted executor passes.
         `shadow`: every rule in shadow whatever the policy says (`dry_run` is its deprecated
-        name)."""
+        name). `may_act`: asked before each background pass (the service: leader and not
+        stopping); also settable later with `gate`."""
         self.actuator = actuator
+        self._judged: set[str] = set()
+        """Actions whose need a scheduled job judged itself (see `judged_by_job`)."""
         self.engine = DecisionJournal(
             policy, store, started_at=started_at, shadow=shadow or dry_run
         )
@@ -68,9 +72,45 @@ class RemediationCycle:
                 self.runner,
                 actuator.cluster_view,
                 clock,
-                fresh=self.engine.still_needed,
+                fresh=self.still_needed,
                 idle_wait=idle_wait,
+                may_act=may_act,
             )
+
+    def gate(self, may_act: Callable[[], bool]) -> None:
+        """Set what the background executor asks before each pass (no effect inline)."""
+        if self.worker is not None:
+            self.worker.may_act = may_act
+
+    def on_acted(self, report: Callable[[list[ActionRecord]], None]) -> None:
+        """Called with what each background pass started, resumed or finished (inline, `tick`
+        returns it instead)."""
+        if self.worker is not None:
+            self.worker.on_touched = report
+
+    def judged_by_job(self, action_id: str) -> None:
+        """A scheduled job journals this action and has judged its need itself (a quarantined
+        node's diagnosis needs no open incident): the executor skips the open-incident check
+        for it. Call before journaling it, so no executor pass can see it unmarked."""
+        self._judged.add(action_id)
+
+    def still_needed(self, action: ActionRecord) -> str | None:
+        """The executor's freshness check: the journal's (its incident still open in the
+        latest cycle's data), except for actions a scheduled job judged itself."""
+        return None if action.id in self._judged else self.engine.still_needed(action)
+
+    def act(self, now: float, view: ClusterView | None = None) -> list[ActionRecord]:
+        """Carry out what the journal says is approved or interrupted: wake the background
+        executor (returns at once, nothing touched) or run the executor inline. Nothing when
+        no decision can reach Kubernetes (every rule in shadow)."""
+        if not self.engine.may_write:
+            return []
+        if self.worker is not None:
+            self.worker.start().wake()
+            return []
+        return self.runner.run(
+            view or self.actuator.cluster_view(now), now, fresh=self.still_needed
+        )
 
     def tick(
         self, findings: Sequence[Finding], now: float, view: ClusterView | None = None
@@ -80,24 +120,17 @@ class RemediationCycle:
         Shadow decisions are journaled as what would be done; when no rule is live (or shadow
         is forced) the runner does not run at all, so nothing is written to Kubernetes."""
         result = self.engine.cycle(findings, view or self.actuator.cluster_view(now), now)
-        if not self.engine.may_write:
-            return result, []
-        if self.worker is not None:
-            self.worker.start().wake()
-            return result, []
-        touched = self.runner.run(
-            self.actuator.cluster_view(now), now, fresh=self.engine.still_needed
-        )
-        return result, touched
+        return result, self.act(now)
 
     def settle(self, timeout: float = 10.0) -> bool:
         """With a background executor: wait for the pass the latest tick asked for."""
         return self.worker.settle(timeout) if self.worker is not None else True
 
-    def close(self, timeout: float = 30.0) -> None:
-        if self.worker is not None:
-            self.worker.stop(timeout)
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the background executor after its current pass; False if it is still busy
+        after `timeout`."""
+        return self.worker.stop(timeout) if self.worker is not None else True
 
 
 RemediationLoop = RemediationCycle
-"""Deprecated name of `RemediationCycle` (gpufleet/service still uses it)."""
+"""Deprecated name of `RemediationCycle` (kept for callers outside gpufleet)."""

@@ -25,7 +25,8 @@ from remediations.decisions import (
     decide,
 )
 from remediations.gates import Ledger, LedgerEntry
-from remediations.incidents import Change, TrackerState
+from remediations.incidents import Change, Tracked, TrackerState
+from remediations.playbooks import Plan
 from remediations.policy import Policy, load_policy
 from remediations.store import ActionRecord, NewAction, Store
 from remediations.store.records import ActionBrief, EngineState
@@ -264,36 +265,71 @@ class DecisionJournal:
                     }
                 )
                 continue
-            timeout = self.policy.gates.approval_timeout
-            if d.shadow:
-                asks = d.decision is Verdict.AWAIT_APPROVAL
-                state, deadline = ActionState.SHADOW, (now + timeout if asks else None)
-            elif d.decision is Verdict.AWAIT_APPROVAL:
-                state, deadline = ActionState.AWAITING_APPROVAL, now + timeout
-            else:
-                state, deadline = ActionState.APPROVED, now + timeout
-            news.append(
-                NewAction(
-                    idempotency_key=d.idempotency_key,
-                    incident_id=d.incident_id,
-                    playbook=d.playbook,
-                    target=d.target,
-                    target_nodes=d.plan.target_nodes,
-                    disruptive=d.plan.disruptive,
-                    mode=d.mode,
-                    rule=d.rule,
-                    state=state,
-                    decision=d.decision,
-                    reasons=d.reasons,
-                    params=self._params(d.rule),
-                    plan=d.plan.intents,
-                    dry_run=d.shadow,
-                    attempt=d.attempt,
-                    result=shadow_result(d) if d.shadow else "",
-                    deadline=deadline,
-                )
-            )
+            news.append(self._new_action(d, d.plan, now, self._params(d.rule)))
         self.store.propose_many(news, now, denials)
+
+    def _new_action(
+        self, d: ActionDecision, plan: Plan, now: float, params: Mapping[str, object]
+    ) -> NewAction:
+        """The journal row of a decision: live (awaiting approval or approved) or shadow (what
+        would be done, with `shadow_result` as its result)."""
+        timeout = self.policy.gates.approval_timeout
+        if d.shadow:
+            asks = d.decision is Verdict.AWAIT_APPROVAL
+            state, deadline = ActionState.SHADOW, (now + timeout if asks else None)
+        elif d.decision is Verdict.AWAIT_APPROVAL:
+            state, deadline = ActionState.AWAITING_APPROVAL, now + timeout
+        else:
+            state, deadline = ActionState.APPROVED, now + timeout
+        return NewAction(
+            idempotency_key=d.idempotency_key,
+            incident_id=d.incident_id,
+            playbook=d.playbook,
+            target=d.target,
+            target_nodes=plan.target_nodes,
+            disruptive=plan.disruptive,
+            mode=d.mode,
+            rule=d.rule,
+            state=state,
+            decision=d.decision,
+            reasons=d.reasons,
+            params=dict(params),
+            plan=plan.intents,
+            dry_run=d.shadow,
+            attempt=d.attempt,
+            result=shadow_result(d) if d.shadow else "",
+            deadline=deadline,
+        )
+
+    def record(
+        self, d: ActionDecision, now: float, params: Mapping[str, object] | None = None
+    ) -> ActionRecord | None:
+        """Journal one decision made outside `cycle` (a scheduled job's, which no rule made)
+        exactly as a cycle journals its own: a denial as an audit row (None), else the action
+        (live: approved or awaiting approval; `d.shadow`: state SHADOW with "shadow: would ..."
+        as its result, never executed). `params`: the playbook's (default: the rule's)."""
+        if d.decision is Verdict.DENY or d.plan is None:
+            self.store.propose_many(
+                [],
+                now,
+                [
+                    {
+                        "message": f"{d.playbook} on {d.target}: deny",
+                        "incident_id": d.incident_id,
+                        "target": d.target,
+                        "detail": {"reasons": list(d.reasons), "rule": d.rule},
+                    }
+                ],
+            )
+            return None
+        p = self._params(d.rule) if params is None else params
+        action, _ = self.store.propose(self._new_action(d, d.plan, now, p), now)
+        return action
+
+    def open_incidents(self) -> list[Tracked]:
+        """The open incidents as of the latest cycle (the tracker's view: the stored rows are
+        written when an incident changes, so their last_seen can be older than the evidence)."""
+        return list(self.memory.tracker.open())
 
     def _params(self, rule_name: str) -> dict[str, object]:
         return dict(self._rule_params.get(rule_name, {}))

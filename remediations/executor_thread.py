@@ -39,6 +39,7 @@ class ExecutorThread:
         fresh: FreshnessCheck | None = None,
         idle_wait: float = 5.0,
         name: str = "gpufleet-executor",
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         self.executor = executor
         self.view = view
@@ -46,11 +47,16 @@ class ExecutorThread:
         self.fresh = fresh
         self.idle_wait = idle_wait
         self.name = name
+        self.may_act = may_act
+        """Asked before each pass: False skips it (a service that is not the leader, or is
+        stopping, must not write to Kubernetes even between cycles)."""
         self.passes = 0
         self.errors = 0
         self.last_error = ""
         self.touched: list[ActionRecord] = []
         """What the latest pass started, resumed or finished."""
+        self.on_touched: Callable[[list[ActionRecord]], None] | None = None
+        """Called after each pass that touched actions (the service's telemetry)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -81,16 +87,20 @@ class ExecutorThread:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
         """Stop after the current pass (a waiting drain ends when the actuator's sleep is
-        interrupted by whoever owns it; the action resumes on the next start)."""
+        interrupted by whoever owns it; the action resumes on the next start). False when the
+        pass is still running after `timeout` (the thread is then left as a daemon)."""
         self._stop.set()
         self._wake.set()
+        stopped = True
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.warning("%s still busy after %.0f s; left as a daemon", self.name, timeout)
+                stopped = False
             self._thread = None
+        return stopped
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -106,10 +116,14 @@ class ExecutorThread:
                 self._idle.notify_all()
 
     def _pass(self) -> None:
+        if self.may_act is not None and not self.may_act():
+            return
         try:
             now = self.clock()
             self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)
             self.passes += 1
+            if self.touched and self.on_touched is not None:
+                self.on_touched(self.touched)
         except Exception as exc:  # isolation: the next pass must run
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -1,6 +1,6 @@
 """Seeded journals for the dashboard tests and benchmark, written by the real engine.
 
-`seed_cluster` runs the real `RemediationEngine` on findings over `FakeCluster` (the remediation
+`seed_cluster` runs the real `DecisionJournal` on findings over `FakeCluster` (the remediation
 tests' in-memory cluster): incidents open, the default policy decides (quarantine runs, drain
 and job restart wait for a person), one drain is approved and then refused by the runner's gate
 because its node became protected meanwhile (so it is shown as denied with that reason).
@@ -18,7 +18,7 @@ from dashboards.settings import DashboardConfig, DashboardSettings
 from detectors.findings import Finding, FindingKind, Severity
 from metering import Meter
 from observer.fleet.model import frozen_map
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.executor import Runner
 from remediations.policy import Policy, load_policy
 from remediations.store import IncidentRecord, Store
@@ -53,7 +53,7 @@ def seed_cluster(store: Store, now: float | None = None) -> dict[str, str]:
     cluster = FakeCluster({"pool-a": 6, "pool-b": 6})
     cluster.add_pod("ml", "w-0", "pool-a-0001", job="ml/train")
     cluster.add_pod("ml", "w-1", "pool-a-0002", job="ml/train")
-    eng = RemediationEngine(seed_policy(), store, started_at=t - 600)
+    eng = DecisionJournal(seed_policy(), store, started_at=t - 600)
     findings = [
         _finding(FindingKind.GPU_XID, Severity.CRITICAL, t - 60, node="pool-a-0001",
                  gpu_uuid="GPU-a1-0"),

@@ -2,7 +2,9 @@
 
 Per rule: whether it acts automatically, awaits approval, or only notifies — from its `mode`, its
 `actuation` (shadow or live; the rule's own, else the policy's; `dry_run: true` in the gpufleet
-config forces shadow) and the budgets an automatic action must still pass. Reads the config and
+config forces shadow) and the budgets an automatic action must still pass; then per scheduled job
+of the config's `service.schedule` its actuation (a job has no rule: the policy's top level).
+Reads the config and
 the policy only (no journal, no cluster); an invalid file exits 2 naming the file and field.
 """
 
@@ -13,9 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config import add_arguments, load_all, load_config
+from gpufleet.config import GpufleetConfig, add_arguments, load_all, load_config
 from remediations.explain import explain, render
-from remediations.policy import DEFAULT_POLICY
+from remediations.policy import DEFAULT_POLICY, Policy
+from remediations.types import Actuation
 
 
 def register(sub: Any) -> None:
@@ -39,17 +42,67 @@ def _source(args: argparse.Namespace) -> str:
     return f"{DEFAULT_POLICY} (shipped default)"
 
 
+WRITES_NOTHING = frozenset({"daily_report"})
+"""Scheduled job kinds that never write to Kubernetes (they write the store only)."""
+
+
+def explain_schedules(cfg: GpufleetConfig, policy: Policy) -> list[dict[str, Any]]:
+    """Per enabled `service.schedule` entry: its actuation and what that means. A scheduled job
+    has no rule, so it follows the policy's top-level actuation (`dry_run: true` forces
+    shadow); a policy live only in some rules keeps every scheduled job in shadow."""
+    shadow = cfg.dry_run or policy.actuation is Actuation.SHADOW
+    source = (
+        "the gpufleet config (dry_run: true forces shadow)"
+        if cfg.dry_run
+        else f"the policy's top level (actuation: {policy.actuation.value}; a job has no rule)"
+    )
+    out: list[dict[str, Any]] = []
+    for e in cfg.service.schedule:
+        if not e.enabled:
+            continue
+        if e.kind in WRITES_NOTHING:
+            why = "writes the store only, never Kubernetes"
+            actuation = "n/a"
+        elif shadow:
+            why = (
+                f"actuation: shadow, from {source}: journals 'shadow: would ...'; writes nothing "
+                "to Kubernetes"
+            )
+            actuation = Actuation.SHADOW.value
+        else:
+            why = f"actuation: live, from {source}: acts through the policy's gates and budgets"
+            actuation = Actuation.LIVE.value
+        out.append(
+            {
+                "schedule": e.name,
+                "kind": e.kind,
+                "cron": e.cron,
+                "timezone": e.timezone,
+                "actuation": actuation,
+                "why": why,
+            }
+        )
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     cfg, policy = load_all(args)
     explained = explain(policy, force_shadow=cfg.dry_run)
+    schedules = explain_schedules(cfg, policy)
     if args.format == "json":
         doc = {
             "policy": _source(args),
             "actuation": policy.actuation.value,
             "forced_shadow": cfg.dry_run,
             "rules": [e.to_json() for e in explained],
+            "schedules": schedules,
         }
         print(json.dumps(doc, indent=2))
     else:
         print(render(policy, _source(args), explained))
+        if schedules:
+            print("\nscheduled jobs (service.schedule; no rule: the policy's top-level actuation)")
+        for s in schedules:
+            print(f"schedule {s['schedule']} ({s['kind']}, `{s['cron']}` {s['timezone']}):")
+            print(f"    {s['why']}")
     return 0

@@ -40,7 +40,7 @@ from gpufleet.service.tracing import traced_suite
 from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
@@ -139,13 +139,16 @@ def build(
     actuator = KubeActuator.from_kubeconfig(kubeconfig, clock=clock, sleep=_sleeper(halt, speed))
     closers.append(actuator.close)
     cache = SnapshotCache()
-    loop = RemediationLoop(
+    loop = RemediationCycle(
         policy,
         store,
         CachedActuator(actuator, cache, telemetry),
         identity,
         started_at=clock() - interval * speed,
-        dry_run=cfg.dry_run,
+        shadow=cfg.dry_run,
+        clock=clock,
+        background=True,  # a drain waiting on a PDB never delays a detection cycle
+        idle_wait=max(0.2, min(5.0, interval)),
     )
     suite, grace = detector_suite(cfg, source_name)
     alerts = _alerts(cfg, store, loop, clock, source_name, closers)
@@ -190,7 +193,7 @@ def build(
 def _alerts(
     cfg: GpufleetConfig,
     store: Store,
-    loop: RemediationLoop,
+    loop: RemediationCycle,
     clock: Callable[[], float],
     source_name: str,
     closers: list[Callable[[], None]],

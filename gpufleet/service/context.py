@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from metering import MeteringConfig
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 
 
 class DiagnosticJobs(Protocol):
@@ -66,7 +66,7 @@ class JobOutcome:
 
 @dataclass
 class JobContext:
-    loop: RemediationLoop
+    loop: RemediationCycle
     clock: Callable[[], float]
     """The service clock (journal times)."""
     diagnostics: DiagnosticJobs | None = None

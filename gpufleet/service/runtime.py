@@ -5,6 +5,8 @@ down in order: no new runs; the running cycle or job finishes (an actuator back-
 short and the action stays parked in the journal at its step, resumed by the next leader); the
 Lease is released only once nothing is in flight; then the HTTP server and clients close.
 Only the leader runs cycles and scheduled jobs; a standby serves /healthz, /readyz and /metrics.
+Actions run in the remediation cycle's background executor (between cycles, leader only), which
+shutdown stops before parking what it left unfinished and releasing the Lease.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +29,8 @@ from gpufleet.service.schedule import ScheduledJobs
 from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
-from remediations.cycle import RemediationLoop
-from remediations.store import Store
+from remediations.cycle import RemediationCycle
+from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ class ServiceParts:
     cfg: ServiceConfig
     store: Store
     live: LiveCycle
-    loop: RemediationLoop
+    loop: RemediationCycle
     clock: Callable[[], float]
     """Cycle and journal time (the scenario clock in the embedded demo)."""
     interval: float
@@ -105,6 +107,13 @@ class Service:
         self._inflight = 0
         self._seen_findings: set[tuple[str, str]] = set()
         self.t.leader.set(0)
+        # The background executor (if any) acts between cycles only while this process leads
+        # and is not stopping, like every other write.
+        parts.loop.gate(self.may_act)
+        parts.loop.on_acted(self._acted)
+
+    def may_act(self) -> bool:
+        return not self.halt.is_set() and self.is_leader()
 
     # ---- leadership --------------------------------------------------------------------------
 
@@ -238,12 +247,16 @@ class Service:
                 for reason in d.reasons:
                     gate = reason.split(":", 1)[0] if ":" in reason else "other"
                     t.denials.add(1, {"gate": gate})
-        for a in r.touched:
-            t.actions.add(1, {"playbook": a.playbook, "outcome": a.state.value})
+        self._acted(r.touched)
         try:
             t.breaker.set(1 if self.p.store.engine_state().breaker_tripped else 0)
         except Exception:
             log.exception("reading the breaker failed")
+
+    def _acted(self, touched: Sequence[ActionRecord]) -> None:
+        """Actions a cycle or a background executor pass started, resumed or finished."""
+        for a in touched:
+            self.t.actions.add(1, {"playbook": a.playbook, "outcome": a.state.value})
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         leading = self.is_leader()
@@ -317,7 +330,11 @@ class Service:
             done.set()
 
         threading.Thread(target=drain, name="scheduler-shutdown", daemon=True).start()
+        until = time.monotonic() + self.cfg.shutdown_timeout
         clean = done.wait(self.cfg.shutdown_timeout)
+        # The background executor's pass ends once the actuator's back-off sees `halt`: the
+        # action stays at its journaled step, parked below for the next leader.
+        clean = self.p.loop.close(max(0.1, until - time.monotonic())) and clean
         with self._busy:
             inflight = self._inflight
         if clean and inflight == 0:

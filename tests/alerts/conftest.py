@@ -18,7 +18,7 @@ import pytest
 
 from alerts import AlertsRuntime, parse_alerts_config
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
@@ -107,7 +107,7 @@ class Rig:
 
     def start(self) -> None:
         self.store = Store.open(self.db_url, cluster="test")
-        self.engine = RemediationEngine(approval_policy(self.tmp_path), self.store, started_at=0.0)
+        self.engine = DecisionJournal(approval_policy(self.tmp_path), self.store, started_at=0.0)
         config = alerts_config(self.slack, self.am, **self.cfg)
         self.rt = AlertsRuntime(config, self.store, self.engine)
 

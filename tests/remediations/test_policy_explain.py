@@ -86,3 +86,32 @@ def test_explain_bad_policy_exits_2_naming_file_and_field(
 ) -> None:
     code, _, err = _explain(tmp_path, capsys, "", POLICY.replace("mode: approval", "mode: maybe"))
     assert code == 2 and "policy.yaml" in err and "rules[2].mode:" in err and "'auto'" in err
+
+
+SCHEDULE = """
+service:
+  schedule:
+    - {name: mw, kind: maintenance_window, cron: "0 2 * * sat"}
+    - {name: report, kind: daily_report, cron: "5 0 * * *"}
+"""
+
+
+def test_explain_scheduled_jobs_follow_the_top_level_actuation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, doc, _ = _explain(tmp_path, capsys, SCHEDULE, POLICY)  # top level live
+    assert code == 0
+    jobs = {s["schedule"]: s for s in doc["schedules"]}
+    assert jobs["mw"]["actuation"] == "live" and "policy's top level" in jobs["mw"]["why"]
+    assert jobs["report"]["actuation"] == "n/a"
+    shadow_top = POLICY.replace("actuation: live", "actuation: shadow").replace(
+        "mode: auto}", "mode: auto, actuation: live}"
+    )
+    code, doc, _ = _explain(tmp_path, capsys, SCHEDULE, shadow_top)
+    assert code == 0 and doc["rules"][0]["actuation"] == "live"  # a live rule...
+    assert doc["schedules"][0]["actuation"] == "shadow"  # ...leaves the scheduled job in shadow
+    assert "shadow: would" in doc["schedules"][0]["why"]
+    (tmp_path / "gpufleet.yaml").write_text(SCHEDULE + "policy: policy.yaml\n")
+    assert main(["policy", "explain", "--config", str(tmp_path / "gpufleet.yaml")]) == 0
+    text = capsys.readouterr().out
+    assert "schedule mw (maintenance_window, `0 2 * * sat` UTC):" in text

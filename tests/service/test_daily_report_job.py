@@ -15,7 +15,7 @@ from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.schedule import ScheduledJobs
 from metering import Meter, MeteringConfig, reports
 from remediations.cluster_view import ClusterView
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from tests.metering.support import T0, fleet, snapshot
@@ -43,7 +43,7 @@ def test_scheduled_daily_report_writes_the_days_report_once(store: Store) -> Non
     meter.record_cycle(snapshot(f, T0 + 600))
     meter.record_cycle(snapshot(f, T0 + 630))
     wall = [T0 + DAY + 300]  # 00:05 the next day, when the cron below fires
-    loop = RemediationLoop(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
+    loop = RemediationCycle(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
     ctx = JobContext(loop, clock=lambda: wall[0], metering=prices)
     jobs = ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), "a", wall=lambda: wall[0])
     entry = ScheduleEntry(name="daily", kind="daily_report", cron="5 0 * * *")

@@ -19,14 +19,14 @@ from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.gated import execute, plan_for, propose
 from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
 from remediations.playbooks import PLAYBOOKS, Subject
-from remediations.policy import Policy
+from remediations.policy import Policy, policy_from_dict
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, IncidentId
 from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import live_policy
+from tests.service.policies import live_policy, live_policy_dict
 
 
 def service_policy() -> Policy:
@@ -40,10 +40,10 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 
 @pytest.fixture
-def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationLoop, KubeDiagnosticJobs]]:
+def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeDiagnosticJobs]]:
     store = Store.open(f"sqlite:///{tmp_path / 'j.db'}", cluster="small")
     actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
-    loop = RemediationLoop(
+    loop = RemediationCycle(
         service_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
     )
     diag = KubeDiagnosticJobs(api_client(sim.kubeconfig))
@@ -53,7 +53,7 @@ def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationLoop, KubeDiagn
     store.close()
 
 
-def _quarantine(loop: RemediationLoop, node: str, now: float) -> None:
+def _quarantine(loop: RemediationCycle, node: str, now: float) -> None:
     view = loop.actuator.cluster_view(now)
     subject = Subject(IncidentId(f"inc-{node}"), "gpu_memory", "critical", "DBE", node)
     plan = plan_for("quarantine", subject, view, PLAYBOOKS["quarantine"].params({}))
@@ -70,7 +70,7 @@ def _node(sim: Sim, name: str) -> dict[str, Any]:
 
 
 def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
-    sim: Sim, parts: tuple[RemediationLoop, KubeDiagnosticJobs]
+    sim: Sim, parts: tuple[RemediationCycle, KubeDiagnosticJobs]
 ) -> None:
     loop, diag = parts
     now = sim.cluster.clock()
@@ -121,3 +121,30 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
     assert again.details["outcomes"] == {}
     assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+
+
+def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> None:
+    """Under the policy's top-level `actuation: shadow` the job creates no Job (a Kubernetes
+    write) and journals which it would have created."""
+    store = Store.open(f"sqlite:///{tmp_path / 'shadow.db'}", cluster="small")
+    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    diag = KubeDiagnosticJobs(api_client(sim.kubeconfig))
+    try:
+        n = _node(sim, "h100-0003")  # quarantined earlier (by a person, or a live gpufleet)
+        labels = {**n["metadata"].get("labels", {}), QUARANTINE_LABEL: "x"}
+        sim.cluster.write("nodes", {**n, "metadata": {**n["metadata"], "labels": labels}})
+        shadow = policy_from_dict({**live_policy_dict(), "actuation": "shadow"})
+        loop = RemediationCycle(shadow, store, actuator, "svc", started_at=sim.cluster.clock())
+        ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag)
+        params = DiagnoseParams(wait=0, require_idle=False)
+        req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+        out = run_diagnose(ctx, req)
+        assert out.ok and out.summary.startswith("shadow: would diagnose 1 node(s)"), out
+        assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+        msgs = [r.message for r in store.audit_log()]
+        assert any(m.startswith("shadow: would create diagnostic job gpufleet/") for m in msgs)
+        assert store.actions() == []
+    finally:
+        diag.close()
+        actuator.close()
+        store.close()

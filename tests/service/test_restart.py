@@ -19,7 +19,7 @@ from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.telemetry import Telemetry
 from observer.fleet.model import FleetSnapshot
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from tests.service.procs import wait_for
@@ -33,7 +33,7 @@ def _no_data() -> FleetSnapshot:
 
 
 def _service(store: Store, cfg: ServiceConfig, who: str) -> Service:
-    loop = RemediationLoop(load_policy(), store, _Cluster({"p": 1}), who, started_at=time.time())
+    loop = RemediationCycle(load_policy(), store, _Cluster({"p": 1}), who, started_at=time.time())
     parts = ServiceParts(
         cfg=cfg,
         store=store,

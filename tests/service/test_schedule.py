@@ -17,7 +17,7 @@ from gpufleet.service.job_runs import JOB_RUNS, JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
 from remediations.cluster_view import ClusterView
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from tests.remediations.fake_cluster import FakeCluster
@@ -56,7 +56,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def _jobs(store: Store, wall: list[float], owner: str = "a") -> ScheduledJobs:
-    loop = RemediationLoop(load_policy(), store, _Cluster({"p": 2}), owner, started_at=T0)
+    loop = RemediationCycle(load_policy(), store, _Cluster({"p": 2}), owner, started_at=T0)
     ctx = JobContext(loop, clock=lambda: wall[0])
     return ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), owner, wall=lambda: wall[0])
 

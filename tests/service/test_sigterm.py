@@ -24,8 +24,10 @@ pytestmark = pytest.mark.slow
 def handle(tmp_path: Path) -> Iterator[SimulationHandle]:
     # Both ranks of `train` sit on h100-0000 behind a PDB with maxUnavailable 1: the drain
     # evicts one, then waits (back-off) until its replacement runs, 30 scenario seconds later.
+    # The fault starts 15 wall seconds in, once the process runs its cycles (an XID already
+    # present at gpufleet's first look is cold-start evidence: it never acts automatically).
     sc = small_scenario(
-        faults=[{"kind": "xid48_dbe", "node": "h100-0000", "gpu": 0, "start": "20s"}]
+        faults=[{"kind": "xid48_dbe", "node": "h100-0000", "gpu": 0, "start": "60s"}]
     ).model_copy(update={"start": float(int(time.time()))})
     h = start_simulation(sc, speed=4.0, kubeconfig_out=tmp_path / "kubeconfig")
     yield h

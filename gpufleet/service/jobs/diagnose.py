@@ -9,7 +9,8 @@ an `uncordon` action removes exactly gpufleet's own taint and label and uncordon
 gpufleet cordoned. Failed: a `quarantine` action adds the replacement label; the node stays
 cordoned. Both are journaled and gated like any action (protection, ownership, pause, breaker,
 rate, attempts); the Job creation itself is journaled in the audit log before it is made, and
-nothing is created while automation is paused or the breaker is open.
+nothing is created while automation is paused or the breaker is open. Under the policy's
+top-level `actuation: shadow` no Job is created: the audit log says which it would create.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from errors import GpufleetError
 from gpufleet.service.context import DiagnosticJobs, JobContext, JobOutcome, JobRequest
-from gpufleet.service.jobs.gated import execute, propose
+from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
 from remediations.cluster_view import ClusterView, NodeView
@@ -125,6 +126,32 @@ def _start(
     return did
 
 
+def _shadow(
+    ctx: JobContext, p: DiagnoseParams, names: dict[str, str], lines: list[str]
+) -> JobOutcome:
+    """Shadow (the policy's top-level actuation): journal the diagnostic Jobs it would create,
+    create none (a Job is a Kubernetes write), so no outcome and no action follows."""
+    now = ctx.clock()
+    for node, name in names.items():
+        msg = (
+            f"shadow: would create diagnostic job {p.namespace}/{name} on {node} "
+            f"({' '.join(p.command)}); nothing written to Kubernetes"
+        )
+        ctx.loop.engine.store.audit(
+            now,
+            "decision",
+            msg,
+            target=f"node/{node}",
+            detail={"op": "create_job", "name": name, "image": p.image, "shadow": True},
+        )
+        lines.append(msg)
+    return JobOutcome(
+        True,
+        f"shadow: would diagnose {len(names)} node(s); nothing written to Kubernetes",
+        {"nodes": lines, "outcomes": {}},
+    )
+
+
 def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     p = req.params
     assert isinstance(p, DiagnoseParams)
@@ -143,6 +170,8 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     nodes = nodes[: p.max_nodes]
     names = {n.name: job_name(n.name, n.annotations.get(ACTION_ANNOTATION, "")) for n in nodes}
     lines = list(notes)
+    if in_shadow(loop, req.name):
+        return _shadow(ctx, p, names, lines)
     for n in nodes:
         try:
             _start(ctx, diag, p, n, names[n.name], ctx.clock())

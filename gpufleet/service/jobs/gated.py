@@ -1,11 +1,20 @@
 """A scheduled job's action, through the same policy gates and journal as the live cycle.
 
 `propose` runs the policy's static and execution gates on a plan (the ones `decide` runs for an
-automatic rule), journals a denial like the engine does, or journals the action as approved with
-the engine's idempotency key (`<incident>:<playbook>:<attempt>`, so the live cycle sees it as
-in flight for that incident). `execute` then hands approved actions to the loop's runner, which
-re-checks the gates at the moment of acting, claims, journals each write before making it, and
-verifies. Nothing here writes to Kubernetes itself.
+automatic rule) and journals the outcome through the decision journal exactly as a cycle does
+(`DecisionJournal.record`): a denial as an audit row; otherwise the action, with the engine's
+idempotency key (`<incident>:<playbook>:<attempt>`, so the live cycle sees it as in flight for
+that incident), as approved, or — in shadow — as state SHADOW with "shadow: would ..." as its
+result, never executed.
+
+Actuation: a scheduled job has no policy rule, so its actions follow the policy's top-level
+`actuation` (shadow by default; the gpufleet config's `dry_run: true` forces shadow). A policy
+that is shadow at the top level and live only in some rules keeps every scheduled job in shadow.
+
+`execute` then asks the remediation cycle to carry out approved actions (`RemediationCycle.act`:
+the background executor in the service, inline elsewhere), which re-checks the gates at the
+moment of acting, claims, journals each write before making it, and verifies. Nothing here
+writes to Kubernetes itself.
 """
 
 from __future__ import annotations
@@ -14,11 +23,12 @@ from collections.abc import Collection
 
 from remediations import gates
 from remediations.cluster_view import ClusterView
-from remediations.cycle import RemediationLoop
+from remediations.cycle import RemediationCycle
+from remediations.decisions import SHADOW_EXECUTE, ActionDecision
 from remediations.gates import Fleet
 from remediations.playbooks import PLAYBOOKS, BaseParams, NoPlan, Plan, Subject
-from remediations.store import ActionRecord, NewAction
-from remediations.types import ActionState, IncidentId, Mode, Verdict
+from remediations.store import ActionRecord
+from remediations.types import IncidentId, Mode, Verdict, action_id
 
 
 def rule_name(job: str) -> str:
@@ -26,8 +36,14 @@ def rule_name(job: str) -> str:
     return f"schedule:{job}"
 
 
+def in_shadow(loop: RemediationCycle, job: str) -> bool:
+    """Whether the scheduled job `job` only journals what it would do (the policy's top-level
+    actuation, or a forced shadow)."""
+    return loop.engine.shadow_for(rule_name(job))
+
+
 def propose(
-    loop: RemediationLoop,
+    loop: RemediationCycle,
     job: str,
     incident_id: str,
     kind: str,
@@ -40,7 +56,8 @@ def propose(
     params: BaseParams | None = None,
 ) -> tuple[ActionRecord | None, tuple[str, ...]]:
     """(journaled action, reasons). None with the gate reasons when a gate denies or waits, or
-    with one reason when this incident already has this playbook in flight, done or rejected."""
+    with one reason when this incident already has this playbook in flight, done or rejected
+    (a shadow action counts as done: a shadow job journals what it would do once)."""
     engine = loop.engine
     store = engine.store
     g = engine.policy.gates
@@ -55,65 +72,43 @@ def propose(
         g, plan, Fleet.of(view, g.pool_label), store.engine_state(), summary.ledger, now
     )
     failed = [r for r in results if not r.ok]
-    if failed:
-        why = tuple(f"{r.gate}: {r.reason}" for r in failed)
-        store.propose_many(
-            [],
-            now,
-            [
-                {
-                    "message": f"{plan.playbook} on {plan.target}: deny",
-                    "incident_id": incident_id,
-                    "target": plan.target,
-                    "detail": {"reasons": list(why), "rule": rule_name(job)},
-                }
-            ],
-        )
-        return None, why
-    attempt = summary.attempts.get(key, 0) + 1
-    dry = engine.dry_run
-    timeout = g.approval_timeout
-    new = NewAction(
-        idempotency_key=f"{incident_id}:{plan.playbook}:{attempt}",
-        incident_id=IncidentId(incident_id),
+    shadow = in_shadow(loop, job)
+    decision = ActionDecision(
         playbook=plan.playbook,
         target=plan.target,
-        target_nodes=plan.target_nodes,
-        disruptive=plan.disruptive,
-        mode=Mode.AUTO,
+        decided_at=now,
+        decision=Verdict.DENY if failed else Verdict.EXECUTE,
+        reasons=tuple(f"{r.gate}: {r.reason}" for r in failed)
+        or (*reasons, "all gates passed", *((SHADOW_EXECUTE,) if shadow else ())),
+        incident_id=IncidentId(incident_id),
         rule=rule_name(job),
-        state=ActionState.DONE if dry else ActionState.APPROVED,
-        decision=Verdict.EXECUTE,
-        reasons=(
-            *reasons,
-            "all gates passed",
-            *(("dry-run: recorded, not executed",) if dry else ()),
-        ),
-        params=params.model_dump(mode="json") if params is not None else {},
-        plan=plan.intents,
-        dry_run=dry,
-        attempt=attempt,
-        result="dry-run: not executed" if dry else "",
-        deadline=None if dry else now + timeout,
+        mode=Mode.AUTO,
+        shadow=shadow,
+        plan=plan,
+        attempt=summary.attempts.get(key, 0) + 1,
     )
-    action, _ = store.propose(new, now)
-    return action, new.reasons
+    if failed:
+        engine.record(decision, now)
+        return None, decision.reasons
+    loop.judged_by_job(action_id(store.cluster, decision.idempotency_key))
+    action = engine.record(
+        decision, now, params.model_dump(mode="json") if params is not None else {}
+    )
+    return action, decision.reasons
 
 
 def execute(
-    loop: RemediationLoop, mine: Collection[str], view: ClusterView, now: float
+    loop: RemediationCycle, mine: Collection[str], view: ClusterView, now: float
 ) -> list[ActionRecord]:
-    """Start the approved actions (the runner re-checks the gates). The scheduled job's own
-    actions need no open incident in the latest cycle (a quarantined node's incident may have
-    resolved); every other action keeps the live cycle's freshness check."""
-    engine = loop.engine
-
-    def fresh(a: ActionRecord) -> str | None:
-        return None if a.id in mine else engine.still_needed(a)
-
-    if engine.dry_run:
-        return []
-    return loop.runner.run(view, now, fresh=fresh)
+    """Carry out the approved actions (the runner re-checks the gates at the moment of acting).
+    The scheduled job's own actions (`mine`, marked by `propose`) need no open incident in the
+    latest cycle (a quarantined node's incident may have resolved); every other action keeps
+    the live cycle's freshness check. With the service's background executor this only wakes
+    it (returns nothing): a drain waiting on a disruption budget never holds the job's lock,
+    so detection cycles keep their cadence. Shadow actions are never carried out."""
+    for a in mine:
+        loop.judged_by_job(a)
+    return loop.act(now, view)
 
 
 def plan_for(playbook: str, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | str:

@@ -5,7 +5,9 @@ Critical hardware faults are the live cycle's business (quarantine at once); war
 (correctable-error storms, row-remap pending, throttling) can wait for the night. A run that
 starts after its window has closed (a catch-up after a restart) drains nothing and says so. Each
 drain passes the policy's gates (protection, blast radius, rate, breaker, pause, cooldown and
-attempts) and at most `max_nodes` drains start per run.
+attempts) and at most `max_nodes` drains start per run. Under the policy's top-level
+`actuation: shadow` (scheduled jobs have no rule) each drain is journaled as state SHADOW,
+"shadow: would drain ...", and nothing is written to Kubernetes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from detectors.findings import FindingKind
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.jobs.gated import execute, plan_for, propose
+from gpufleet.service.jobs.gated import execute, in_shadow, plan_for, propose
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.playbooks.drain import DrainParams
@@ -54,11 +56,11 @@ def run_maintenance(ctx: JobContext, req: JobRequest) -> JobOutcome:
 def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome:
     loop = ctx.loop
     kinds = {k.value for k in p.kinds}
-    # The engine's tracker has each open incident as of the latest cycle (the stored rows are
-    # written when an incident changes, so their last_seen can be older than the evidence).
+    # Each open incident as of the latest cycle (the stored rows are written when an incident
+    # changes, so their last_seen can be older than the evidence).
     todo = [
         t
-        for t in loop.engine.memory.tracker.open()
+        for t in loop.engine.open_incidents()
         if t.kind in kinds and t.severity in p.severities and t.node and t.incident_id
     ]
     todo.sort(key=lambda t: (t.opened_at, str(t.incident_id)))
@@ -98,6 +100,8 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
     touched = execute(loop, mine, view, now) if mine else []
     done = {a.id: a.state.value for a in touched if a.id in mine}
     summary = f"{len(mine)} drain(s) journaled" + (f", states {done}" if done else "")
+    if mine and in_shadow(loop, req.name):
+        summary += " (shadow: what it would drain; nothing written to Kubernetes)"
     if not todo:
         summary = "no open warning-level hardware incidents"
     return JobOutcome(True, summary, {"nodes": lines})

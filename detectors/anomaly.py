@@ -1,14 +1,15 @@
 """anomaly: multivariate outliers among peers, for faults the rules do not name (on, info only).
 
-Each GPU's gauges are normalised against its peers (same GPU model and same job; or same model,
-no job, and held by a pod or not) by robust z-scores (median, MAD), so a job's phase or a
-model's clocks do not look anomalous by themselves. An IsolationForest (scikit-learn) fitted
-per cycle on a fixed-seed subsample scores every GPU; a GPU whose score stays beyond
-`score_threshold` (or with one gauge beyond `z_limit` peer spreads) for `min_seconds` is
-reported as info. On by default since issue 15: on eval/suite/novel-faults-30s it finds 4 of 8
-faults no rule names (3 that nothing else finds), with no false flag there, on the other suite
-scenarios measured or on the held-out seeds 2000-2003; being info it cannot cost precision
-(docs/backtest.md, "faults no rule names"; its cost per cycle is in docs/performance.md).
+Each GPU's gauges are normalised against its peers (same GPU model and same job; without a job,
+same model and namespace of the pod holding it, or free) by robust z-scores (median, MAD), so
+a job's phase or a model's clocks do not look anomalous by themselves. An IsolationForest
+(scikit-learn) fitted per cycle on a fixed-seed subsample scores every GPU; a GPU whose score
+stays beyond `score_threshold` (or with one gauge beyond `z_limit` peer spreads) for
+`min_seconds` is reported as info. On by default since issue 15: on
+eval/suite/novel-faults-30s it finds 4 of 8 faults no rule names (3 that nothing else finds),
+with no false flag there, on the other suite scenarios measured or on the held-out seeds
+2000-2003; being info it cannot cost precision (docs/backtest.md, "faults no rule names"; its
+cost per cycle is in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -82,13 +83,23 @@ def features(
     g = snapshot.gpus
     n = len(g)
     n_models = max(len(g.models), 1)
-    # Peers: same model, same job; GPUs without a job split into those a pod holds (serving,
-    # notebooks) and free ones, which idle (held-out seeds 2001/2002: free GPUs waiting for a
-    # job to start, grouped with busy serving GPUs, drew 64 and 72 false flags).
-    held = (np.asarray(g.pod_index) >= 0).astype(np.int64)
-    peer = ((g.job_index.astype(np.int64) + 1) * 2 + held) * n_models + g.model_index
-    _, pid = np.unique(peer, return_inverse=True)
-    pid = pid.astype(np.int32)
+    # Peers: same model, same job; GPUs without a job by the namespace of the pod holding them
+    # (a serving deployment, a team's notebooks), free GPUs apart. Measured: one "no job" group
+    # compared free GPUs waiting for a job with busy serving GPUs (held-out seeds 2001/2002: 64
+    # and 72 false flags) and a team's idle pods with serving (small-pods-quiet: 8).
+    pod = np.asarray(g.pod_index, dtype=np.int64)
+    job = g.job_index.astype(np.int64)
+    n_jobs = int(job.max(initial=-1)) + 1
+    ns_codes: dict[str, int] = {}
+    pod_ns = np.array(
+        [ns_codes.setdefault(p.namespace, len(ns_codes)) for p in snapshot.pods], dtype=np.int64
+    )
+    group = np.where(job >= 0, job + 1, 0)
+    no_job_held = (job < 0) & (pod >= 0) & (pod < len(pod_ns))
+    group[no_job_held] = n_jobs + 1 + pod_ns[pod[no_job_held]]
+    peer = group * n_models + g.model_index
+    _, inverse = np.unique(peer, return_inverse=True)
+    pid = inverse.astype(np.int32)
     n_p = int(pid.max(initial=-1)) + 1
     cols = []
     names: list[str] = []

@@ -4,7 +4,8 @@ Detection rate is only meaningful as a function of how large a fault is: a strag
 is below the straggler detector's 7 % limit by design, one 25 % slower far above it. The size is
 read from the truth entry's severity through the simulator's own scale (timeline, counters), and
 the limit from the detector's default parameters, so neither side can drift from the other.
-Kinds without a size scale (XIDs, lost GPUs, hangs, clock-event bits) are always above the limit.
+Kinds without a size scale (XIDs, lost GPUs, hangs, clock-event bits) are always above the limit;
+faults no rule names (frame-buffer leak, clock drift, ...) never are: no detector publishes one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from detectors import gpu_interconnect, straggler
 from simulator.counters import NVLINK_CRC_STORM_PER_S, PCIE_REPLAY_STORM_PER_S
+from simulator.scenario import NOVEL_FAULTS
 from simulator.timeline import STRAGGLER_SLOWDOWN
 
 
@@ -25,12 +27,17 @@ class FaultSize:
     unit: str
     limit: float | None
     """The detector's published limit in the same unit (None: none)."""
+    covered: bool = True
+    """False for faults no rule detector names (only the anomaly detector may see them)."""
 
     @property
     def above_limit(self) -> bool:
+        if not self.covered:
+            return False
         return self.value is None or self.limit is None or self.value >= self.limit
 
 
+NOVEL_KINDS = frozenset(k.value for k in NOVEL_FAULTS)
 STRAGGLER_LIMIT_PCT = 100.0 * straggler.Params().min_gap
 NVLINK_LIMIT_PER_S = gpu_interconnect.Params().nvlink_crc_per_second
 PCIE_LIMIT_PER_MIN = gpu_interconnect.Params().pcie_replays_per_minute
@@ -49,4 +56,6 @@ def fault_size(fault: Mapping[str, Any], scrape_interval: float = 30.0) -> Fault
     if kind == "pcie_replay_storm":
         per_min = round(60.0 * PCIE_REPLAY_STORM_PER_S * sev, 2)
         return FaultSize(per_min, "replays/min", PCIE_LIMIT_PER_MIN)
+    if kind in NOVEL_KINDS:
+        return FaultSize(sev, "severity", None, covered=False)
     return FaultSize(None, "", None)

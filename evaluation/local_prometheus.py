@@ -180,8 +180,13 @@ def start_prometheus(
 def write_scenario(
     scenario: Scenario, path: Path, start: float | None = None, end: float | None = None
 ) -> Path:
-    """The scenario as OpenMetrics at `path` (whole scenario by default)."""
-    OpenMetricsWriter(FleetSimulator(scenario)).write(path, start, end)
+    """The scenario as OpenMetrics at `path` (whole scenario by default), in the scenario's pod
+    label layout and field list (`pod_labels`, `shipped_fields_only`)."""
+    OpenMetricsWriter(
+        FleetSimulator(scenario),
+        pod_labels=scenario.pod_labels,
+        shipped_fields_only=scenario.shipped_fields_only,
+    ).write(path, start, end)
     return path
 
 

@@ -8,7 +8,8 @@ both report the same numbers. Rules, chosen so that a number means what a person
 - Precision is over actionable episodes (warning and critical). An episode is a true positive
   only when its kind is accepted for the fault (truth `finding` or `also`: a DBE seen as gpu_xid
   and gpu_memory is two right findings, not one wrong one) and it is on the fault's entity during
-  the fault. An actionable episode of another kind on the faulty entity (a throttled GPU also
+  the fault (faults no rule names, truth finding `anomaly`: at info too). An actionable episode
+  of another kind on the faulty entity (a throttled GPU also
   reported as a straggler, a hung job's GPUs reported as throttled) is neither a true nor a false
   positive: it is reported on its own (`off_kind`), listed, and `strict_precision` counts it as
   wrong. `precision` = true / (true + false). `gpu_idle` is waste, not a fault, and is left out
@@ -36,6 +37,10 @@ from detectors.findings import Finding, FindingKind, Severity
 from evaluation.fault_size import FaultSize, fault_size
 
 UNSCORED = frozenset({FindingKind.GPU_IDLE})
+NOVEL_FINDING = FindingKind.ANOMALY.value
+"""Truth finding of faults no rule names (simulator NOVEL_FAULTS): found by an anomaly episode
+at info, the only severity the anomaly detector raises. No detector publishes a limit for them,
+so they never count in recall above the limits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,11 +288,8 @@ def score(
     results: list[FaultResult] = []
     interval = float(truth.get("scrape_interval", 30.0))
     for fault in faults:
-        hits = [
-            f
-            for f in eps
-            if f.severity.rank >= Severity.WARNING.rank and _right(f, fault, grace_seconds)
-        ]
+        floor = Severity.INFO if fault.get("finding") == NOVEL_FINDING else Severity.WARNING
+        hits = [f for f in eps if f.severity.rank >= floor.rank and _right(f, fault, grace_seconds)]
         cur = per.get(fault["kind"], KindScore())
         fid = str(fault.get("id", fault["kind"]))
         size = fault_size(fault, interval)

@@ -30,6 +30,8 @@ NVLINK_CRC_STORM_PER_S = 500.0
 """Per unit of severity; DCGM's health limit is 100/s."""
 PCIE_REPLAY_STORM_PER_S = 25.0
 """Per unit of severity; the healthy ceiling is ~0.96/min per lane (~0.26/s at x16)."""
+NVLINK_COLLAPSE = 0.9
+"""NVLink bandwidth collapse at severity 1: the GPU's link traffic falls by 90 % (no CRC)."""
 I64 = npt.NDArray[np.int64]
 INFERENCE_NVLINK_SHARE = 0.05
 """Tensor-parallel serving moves a small share of the training all-reduce traffic."""
@@ -77,7 +79,7 @@ class Counters:
     """Per pod (all pods passed in, active or not): steps so far, NaN where not exported."""
 
 
-def fleet_counters(
+def _traffic(
     ctx: CounterContext,
     t: float,
     pods: Sequence[SimPod],
@@ -86,8 +88,8 @@ def fleet_counters(
     p_start: FloatArray,
     p_end: FloatArray,
     p_job: I64,
-) -> Counters:
-    n, st = ctx.n_gpu, ctx.static
+) -> tuple[FloatArray, FloatArray]:
+    """(per-GPU NVLink traffic integral, per-pod steps) from the scenario start to `t`."""
     a = p_start
     b = np.minimum(p_end, t)
     nvl_pod = np.zeros(len(pods))
@@ -104,7 +106,31 @@ def fleet_counters(
         elif w.kind == WorkloadKind.INFERENCE and w.gpus_per_pod > 1:
             ph = float(ctx.diurnal_phase[j])
             nvl_pod[m] = INFERENCE_NVLINK_SHARE * inference_load_integral(w.load, a[m], b[m], ph)
-    nvl = np.bincount(flat_gpu, weights=nvl_pod[flat_pod], minlength=n)[:n]
+    per_gpu = np.bincount(flat_gpu, weights=nvl_pod[flat_pod], minlength=ctx.n_gpu)[: ctx.n_gpu]
+    nvl: FloatArray = per_gpu.astype(np.float64)
+    return nvl, steps
+
+
+def fleet_counters(
+    ctx: CounterContext,
+    t: float,
+    pods: Sequence[SimPod],
+    flat_gpu: I64,
+    flat_pod: I64,
+    p_start: FloatArray,
+    p_end: FloatArray,
+    p_job: I64,
+) -> Counters:
+    n, st = ctx.n_gpu, ctx.static
+    nvl, steps = _traffic(ctx, t, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
+    for f in ctx.faults:
+        if f.kind == FaultKind.NVLINK_BW_COLLAPSE and t > f.start and f.gpu >= 0:
+            at_start, _ = _traffic(ctx, f.start, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
+            upto = nvl
+            if t > f.end:
+                upto, _ = _traffic(ctx, f.end, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
+            lost = NVLINK_COLLAPSE * min(f.severity, 1.0 / NVLINK_COLLAPSE)
+            nvl[f.gpu] -= lost * max(0.0, float(upto[f.gpu] - at_start[f.gpu]))
     elapsed = max(0.0, t - ctx.start)
     dbe = np.zeros(n)
     unc_rows = np.zeros(n)

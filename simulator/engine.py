@@ -42,13 +42,14 @@ from simulator.levels import (
     UNALLOCATED_LEVELS,
     UTIL,
     GaugeState,
+    apply_novel,
     apply_power_brake,
     apply_power_cap,
     apply_straggler,
     apply_thermal,
     inference_levels,
 )
-from simulator.scenario import FaultKind, Scenario, WorkloadKind
+from simulator.scenario import NOVEL_FAULTS, FaultKind, Scenario, WorkloadKind
 from simulator.targets import resolve_confounders, resolve_faults
 from simulator.timeline import (
     STRAGGLER_SLOWDOWN,
@@ -254,6 +255,10 @@ class FleetSimulator:
                 apply_thermal(st, f.gpu, f.severity)
             elif f.kind == FaultKind.POWER_BRAKE:
                 apply_power_brake(st, f.gpu, f.severity)
+            elif f.kind in NOVEL_FAULTS and f.kind != FaultKind.NVLINK_BW_COLLAPSE:
+                b = self.base
+                cap = float(b.fb_total_mib[f.gpu] - b.fb_reserved_mib[f.gpu])
+                apply_novel(st, f.gpu, f.kind.value, f.severity, t - f.start, cap)
             elif f.kind == FaultKind.STRAGGLER:
                 j = int(gpu_job[f.gpu])
                 is_train = j >= 0 and bool(training[j])
@@ -287,7 +292,11 @@ class FleetSimulator:
                     exporter_up[c.node_position] = False
                 elif c.kind == "scrape_gap":
                     scrape_ok = False
-        present = ~lost & exporter_up[self.gpu_node] & scrape_ok
+        gap = np.zeros(n, dtype=bool)
+        for c in self.confounders:
+            if c.kind == "gpu_gap" and c.start <= t < c.end:
+                gap[list(c.gpus)] = True
+        present = ~lost & ~gap & exporter_up[self.gpu_node] & scrape_ok
         for arr in metrics.values():
             arr[~present] = np.nan
         for arr in xid_counts.values():

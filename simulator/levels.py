@@ -106,6 +106,31 @@ def apply_thermal(state: GaugeState, gpu: int, severity: float) -> None:
     state.clock_bits[gpu] |= bits
 
 
+FB_LEAK_MIB_PER_S = 1024.0 / 600.0
+"""Frame-buffer leak at severity 1: 1 GiB per 10 minutes."""
+CLOCK_DRIFT_PER_HOUR = 0.08
+"""Clock drift at severity 1: the clock under load loses 8 % of its span per hour."""
+CLOCK_DRIFT_MAX = 0.4
+COOLING_C_AT_TDP = 12.0
+"""Cooling degradation at severity 1: +12 C at full power, proportionally less below it."""
+
+
+def apply_novel(
+    state: GaugeState, gpu: int, kind: str, severity: float, elapsed: float, fb_cap_mib: float
+) -> None:
+    """Faults no rule names (no XID, counter or clock-event bit): a frame-buffer leak, a clock
+    that drifts down over hours, cooling that degrades (hotter at the same power)."""
+    if kind == "fb_leak":
+        grown = FB_LEAK_MIB_PER_S * severity * elapsed / fb_cap_mib
+        state.levels[gpu, FB] = min(0.99, state.levels[gpu, FB] + grown)
+    elif kind == "clock_drift":
+        lost = min(CLOCK_DRIFT_MAX, CLOCK_DRIFT_PER_HOUR * severity * elapsed / 3600.0)
+        state.levels[gpu, CLOCK] *= 1.0 - lost
+    elif kind == "cooling_degradation":
+        ramp = min(1.0, elapsed / 600.0)  # a fan slows over minutes, not at once
+        state.gpu_temp_add[gpu] += COOLING_C_AT_TDP * severity * ramp * state.levels[gpu, POWER]
+
+
 def apply_power_cap(state: GaugeState, gpus: npt.NDArray[np.int64], cap: FloatArray) -> None:
     """Software power capping (an operator's `nvidia-smi -pl`, a facility power budget): the
     driver holds power at the cap by lowering clocks, and reports SW_POWER_CAP (0x4), a normal

@@ -94,7 +94,27 @@ class FaultKind(StrEnum):
     PCIE_REPLAY_STORM = "pcie_replay_storm"
     STRAGGLER = "straggler"
     NCCL_HANG = "nccl_hang"
+    # Novel faults: no rule detector names them (no XID, counter or clock-event bit); only the
+    # anomaly detector can see them, as a GPU that drifts away from its peers.
+    FB_LEAK = "fb_leak"
+    """Frame-buffer use grows by `severity` x 1 GiB per 10 minutes (a leaking process)."""
+    CLOCK_DRIFT = "clock_drift"
+    """SM clock under load drifts down by `severity` x 8 % per hour (up to 40 %), no event bit."""
+    NVLINK_BW_COLLAPSE = "nvlink_bw_collapse"
+    """NVLink traffic of one GPU falls to 1 - 0.9 x `severity` of normal, no CRC errors."""
+    COOLING_DEGRADATION = "cooling_degradation"
+    """Temperature at a given power rises by `severity` x 12 C at full load (fan, heatsink)."""
 
+
+NOVEL_FAULTS = frozenset(
+    {
+        FaultKind.FB_LEAK,
+        FaultKind.CLOCK_DRIFT,
+        FaultKind.NVLINK_BW_COLLAPSE,
+        FaultKind.COOLING_DEGRADATION,
+    }
+)
+"""Faults only the anomaly detector can find (truth finding `anomaly`, info)."""
 
 GPU_FAULTS = frozenset(FaultKind) - {FaultKind.NCCL_HANG}
 
@@ -132,6 +152,7 @@ class ConfounderKind(StrEnum):
     JOB_FINISH = "job_finish"
     APP_XID = "app_xid"
     POWER_CAP = "power_cap"
+    GPU_GAP = "gpu_gap"
 
 
 APP_XIDS = (13, 31, 43, 45)
@@ -142,13 +163,17 @@ processing, preemptive cleanup), not the GPU's. One occurrence must not page for
 class Confounder(_Strict):
     """A one-off event that is not a fault; periodic checkpoints/evals live on the workload."""
 
-    kind: Literal["checkpoint", "eval_phase", "exporter_down", "scrape_gap", "app_xid", "power_cap"]
+    kind: Literal[
+        "checkpoint", "eval_phase", "exporter_down", "scrape_gap", "app_xid", "power_cap", "gpu_gap"
+    ]
+    """gpu_gap: one GPU's series are missing from the scrapes in [start, end) (a DCGM field read
+    that timed out, the exporter skipping a device) while the GPU and its exporter are fine."""
     node: str | None = None
     gpu: int | None = Field(default=None, ge=0, le=15)
-    """app_xid: device index on `node` (or use `job` and `rank`)."""
+    """app_xid, gpu_gap: device index on `node` (or use `job` and `rank`)."""
     job: str | None = None
     rank: int | None = Field(default=None, ge=0)
-    """app_xid on a job: the rank whose first GPU raises it (default 0)."""
+    """app_xid, gpu_gap on a job: the rank whose first GPU it concerns (default 0)."""
     xid: int = 13
     """app_xid: the application-class XID code (13, 31, 43 or 45)."""
     cap: float = Field(default=0.6, gt=0.0, le=1.0)
@@ -164,6 +189,8 @@ class Confounder(_Strict):
             raise ValueError("exporter_down needs `node`")
         if self.kind in ("checkpoint", "eval_phase") and not self.job:
             raise ValueError(f"{self.kind} needs `job: namespace/name`")
+        if self.kind == "gpu_gap" and not self.job and (self.node is None or self.gpu is None):
+            raise ValueError("gpu_gap needs `node` and `gpu`, or `job`")
         if self.kind == "app_xid":
             if self.xid not in APP_XIDS:
                 raise ValueError(f"app_xid `xid` to be one of {list(APP_XIDS)}")
@@ -195,6 +222,13 @@ class Scenario(_Strict):
     """Node -> outcome of a DCGM diagnostic Job (batch/v1) run on it; unlisted nodes pass."""
     diagnostic_seconds: Duration = Field(default=120.0, ge=0)
     """Scenario seconds a diagnostic Job runs before it completes."""
+    pod_labels: Literal["direct", "exported", "none"] = "direct"
+    """Where the DCGM series written for Prometheus carry the workload
+    (simulator.series.POD_LABEL_LAYOUTS): dcgm-exporter's own `pod`/`namespace` (honorLabels),
+    `exported_pod`/`exported_namespace` beside the exporter's target labels, or not at all."""
+    shipped_fields_only: bool = False
+    """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
+    counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
@@ -241,6 +275,7 @@ def demo_scenario() -> Scenario:
 __all__ = [
     "DEMO_SCENARIO",
     "JOB_LABEL_KEYS",
+    "NOVEL_FAULTS",
     "ConfigError",
     "Confounder",
     "Fault",

@@ -132,7 +132,7 @@ def resolve_confounders(sc: Scenario, layout: Layout) -> tuple[ResolvedConfounde
         gpus: tuple[int, ...] = ()
         node = c.node
         where = f"confounders[{i}]"
-        if c.kind == "app_xid":
+        if c.kind in ("app_xid", "gpu_gap"):
             if c.job is not None and c.node is None:
                 pod = _job_pod(sc, layout, where, c.job, c.rank or 0)
                 node, pos = pod.node, positions[pod.node]

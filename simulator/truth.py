@@ -28,6 +28,10 @@ FINDING: dict[FaultKind, str] = {
     FaultKind.PCIE_REPLAY_STORM: "gpu_interconnect",
     FaultKind.STRAGGLER: "straggler",
     FaultKind.NCCL_HANG: "nccl_hang",
+    FaultKind.FB_LEAK: "anomaly",
+    FaultKind.CLOCK_DRIFT: "anomaly",
+    FaultKind.NVLINK_BW_COLLAPSE: "anomaly",
+    FaultKind.COOLING_DEGRADATION: "anomaly",
 }
 """The finding kind a detector should raise for each fault."""
 ALSO_ACCEPTABLE: dict[FaultKind, tuple[str, ...]] = {

@@ -32,7 +32,7 @@ def fleets(draw: st.DrawFn) -> tuple[Fleet, int]:
 def test_no_detector_raises_and_findings_serialise(case: tuple[Fleet, int]) -> None:
     fleet, seed = case
     rng = np.random.default_rng(seed)
-    names = [*DetectorSuite.default().names, "anomaly"]
+    names = list(dict.fromkeys([*DetectorSuite.default().names, "anomaly"]))
     suite = DetectorSuite.default(names)
     state = None
     for k in range(6):

@@ -71,3 +71,31 @@ def evidence_bars(frame: pd.DataFrame) -> alt.Chart:
         )
     )
     return chart
+
+
+def history_lines(
+    frame: pd.DataFrame, thresholds: Mapping[str, float], start: float
+) -> alt.LayerChart:
+    """One field's history: this GPU and its peers' median as lines, the incident's start as a
+    vertical rule and the detector's thresholds (from the evidence) as dashed horizontal rules."""
+    lines = (
+        alt.Chart(frame)
+        .mark_line()
+        .encode(
+            x=alt.X("t:T", title=None),
+            y=alt.Y("value:Q", title=str(frame["field"].iloc[0]) if len(frame) else None),
+            color=alt.Color("series:N", title=None),
+            tooltip=["t:T", "series", "value"],
+        )
+    )
+    at = pd.DataFrame({"t": [pd.Timestamp(start, unit="s", tz="UTC")]})
+    layers: list[alt.Chart] = [lines, alt.Chart(at).mark_rule(color="#888").encode(x="t:T")]
+    if thresholds:
+        rules = pd.DataFrame({"threshold": list(thresholds), "value": list(thresholds.values())})
+        layers.append(
+            alt.Chart(rules)
+            .mark_rule(color=ROLE_COLORS["threshold"], strokeDash=[6, 4])
+            .encode(y="value:Q", tooltip=["threshold", "value"])
+        )
+    chart = alt.LayerChart(layer=layers)
+    return chart

@@ -6,8 +6,10 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from dashboards import data
+from dashboards import history as gpu_history
 from dashboards.shell import Context, ago, when
 from dashboards.views import charts
+from errors import GpufleetError
 
 PERIODS = {
     "6 hours": 6 * 3600.0,
@@ -81,7 +83,44 @@ def detail(ctx: Context, row: pd.Series, now: float) -> None:
             st.altair_chart(charts.evidence_bars(frame), width="stretch")
     with right:
         st.json(ev, expanded=False)
+    around_start(ctx, row, ev)
     history(ctx, str(row["cluster"]), str(row["id"]))
+
+
+def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
+    """The fields the detector read for this GPU, ±30 min around the incident's start, with its
+    peers' median and the evidence's thresholds (drawn on the detector's first field)."""
+    st.markdown("**Around its start** (this GPU, its peers' median, the thresholds)")
+    url = ctx.settings.dashboard.prometheus_url
+    fields = gpu_history.fields_for(str(row["kind"]))
+    gpu = row["gpu_uuid"] if isinstance(row["gpu_uuid"], str) else ""
+    if not url:
+        st.caption("No history charts: the store keeps only the last reading. Set "
+                   "`dashboard.prometheus_url` in the gpufleet config to chart the metrics "
+                   "the detector used around the incident's start.")  # fmt: skip
+        return
+    if not fields or not gpu:
+        st.caption("No history charts: this incident names no GPU, or its detector reads no "
+                   "per-GPU DCGM field.")  # fmt: skip
+        return
+    try:
+        frame = gpu_history.around(url, gpu, str(row["kind"]), float(row["opened_at"]))
+    except GpufleetError as e:
+        st.warning(f"Prometheus at {url} could not answer: {e}")
+        return
+    if frame.empty:
+        st.caption(f"Prometheus holds none of {', '.join(fields)} for {gpu} in this window.")
+        return
+    limits = {
+        k: float(v)
+        for k, v in ev.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and charts.role(k) == "threshold"
+    }
+    for i, f in enumerate(fields):
+        part = frame[frame["field"] == f]
+        if not part.empty:
+            chart = charts.history_lines(part, limits if i == 0 else {}, float(row["opened_at"]))
+            st.altair_chart(chart, width="stretch")
 
 
 def render(ctx: Context) -> None:

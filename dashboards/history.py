@@ -1,0 +1,78 @@
+"""Per-GPU history around an incident, read from Prometheus (the store keeps no per-GPU history).
+
+Which series to read comes from the detectors' own metadata: the registry says which detector
+reports a finding kind, and its `Needs` (the same declaration detectors.coverage uses) say which
+DCGM fields it reads. For each field, the incident's GPU and the median of every other GPU
+(its peers) over a window around the incident's start, through the observer's Prometheus client.
+"""
+
+from __future__ import annotations
+
+import pandas as pd  # type: ignore[import-untyped]
+import streamlit as st
+
+from detectors.base import ANY_GPU_SERIES
+from detectors.coverage import NEEDS
+from detectors.registry import registry
+from observer.fleet.catalog import LABEL_UUID
+from observer.prometheus.client import PrometheusClient
+from observer.prometheus.plan import PromSettings
+
+WINDOW_S = 1800.0
+"""Half the window shown around an incident's start (±30 min)."""
+POINTS = 240
+"""Samples per series over the window (the step follows)."""
+MAX_FIELDS = 4
+TTL = 60.0
+"""Seconds an answer is reused: the past does not change, only the window's recent end does."""
+COLUMNS = ["t", "value", "series", "field"]
+
+
+def fields_for(kind: str) -> tuple[str, ...]:
+    """The DCGM fields the detector(s) reporting `kind` read, most telling first."""
+    out: dict[str, None] = {}
+    for name, spec in registry().items():
+        needs = NEEDS.get(name)
+        if needs is None or kind not in {k.value for k in spec.kinds}:
+            continue
+        for f in (*(f for g in needs.requires for f in g), *needs.full):
+            if f != ANY_GPU_SERIES:
+                out[f] = None
+    return tuple(out)[:MAX_FIELDS]
+
+
+def _quote(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _frame(result: list[dict[str, object]], series: str, field: str) -> pd.DataFrame:
+    rows = [
+        {"t": pd.Timestamp(float(t), unit="s", tz="UTC"), "value": float(v), "series": series,
+         "field": field}
+        for r in result
+        for t, v in r.get("values", [])  # type: ignore[attr-defined]
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataFrame:
+    """Columns t, value, series ("this GPU" | "peers' median"), field: every field `kind`'s
+    detector reads, over [at - WINDOW_S, at + WINDOW_S]. Raises errors.GpufleetError when
+    Prometheus cannot answer."""
+    start, end = at - WINDOW_S, at + WINDOW_S
+    step = max(1.0, 2 * WINDOW_S / POINTS)
+    uuid = _quote(gpu_uuid)
+    frames = []
+    client = PrometheusClient(PromSettings(prometheus_url, timeout=15.0))
+    try:
+        for f in fields_for(kind):
+            mine, _ = client.range(f'{f}{{{LABEL_UUID}="{uuid}"}}', start, end, step)
+            peers, _ = client.range(
+                f'quantile(0.5, {f}{{{LABEL_UUID}!="{uuid}"}})', start, end, step
+            )
+            frames += [_frame(mine, "this GPU", f), _frame(peers, "peers' median", f)]
+    finally:
+        client.close()
+    frames = [x for x in frames if not x.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)

@@ -1,0 +1,95 @@
+"""Incidents page: the metrics the detector used, ±30 min around an incident's start, read from a
+real Prometheus holding a simulated window (an XID 48 on one GPU), with the peers' median."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd  # type: ignore[import-untyped]
+import pytest
+
+from dashboards import data, history
+from remediations.store import IncidentRecord, Store
+from remediations.types import IncidentId, IncidentStatus
+from simulator.scenario import Scenario, scenario_from_dict
+from tests.dashboard_seed import write_settings
+from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
+from tests.test_cli_detect_backtest_eval import TINY, _xid_gpu
+from tests.test_dashboard_pages import app, texts
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    data.changed()
+    data.store.clear()
+    history.around.clear()
+    yield
+    data.store.clear()
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return scenario_from_dict(TINY, "tiny")
+
+
+@pytest.fixture(scope="module")
+def prom(
+    scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusHandle]:
+    tmp = tmp_path_factory.mktemp("history")
+    handle = start_prometheus(write_scenario(scenario, tmp / "tiny.om"), tmp)
+    yield handle
+    handle.stop()
+
+
+def _seed(tmp_path: Path, gpu: str, opened: float) -> str:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    store = Store.open(url, cluster="alpha")
+    store.save_incidents([
+        IncidentRecord(
+            id=IncidentId("xid0001"), cluster="alpha", kind="gpu_xid", entity_key=f"gpu_xid|{gpu}",
+            node="h100-0001", gpu_uuid=gpu, job=None, status=IncidentStatus.OPEN,
+            severity="critical", summary=f"XID 48 on {gpu}", opened_at=opened,
+            updated_at=opened, resolved_at=None, first_seen=opened, last_seen=opened + 60,
+            seen_cycles=3, healthy_cycles=0, evidence={"xid": 48.0, "threshold_count": 1.0},
+        )
+    ])  # fmt: skip
+    store.close()
+    return url
+
+
+def test_detector_fields_come_from_its_declared_needs() -> None:
+    assert history.fields_for("gpu_xid")[0] == "DCGM_FI_DEV_XID_ERRORS"
+    assert history.fields_for("no_such_kind") == ()
+
+
+@pytest.mark.prometheus
+def test_incident_shows_its_gpu_and_peers_around_its_start(
+    prom: PrometheusHandle, scenario: Scenario, tmp_path: Path
+) -> None:
+    gpu = _xid_gpu(scenario)
+    opened = scenario.start + 300
+    url = _seed(tmp_path, gpu, opened)
+    frame = history.around(prom.url, gpu, "gpu_xid", opened)
+    xid = frame[frame["field"] == "DCGM_FI_DEV_XID_ERRORS"]
+    assert set(xid["series"]) == {"this GPU", "peers' median"}
+    mine = xid[xid["series"] == "this GPU"]
+    before = mine[mine["t"] < pd.Timestamp(opened - 30, unit="s", tz="UTC")]["value"]
+    assert mine["value"].max() == 48.0 and not (before == 48.0).any()  # the fault starts at 5m
+    settings = write_settings(tmp_path / "s.json", url, "alpha", prometheus_url=prom.url)
+    at = app(settings, "page_files/incidents.py")
+    assert not at.exception, at.exception
+    assert "Around its start" in texts(at)
+    assert "No history charts" not in texts(at)
+    assert not at.warning
+    # timeline, evidence bars, then one chart per field the XID detector reads that Prometheus holds
+    fields = set(frame["field"])
+    assert len(at.get("vega_lite_chart")) == 2 + len(fields)
+
+
+def test_without_prometheus_it_says_why_there_are_no_charts(tmp_path: Path) -> None:
+    url = _seed(tmp_path, "GPU-x", 1_767_225_900.0)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/incidents.py")
+    assert "dashboard.prometheus_url" in texts(at)

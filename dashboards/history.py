@@ -8,6 +8,8 @@ DCGM fields it reads. For each field, the incident's GPU and the median of every
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
@@ -76,3 +78,27 @@ def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataF
         client.close()
     frames = [x for x in frames if not x.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def ranks_over(
+    prometheus_url: str, uuids: tuple[str, ...], field: str, start: float, end: float
+) -> pd.DataFrame:
+    """Columns t, uuid, value: `field` for each of `uuids` over [start, end] (a job's ranks over
+    time). Raises errors.GpufleetError when Prometheus cannot answer."""
+    if not uuids or end <= start:
+        return pd.DataFrame(columns=["t", "uuid", "value"])
+    step = max(1.0, (end - start) / POINTS)
+    pattern = _quote("|".join(re.escape(u) for u in uuids))
+    client = PrometheusClient(PromSettings(prometheus_url, timeout=15.0))
+    try:
+        result, _ = client.range(f'{field}{{{LABEL_UUID}=~"{pattern}"}}', start, end, step)
+    finally:
+        client.close()
+    rows = [
+        {"t": pd.Timestamp(float(t), unit="s", tz="UTC"), "uuid": str(r["metric"][LABEL_UUID]),
+         "value": float(v)}
+        for r in result
+        for t, v in r.get("values", [])
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["t", "uuid", "value"])

@@ -12,10 +12,11 @@ import pytest
 from dashboards import data, history
 from remediations.store import IncidentRecord, Store
 from remediations.types import IncidentId, IncidentStatus
+from simulator.layout import gpu_uuid
 from simulator.scenario import Scenario, scenario_from_dict
-from tests.dashboard_seed import write_settings
+from tests.dashboard_seed import seed_fleet, write_settings
 from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
-from tests.test_cli_detect_backtest_eval import TINY, _xid_gpu
+from tests.test_cli_detect_backtest_eval import TINY, UNREACHABLE, _xid_gpu
 from tests.test_dashboard_pages import app, texts
 
 
@@ -93,3 +94,34 @@ def test_without_prometheus_it_says_why_there_are_no_charts(tmp_path: Path) -> N
     settings = write_settings(tmp_path / "s.json", url, "alpha")
     at = app(settings, "page_files/incidents.py")
     assert "dashboard.prometheus_url" in texts(at)
+
+
+@pytest.mark.prometheus
+def test_a_jobs_ranks_over_time_come_from_prometheus(
+    prom: PrometheusHandle, scenario: Scenario
+) -> None:
+    uuids = tuple(
+        gpu_uuid(scenario.cluster, f"h100-{n:04d}", d) for n in range(2) for d in range(2)
+    )
+    field = history.fields_for("straggler")[0]
+    frame = history.ranks_over(prom.url, uuids, field, scenario.start, scenario.end)
+    assert set(frame["uuid"]) == set(uuids)
+    assert frame.groupby("uuid")["t"].nunique().min() > 10  # a time axis, not a last reading
+
+
+@pytest.mark.parametrize("with_prometheus", [False, True])
+def test_jobs_page_says_where_the_ranks_history_comes_from(
+    tmp_path: Path, with_prometheus: bool
+) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    store = Store.open(url, cluster="alpha")
+    seed_fleet(store, 256, cycles=2)
+    store.close()
+    extra = {"prometheus_url": UNREACHABLE} if with_prometheus else {}
+    settings = write_settings(tmp_path / "s.json", url, "alpha", **extra)
+    at = app(settings, "page_files/jobs.py")
+    assert not at.exception, at.exception
+    if with_prometheus:
+        assert "could not answer" in texts(at)  # said on the page, not a crash
+    else:
+        assert "dashboard.prometheus_url" in texts(at)

@@ -1,7 +1,7 @@
 """Jobs: for each job, its ranks x metrics at the latest cycle (utilization, health, open
 findings) with the straggler or the hang highlighted, the ranks' nodes, and the job's busy share
-over time from metering's rollups. Per-rank history is not kept in the store (Prometheus has it);
-the heatmap is the latest cycle."""
+over time from metering's rollups; with `dashboard.prometheus_url`, the ranks x one metric over
+the last hour from Prometheus (the store keeps no per-rank history)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from dashboards import data
+from dashboards import history as gpu_history
 from dashboards.shell import Context
+from errors import GpufleetError
 
 HEALTH_SCORE = {"healthy": 0.0, "no_data": 0.5, "degraded": 1.0, "quarantined": 1.0}
 JOB_KINDS = ("straggler", "nccl_hang")
 DAY = 86400.0
+HOUR = 3600.0
 
 
 def natural(s: str) -> tuple[object, ...]:
@@ -115,6 +118,7 @@ def render(ctx: Context) -> None:
         st.dataframe(
             g[["rank", "node", "health", "utilization", "flag"]], hide_index=True, width="stretch"
         )
+    over_time(ctx, g, now)
     st.markdown("**Busy share of its GPUs over 24 h** (5-minute rollups)")
     u = data.usage_series(ctx.url, ctx.cluster, "job", now - DAY, data.bucket_now(), key=pick)
     if u.empty:
@@ -123,3 +127,42 @@ def render(ctx: Context) -> None:
     per = u.set_index("t")
     share = (100.0 * per["busy_gpu_hours"] / per["allocated_gpu_hours"]).rename("busy %")
     st.line_chart(share, y_label="busy %")
+
+
+def over_time_heatmap(frame: pd.DataFrame, g: pd.DataFrame, field: str) -> alt.Chart:
+    """Ranks x time, coloured by `field`; the flagged ranks' labels marked on the right."""
+    names = dict(zip(g["uuid"], g["rank"] + g["flag"].map(lambda f: f" ⚠ {f}" if f else ""),
+                     strict=True))  # fmt: skip
+    f = frame.assign(rank=frame["uuid"].map(names))
+    order = [names[u] for u in g["uuid"]]
+    cells = alt.Chart(f).mark_rect().encode(
+        x=alt.X("t:T", title=None),
+        y=alt.Y("rank:N", sort=order, title=None),
+        color=alt.Color("value:Q", scale=alt.Scale(scheme="blues"), title=field),
+        tooltip=["rank", "t:T", "value"],
+    )  # fmt: skip
+    chart: alt.Chart = cells.properties(height=min(16 * len(order) + 40, 3000))
+    return chart
+
+
+def over_time(ctx: Context, g: pd.DataFrame, now: float) -> None:
+    """The ranks x one metric over the last hour, from Prometheus (the store keeps no history)."""
+    st.markdown("**Ranks over the last hour** (from Prometheus)")
+    url = ctx.settings.dashboard.prometheus_url
+    if not url:
+        st.caption("No ranks-over-time heatmap: the store keeps only the latest cycle. Set "
+                   "`dashboard.prometheus_url` in the gpufleet config to read the ranks' "
+                   "history.")  # fmt: skip
+        return
+    fields = list(dict.fromkeys((*gpu_history.fields_for("straggler"),
+                                 *gpu_history.fields_for("nccl_hang"))))  # fmt: skip
+    field = st.selectbox("Metric", fields, key="jobs_field") or fields[0]
+    try:
+        frame = gpu_history.ranks_over(url, tuple(g["uuid"]), field, now - HOUR, now)
+    except GpufleetError as e:
+        st.warning(f"Prometheus at {url} could not answer: {e}")
+        return
+    if frame.empty:
+        st.caption(f"Prometheus holds no {field} for this job's GPUs in the last hour.")
+        return
+    st.altair_chart(over_time_heatmap(frame, g, field), width="stretch")

@@ -7,7 +7,7 @@ throttles and info idles, so every default-policy rule is evaluated and gated.
 Timed (inputs built first, untimed; `time.perf_counter`):
 - `decide` (pure): the first cycle (10k findings open 10k incidents) and a steady cycle (all open
   already, nothing new);
-- `RemediationEngine.cycle` with the journal (SQLite in memory, SQLite file, PostgreSQL when
+- `DecisionJournal.cycle` with the journal (SQLite in memory, SQLite file, PostgreSQL when
   reachable): the same cycles, including loading the journal and persisting incidents,
   decisions and audit rows.
 """
@@ -27,7 +27,7 @@ import psycopg
 from bench.report import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
 from remediations.cluster_view import ClusterView, NodeView, PodView
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.decisions import decide
 from remediations.policy import load_policy
 from remediations.store import Store
@@ -127,7 +127,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
 
     # the journal and memory each pure `decide` starts from: what the engine had at that cycle
     store = Store.open("sqlite://", cluster="bench")
-    eng = RemediationEngine(policy, store, started_at=T0 - 60)
+    eng = DecisionJournal(policy, store, started_at=T0 - 60)
     inputs = []
     for c, fs in enumerate(cycles):
         now = T0 + 30 * c
@@ -154,7 +154,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
                     store = Store.open(f"{url}{r}.db", cluster="b")
                 else:
                     store = Store.open(url, cluster=f"b{r}")
-                eng = RemediationEngine(policy, store, started_at=T0 - 60)
+                eng = DecisionJournal(policy, store, started_at=T0 - 60)
                 for c, fs in enumerate(cycles):
                     per[c] += _time(functools.partial(eng.cycle, fs, view, T0 + 30 * c), 1)
                 store.close()

@@ -28,7 +28,7 @@ from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.cycle import LiveActuator, RemediationLoop
+from remediations.cycle import LiveActuator, RemediationCycle
 from remediations.kube_actuator import KubeActuator
 from remediations.policy import load_policy
 from remediations.store import Store
@@ -73,7 +73,7 @@ def _measure(nodes: int, runs: int, tmp: str) -> list[list[object]]:
                 actuator: LiveActuator = (
                     CachedActuator(plain, cache, None) if mode == "service" else plain
                 )
-                loop = RemediationLoop(
+                loop = RemediationCycle(
                     load_policy(), store, actuator, "bench", started_at=time.time()
                 )
                 cycle = LiveCycle(

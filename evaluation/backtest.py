@@ -6,7 +6,7 @@ raw samples read once, every step evaluated like a live instant cycle — and go
 `evaluation.replay.Replayer` in time order, one or several suites side by side from one pass;
 each cycle's findings go, with a cluster view of the same snapshot (rebuilt only when the
 cluster changed), to
-`remediations.decision_journal.DryRunEngine` — the live engine on an in-memory journal — as the
+`remediations.decision_journal.ShadowReplay` — the live engine on an in-memory journal — as the
 live loop
 hands them over. Nothing here detects, collects or decides by itself: it only wires the live
 parts to a past clock.
@@ -29,7 +29,7 @@ from evaluation.replay import Replayer, ReplayResult
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from remediations.cluster_view import ClusterView
-from remediations.decision_journal import DryRunEngine
+from remediations.decision_journal import ShadowReplay
 from remediations.decisions import ActionDecision
 from remediations.policy import Policy
 
@@ -200,7 +200,7 @@ def backtest(
 ) -> Backtest:
     """Detectors over [start, end] every `step`; each cycle's findings to the policy in
     dry-run, with the cluster (nodes, pods, jobs) as that step's snapshot shows it."""
-    engine = DryRunEngine(policy, started_at=start)
+    engine = ShadowReplay(policy, started_at=start)
     views = SnapshotViews()
     spent = [0.0]
 

@@ -19,7 +19,7 @@ from detectors.findings import Finding, FindingKind, Severity
 from metering import Meter
 from observer.fleet.model import frozen_map
 from remediations.decision_journal import DecisionJournal
-from remediations.executor import Runner
+from remediations.executor import Executor
 from remediations.policy import Policy, load_policy
 from remediations.store import IncidentRecord, Store
 from remediations.types import Actuation, IncidentId, IncidentStatus
@@ -71,7 +71,7 @@ def seed_cluster(store: Store, now: float | None = None) -> dict[str, str]:
     cluster.nodes["pool-b-0003"].labels.update(PROTECTED)
     # The runner re-checks the gates: the protected node now refuses the approved drain. Only
     # approved actions on protected nodes are left for it (the quarantines were done above).
-    Runner(seed_policy(), store, cluster, owner="seed").run(cluster.view(t - 40), t - 40)
+    Executor(seed_policy(), store, cluster, owner="seed").run(cluster.view(t - 40), t - 40)
     return {
         "pending": pending["node/pool-a-0001"].id,
         "denied": denied.id,

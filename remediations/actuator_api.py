@@ -47,3 +47,26 @@ class Actuator(ClusterReader, Protocol):
         still blocking within the timeout) or errors.PermanentError (cannot succeed: timeout
         exhausted, object forbidden, bad intent)."""
         ...
+
+
+class NodeJobs(Protocol):
+    """Creates and reads Jobs pinned to one node (remediations.kube_jobs.KubeNodeJobs)."""
+
+    def ensure(
+        self,
+        namespace: str,
+        node: str,
+        name: str,
+        image: str,
+        command: list[str],
+        labels: dict[str, str],
+        gpus: int = 0,
+    ) -> str:
+        """Create the Job unless it exists: `created` or `exists`."""
+        ...
+
+    def outcome(self, namespace: str, name: str) -> str | None:
+        """`passed`, `failed`, or None while it runs (or when it does not exist)."""
+        ...
+
+    def exists(self, namespace: str, name: str) -> bool: ...

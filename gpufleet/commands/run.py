@@ -31,7 +31,6 @@ from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, fresh_store, write_config
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
-from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
 from gpufleet.service.kube_lease import KubeLeaseClient
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
@@ -42,6 +41,7 @@ from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
+from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 from simulator.scenario import DEMO_SCENARIO, load_scenario
@@ -161,7 +161,7 @@ def build(
         grace_cycles=grace,
         span=telemetry.span,
     )
-    diag = KubeDiagnosticJobs(api_client(kubeconfig))
+    diag = KubeNodeJobs(api_client(kubeconfig))
     closers.append(diag.close)
     elector = None
     le = svc.leader_election

@@ -2,8 +2,8 @@
 
 Jobs act only through the remediation engine's public parts (its policy gates, the journal, the
 runner that executes approved actions through the one actuator) and through adapters for the
-few Kubernetes objects the service itself owns (diagnostic Jobs), so every job goes through the
-same gates and journal as the live cycle.
+few Kubernetes objects the service itself owns (diagnostic Jobs, through
+remediations.kube_jobs), so every job goes through the same gates and journal as the live cycle.
 """
 
 from __future__ import annotations
@@ -11,35 +11,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel
 
 from metering import MeteringConfig
+from remediations.actuator_api import NodeJobs
 from remediations.cycle import RemediationCycle
-
-
-class DiagnosticJobs(Protocol):
-    """Creates and reads the per-node diagnostic Jobs (gpufleet.service.kube_jobs)."""
-
-    def ensure(
-        self,
-        namespace: str,
-        node: str,
-        name: str,
-        image: str,
-        command: list[str],
-        labels: dict[str, str],
-        gpus: int = 0,
-    ) -> str:
-        """Create the Job unless it exists: `created` or `exists`."""
-        ...
-
-    def outcome(self, namespace: str, name: str) -> str | None:
-        """`passed`, `failed`, or None while it runs (or when it does not exist)."""
-        ...
-
-    def exists(self, namespace: str, name: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +47,7 @@ class JobContext:
     loop: RemediationCycle
     clock: Callable[[], float]
     """The service clock (journal times)."""
-    diagnostics: DiagnosticJobs | None = None
+    diagnostics: NodeJobs | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held by the live cycle and by every job while it decides and acts: never interleaved."""
     sleep: Callable[[float], bool] = field(default=lambda s: False)

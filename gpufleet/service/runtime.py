@@ -21,7 +21,7 @@ from typing import Any
 from alerts import AlertsRuntime
 from gpufleet.live_cycle import CycleReport, LiveCycle
 from gpufleet.service.config import ScheduleEntry, ServiceConfig
-from gpufleet.service.context import DiagnosticJobs, JobContext, JobOutcome
+from gpufleet.service.context import JobContext, JobOutcome
 from gpufleet.service.http import HealthServer
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.leader import LeaderElector
@@ -29,6 +29,7 @@ from gpufleet.service.schedule import ScheduledJobs
 from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
+from remediations.actuator_api import NodeJobs
 from remediations.cycle import RemediationCycle
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
@@ -54,7 +55,7 @@ class ServiceParts:
     identity: str
     telemetry: Telemetry
     elector: LeaderElector | None = None
-    diagnostics: DiagnosticJobs | None = None
+    diagnostics: NodeJobs | None = None
     metering: MeteringConfig | None = None
     alerts: AlertsRuntime | None = None
     """Slack and Alertmanager (alerts/): fed after each cycle, its outbox sent every ~2 s."""

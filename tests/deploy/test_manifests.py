@@ -32,7 +32,7 @@ PLANNED: set[Rule] = {
     ("batch", "jobs", "delete"),
 }
 """What `gpufleet run` calls (Lease leader election in gpufleet/service/kube_lease.py, DCGM
-diagnostic Jobs in gpufleet/service/kube_jobs.py on branch svc), granted ahead of those adapters;
+diagnostic Jobs in remediations/kube_jobs.py), granted ahead of those adapters;
 once they are merged their calls are derived like the others, and the test then also checks
 that they are exactly this set (see deploy/README.md)."""
 

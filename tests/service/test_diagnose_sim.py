@@ -18,9 +18,9 @@ import pytest
 from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.gated import execute, plan_for, propose
-from gpufleet.service.kube_jobs import KubeDiagnosticJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
+from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import Store
@@ -40,13 +40,13 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 
 @pytest.fixture
-def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeDiagnosticJobs]]:
+def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeNodeJobs]]:
     store = Store.open(f"sqlite:///{tmp_path / 'j.db'}", cluster="small")
     actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
     loop = RemediationCycle(
         service_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
     )
-    diag = KubeDiagnosticJobs(api_client(sim.kubeconfig))
+    diag = KubeNodeJobs(api_client(sim.kubeconfig))
     yield loop, diag
     diag.close()
     actuator.close()
@@ -70,7 +70,7 @@ def _node(sim: Sim, name: str) -> dict[str, Any]:
 
 
 def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
-    sim: Sim, parts: tuple[RemediationCycle, KubeDiagnosticJobs]
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
 ) -> None:
     loop, diag = parts
     now = sim.cluster.clock()
@@ -128,7 +128,7 @@ def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> No
     write) and journals which it would have created."""
     store = Store.open(f"sqlite:///{tmp_path / 'shadow.db'}", cluster="small")
     actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
-    diag = KubeDiagnosticJobs(api_client(sim.kubeconfig))
+    diag = KubeNodeJobs(api_client(sim.kubeconfig))
     try:
         n = _node(sim, "h100-0003")  # quarantined earlier (by a person, or a live gpufleet)
         labels = {**n["metadata"].get("labels", {}), QUARANTINE_LABEL: "x"}

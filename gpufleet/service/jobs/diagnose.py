@@ -20,10 +20,11 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from errors import GpufleetError
-from gpufleet.service.context import DiagnosticJobs, JobContext, JobOutcome, JobRequest
+from gpufleet.service.context import JobContext, JobOutcome, JobRequest
 from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
+from remediations.actuator_api import NodeJobs
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.playbooks import Plan
 from remediations.types import (
@@ -96,7 +97,7 @@ def _replace_plan(node: NodeView, name: str) -> Plan:
 
 
 def _start(
-    ctx: JobContext, diag: DiagnosticJobs, p: DiagnoseParams, node: NodeView, name: str, now: float
+    ctx: JobContext, diag: NodeJobs, p: DiagnoseParams, node: NodeView, name: str, now: float
 ) -> str:
     store = ctx.loop.engine.store
     if diag.exists(p.namespace, name):

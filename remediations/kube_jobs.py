@@ -1,7 +1,8 @@
-"""The Kubernetes adapter for diagnostic Jobs (batch/v1): create, read, delete. Nothing else.
+"""The Kubernetes adapter for node-pinned Jobs (batch/v1): create, read, delete. Nothing else.
 
-Kept apart so the RBAC the service needs can be read off this file: `batch/jobs` create, get,
-delete in the diagnostics namespace. Each Job runs on one node (`spec.nodeName`, tolerating every
+Diagnostic Jobs (`dcgmi diag`) and the repair Jobs playbooks run (GPU reset) go through here, so
+the RBAC they need can be read off this file: `batch/jobs` create, get, delete in gpufleet's
+namespace. Each Job runs on one node (`spec.nodeName`, tolerating every
 taint, since the node is cordoned and tainted by the quarantine), never retries, and cleans
 itself up a day after it finished.
 """
@@ -79,8 +80,8 @@ def job_body(
     }
 
 
-class KubeDiagnosticJobs:
-    """DiagnosticJobs over the `kubernetes` client, in one namespace."""
+class KubeNodeJobs:
+    """NodeJobs over the `kubernetes` client, in one namespace."""
 
     def __init__(self, api: client.ApiClient, *, deadline: int = 1800) -> None:
         self.api = api

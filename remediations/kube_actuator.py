@@ -380,6 +380,8 @@ class KubeActuator:
         have = self._read_node(node)
         boot = str(a.get("boot_id") or "")
         mine = have.annotations.get(REBOOT_ANNOTATION, "")
+        if not have.boot_id:
+            raise PermanentError(f"{node} reports no status.nodeInfo.bootID: cannot tell a reboot")
         if boot and have.boot_id != boot:
             return f"{node} rebooted already (bootID {boot} -> {have.boot_id})"
         if not mine.startswith(f"{ctx.action_id}:"):

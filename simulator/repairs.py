@@ -147,6 +147,7 @@ class Repairs:
 
     def _boot(self, name: str) -> None:
         del self.rebooting[name]
+        self.sentinel.discard(name)  # /var/run is a tmpfs: whatever was written there is gone
         node = self.store.get("nodes", "", name)
         if node is None:
             return

@@ -82,13 +82,19 @@ class ResetParams(BaseParams):
         return v
 
 
-def holder_of(uuid: str, view: ClusterView) -> str | None:
-    """The pod that holds the GPU now (by the exporters' pod mapping), or None."""
+def holder_of(uuid: str, node: str, view: ClusterView) -> str | None:
+    """The pod that holds the GPU now, or None. When the view has no GPU -> pod mapping at all
+    (the exporters' pod labels are off), any workload pod on the node might hold it."""
     key = view.pod_of_gpu.get(uuid)
-    pod = view.pods.get(key or "")
-    if key is None or (pod is not None and pod.phase in FREE_PHASES):
+    if key is not None:
+        pod = view.pods.get(key)
+        return None if pod is not None and pod.phase in FREE_PHASES else key
+    if view.pod_of_gpu:
         return None
-    return key
+    for p in view.pods_on(node):
+        if not p.mirror and p.owner_kind != "DaemonSet" and p.phase not in FREE_PHASES:
+            return p.key
+    return None
 
 
 class ResetGpu(Playbook):
@@ -103,7 +109,7 @@ class ResetGpu(Playbook):
         if isinstance(found, NoPlan):
             return found
         node, uuid = found
-        holder = holder_of(uuid, view)
+        holder = holder_of(uuid, node, view)
         if holder is not None:
             return NoPlan(f"waits for pod {holder} to release GPU {uuid}")
         index = view.gpu_index.get(uuid)

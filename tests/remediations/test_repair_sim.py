@@ -129,6 +129,8 @@ def test_reset_waits_for_the_pod_then_resets_the_gpu(
     (why,) = loop.cycle([f])
     assert why.startswith("plan: waits for pod ml/big-") and gpu_uuid("small", node, gpu) in why
     assert jobs(sim) == [] and store.actions() == []
+    journaled = [r for e in store.audit_log() for r in e.detail.get("reasons", [])]
+    assert journaled == [why]  # the journal says what it waits for
 
     # the pod leaves the GPU (its node cordoned, the pod deleted: it restarts on h100-0003)
     n = sim.cluster.get("nodes", "", node)
@@ -169,10 +171,16 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
 ) -> None:
     """The simulator is not fooled either: a reset Job that finds a process on the GPU fails."""
     busy = gpu_uuid("small", "h100-0000", 1)
-    p = PLAYBOOKS["reset_gpu"]
+    p, v = PLAYBOOKS["reset_gpu"], view(sim, actuator)
+    unknown = p.plan(
+        Subject(IncidentId("i"), "gpu_xid", "critical", "", "h100-0000", busy),
+        replace(v, pod_of_gpu={}),  # no GPU -> pod mapping at all: any pod on the node may hold it
+        p.params({}),
+    )
+    assert isinstance(unknown, NoPlan) and "waits for pod ml/train-" in unknown.reason
     plan = p.plan(
         Subject(IncidentId("i"), "gpu_xid", "critical", "", "h100-0000", busy),
-        replace(view(sim, actuator), pod_of_gpu={}),  # a stale mapping that missed the pod
+        replace(v, pod_of_gpu={g: k for g, k in v.pod_of_gpu.items() if g != busy}),  # stale
         p.params({}),
     )
     assert not isinstance(plan, NoPlan)
@@ -234,3 +242,39 @@ def test_shadow_writes_nothing(sim: Sim, actuator: KubeActuator, store: Store) -
     assert REBOOT_ANNOTATION not in sim.cluster.get("nodes", "", "h100-0001")["metadata"].get(
         "annotations", {}
     )
+
+
+def test_a_repair_clears_the_xid_gauge_in_the_metrics() -> None:
+    """What `simulator.serve` wires: a successful reset ends the GPU's fault in the metrics."""
+    from simulator.engine import FleetSimulator
+    from tests.k8s_sim_support import small_scenario
+
+    sc = small_scenario(faults=[{"kind": "xid48_dbe", "node": "h100-0002", "gpu": 0, "start": 0}])
+    engine = FleetSimulator(sc)
+    pos = engine.layout.gpu_position("h100-0002", 0)
+    t = sc.start + 600
+    assert engine.sample(t).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 48
+    engine.end_faults("h100-0002", 0, t)
+    assert engine.sample(t + 60).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 0
+    assert engine.sample(t - 60).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 48  # history stays
+
+
+def test_reboot_in_job_mode_writes_the_sentinel_file_through_a_job(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    loop = Loop(live_policy(rules("reboot_node", mode="job")), store, actuator, sim)
+    node = "h100-0003"
+    before = sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"]
+    loop.cycle([finding(node, None, sim.cluster.clock())])
+    (job,) = jobs(sim)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == node
+    assert pod["volumes"] == [
+        {"name": "host", "hostPath": {"path": "/var/run", "type": "Directory"}}
+    ]
+    assert pod["containers"][0]["command"] == ["touch", "/var/run/reboot-required"]
+    (a,) = loop.run(100)
+    assert a.state is ActionState.DONE, a
+    assert sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"] != before
+    loop.run(100)
+    assert sim.cluster.repairs.boots == {node: 1}  # one reboot: neither signal outlives it

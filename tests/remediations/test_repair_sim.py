@@ -16,12 +16,13 @@ import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
 from errors import TemporaryError
+from gpufleet.service.actuator import CachedActuator
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
-from remediations.playbooks import PLAYBOOKS, NoPlan, Subject
+from remediations.playbooks import PLAYBOOKS, NoPlan, Subject, VerifyStatus
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import (
@@ -190,6 +191,10 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
     status = actuator.node_job("gpufleet", str(plan.intents[0].args["name"]))
     assert status is not None and status.outcome == "failed"
     assert "being used by some other process (pod ml/train-" in status.detail
+    service = CachedActuator(actuator, None, None)  # what `gpufleet run` hands the executor
+    verdict = p.verify(plan.intents, service, p.params({}))
+    assert verdict.status is VerifyStatus.FAILED
+    assert "being used by some other process" in verdict.detail
 
 
 def test_reboot_holds_a_slot_and_verifies_on_a_new_boot_id(

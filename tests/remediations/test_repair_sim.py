@@ -281,5 +281,5 @@ def test_reboot_in_job_mode_writes_the_sentinel_file_through_a_job(
     (a,) = loop.run(100)
     assert a.state is ActionState.DONE, a
     assert sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"] != before
-    loop.run(100)
+    loop.run(30)
     assert sim.cluster.repairs.boots == {node: 1}  # one reboot: neither signal outlives it

@@ -66,13 +66,15 @@ def job_body(
     host_path: str | None = None,
 ) -> dict[str, Any]:
     """The Job; `privileged` for repair Jobs that act on the device or host (GPU reset), and
-    `host_path` mounted at the same path in the container (a node agent's sentinel file)."""
+    `host_path` mounted at the same path in the container (a node agent's sentinel file). A
+    failing container's last log lines become its termination message (what nvidia-smi said)."""
     limits = {"nvidia.com/gpu": str(gpus)} if gpus > 0 else {}
     main: dict[str, Any] = {
         "name": container,
         "image": image,
         "command": command,
         "resources": {"limits": limits},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod: dict[str, Any] = {
         "nodeName": node,

@@ -165,6 +165,22 @@ def test_a_failing_reset_fails_the_action_with_the_jobs_reason(
     (job,) = jobs(sim)
     assert job["status"]["failed"] == 1
     assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget", "Failed"]
+    # on a real cluster the Job's pod stays, and its termination message is nvidia-smi's output
+    name = job["metadata"]["name"]
+    said = "GPU 00000000:9D:00.0: In use by another client"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-x7k2p", "namespace": "gpufleet", "uid": "u1",
+                     "labels": {"batch.kubernetes.io/job-name": name}},
+        "spec": {"nodeName": FAILS[0], "containers": [{"name": "repair", "image": "i"}]},
+        "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "repair", "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 255, "reason": "Error", "message": said}}}]},
+    }  # fmt: skip
+    sim.cluster.store.put("pods", pod)
+    status = actuator.node_job("gpufleet", name)
+    assert status is not None and status.detail.endswith(f"; {said}")
 
 
 def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(

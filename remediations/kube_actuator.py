@@ -388,6 +388,11 @@ class KubeActuator:
             privileged=bool(a.get("privileged")),
             host_path=a.get("host_path"),
         )
+        owner = (
+            (self.jobs.labels(ns, name) or {}).get(ACTION_ANNOTATION) if did == "exists" else None
+        )
+        if owner is not None and owner != ctx.action_id:
+            raise PermanentError(f"job {ns}/{name} belongs to action {owner}, not this one")
         return f"job {ns}/{name} {did} on {node}"
 
     def _op_mark_reboot(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:

@@ -162,6 +162,11 @@ class KubeNodeJobs:
         except HTTPError as exc:
             raise _error(exc, f"read job {namespace}/{name}") from exc
 
+    def labels(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Job's labels (None: no such Job): whose it is."""
+        job = self._read(namespace, name)
+        return None if job is None else dict(job.metadata.labels or {})
+
     def exists(self, namespace: str, name: str) -> bool:
         return self._read(namespace, name) is not None
 

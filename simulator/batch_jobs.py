@@ -8,8 +8,9 @@ shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/Failu
 
 Repair Jobs (label `gpufleet.io/repair`) take `scenario.reset_seconds` instead, and their outcome
 comes from the cluster's repairs (simulator.repairs): a GPU reset that finds the GPU in use fails
-with the reason nvidia-smi gives; a reboot sentinel Job leaves the sentinel file for the node's
-reboot daemon.
+with the reason nvidia-smi gives (in the Failed condition's message: no pods are simulated, where
+a real cluster keeps it in the Job pod's termination message); a reboot sentinel Job leaves the
+sentinel file for the node's reboot daemon.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from errors import TemporaryError
+from errors import PermanentError, TemporaryError
 from gpufleet.service.actuator import CachedActuator
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView
@@ -201,7 +201,11 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
         p.params({}),
     )
     assert not isinstance(plan, NoPlan)
-    actuator.apply(plan.intents[0], WriteContext("a1", "i", "reset_gpu", "test"))
+    reset = plan.intents[0]
+    assert "created" in actuator.apply(reset, WriteContext("a1", "i", "reset_gpu", "test"))
+    assert "exists" in actuator.apply(reset, WriteContext("a1", "i", "reset_gpu", "test"))
+    with pytest.raises(PermanentError, match="belongs to action a1"):
+        actuator.apply(reset, WriteContext("a2", "i", "reset_gpu", "test"))
     sim.advance(1)  # the Job starts
     sim.advance(11)  # and ends, reset_seconds later
     status = actuator.node_job("gpufleet", str(plan.intents[0].args["name"]))

@@ -22,7 +22,7 @@ from typing import Any
 from simulator.controller import JobController
 from simulator.device_health import DevicePlugin
 from simulator.kube_api import objects as ko
-from simulator.kube_api.store import ObjectStore
+from simulator.kube_api.store import Expired, ObjectStore
 from simulator.layout import Layout
 from simulator.scenario import Scenario
 
@@ -76,7 +76,6 @@ class Repairs:
     def run(self, kind: str, node: str, labels: Mapping[str, str]) -> str | None:
         if kind == "reboot-sentinel":
             self.sentinel.add(node)
-            self._seen = -1
             return None
         if kind != "reset-gpu":
             return f"unknown repair {kind!r}"
@@ -120,19 +119,27 @@ class Repairs:
         for name, due in sorted(self.rebooting.items()):
             if t >= due:
                 self._boot(name)
-        changed = self.store.changed_at("nodes")
-        if changed == self._seen:
-            return
-        self._seen = changed
-        for node in self.store.objects("nodes")[1]:
-            name = node["metadata"]["name"]
-            if name in self.rebooting:
+        for name in sorted(self._touched() | self.sentinel):
+            node = self.store.get("nodes", "", name)
+            if node is None or name in self.rebooting:
                 continue
             marker = (node["metadata"].get("annotations") or {}).get(REBOOT_MARKER, "")
             boot = node["status"]["nodeInfo"]["bootID"]
             if name in self.sentinel or (marker and marker.rsplit(":", 1)[-1] == boot):
                 self._shut_down(node, t)
-        self._seen = self.store.changed_at("nodes")
+
+    def _touched(self) -> set[str]:
+        """Nodes written since the last look (all of them when the history no longer reaches)."""
+        changed = self.store.changed_at("nodes")
+        if changed == self._seen:
+            return set()
+        try:
+            events = self.store.events_since("nodes", self._seen)
+            names = {str(e.obj["metadata"]["name"]) for e in events if e.type != "DELETED"}
+        except Expired:
+            names = {str(n["metadata"]["name"]) for n in self.store.objects("nodes")[1]}
+        self._seen = changed
+        return names
 
     def _shut_down(self, node: Obj, t: float) -> None:
         name = node["metadata"]["name"]

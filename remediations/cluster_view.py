@@ -29,6 +29,8 @@ class NodeView:
     unschedulable: bool = False
     gpu_count: int = 0
     ready: bool = True
+    boot_id: str = ""
+    """`status.nodeInfo.bootID`: changes on every reboot (empty when unknown)."""
 
     @property
     def is_gpu_node(self) -> bool:
@@ -89,6 +91,8 @@ class ClusterView:
     complete: bool = True
     """False when the view was guessed from findings alone (no cluster data): the fleet's size is
     unknown, so the circuit breaker cannot compute its share and stays out of it."""
+    gpu_index: Mapping[str, int] = field(default_factory=dict)
+    """GPU UUID -> its index on the node (DCGM's `gpu` label), where the snapshot knows it."""
 
     def __post_init__(self) -> None:
         if not self.pods_by_node and self.pods:
@@ -147,7 +151,12 @@ class ClusterView:
             for g, pi in enumerate(snap.gpus.pod_index)
             if pi != NO_INDEX
         }
-        return ClusterView(nodes, pods, jobs, pod_of_gpu, snap.taken_at)
+        gpu_index = {
+            str(u): int(i)
+            for u, i in zip(snap.gpus.uuid, snap.gpus.device_index, strict=True)
+            if i >= 0
+        }
+        return ClusterView(nodes, pods, jobs, pod_of_gpu, snap.taken_at, gpu_index=gpu_index)
 
 
 class ClusterReader(Protocol):

@@ -13,6 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 from remediations.playbooks import PLAYBOOKS
+from remediations.playbooks.reboot import RebootParams
+from remediations.playbooks.reset import ResetParams
 from remediations.policy import Gates, Policy, Rule
 from remediations.types import Actuation, Mode
 
@@ -87,10 +89,26 @@ def _budgets(g: Gates, rule: Rule) -> list[str]:
         f"{g.breaker.threshold_percent:g}% of GPU nodes (at least {g.breaker.min_nodes}) have "
         f"hardware faults within {_minutes(g.breaker.window)}",
     ]
+    out += _playbook_limits(rule)
     mw = g.maintenance
     if rule.playbook in mw.applies_to and mw.windows:
         out.append(f"runs only inside {len(mw.windows)} maintenance window(s); waits otherwise")
     return out
+
+
+def _playbook_limits(rule: Rule) -> list[str]:
+    """Limits a playbook itself keeps (its params), beside the policy's gates."""
+    p = PLAYBOOKS[rule.playbook].params(rule.params)
+    if isinstance(p, RebootParams):
+        return [
+            f"reboot lock: at most {p.max_concurrent} node(s) rebooting at once (nodes carrying "
+            f"the reboot marker, counted in the cluster; else it waits)",
+            f"reboot loop guard: after {p.max_reboots} gpufleet reboots of a node within "
+            f"{_minutes(p.reboot_window)} a person decides",
+        ]
+    if isinstance(p, ResetParams):
+        return ["waits until no pod holds the GPU, then runs the reset Job on its node"]
+    return []
 
 
 def _live_outcome(rule: Rule) -> tuple[Outcome, list[str]]:

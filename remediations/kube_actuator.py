@@ -26,12 +26,16 @@ from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
+from remediations.kube_jobs import JobStatus, KubeNodeJobs
 from remediations.playbooks.drain import evictable
+from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_times
 from remediations.types import (
     ACTION_ANNOTATION,
     INCIDENT_ANNOTATION,
     OWNER_ANNOTATION,
     REASON_ANNOTATION,
+    REBOOT_ANNOTATION,
+    REBOOTS_ANNOTATION,
     Intent,
 )
 
@@ -101,6 +105,7 @@ def node_view(n: Any) -> NodeView:
         unschedulable=bool(n.spec.unschedulable),
         gpu_count=int(gpus) if gpus.isdigit() else 0,
         ready=conds.get("Ready", "Unknown") == "True",
+        boot_id=(n.status.node_info.boot_id or "") if n.status and n.status.node_info else "",
     )
 
 
@@ -117,6 +122,7 @@ class KubeActuator:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.dra = DraClient(api)
+        self.jobs = KubeNodeJobs(api)
         self.clock = clock
         self.sleep = sleep
 
@@ -173,6 +179,26 @@ class KubeActuator:
         except (ApiException, HTTPError) as exc:
             raise _error(exc, f"read device taint rule {name}") from exc
 
+    def node_job(self, namespace: str, name: str) -> JobStatus | None:
+        """A repair Job's outcome (None: no such Job), for reset_gpu's verification; a failed
+        one says what its container said (its termination message), where the pod is left."""
+        status = self.jobs.status(namespace, name)
+        if status is None or status.outcome != "failed":
+            return status
+        try:
+            pods = self.core.list_namespaced_pod(
+                namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
+            ).items
+        except (ApiException, HTTPError):
+            return status  # the Job's own reason is enough to fail on
+        said = [
+            c.state.terminated.message.strip()
+            for p in pods
+            for c in ((p.status.container_statuses if p.status is not None else None) or [])
+            if c.state is not None and c.state.terminated is not None and c.state.terminated.message
+        ]
+        return JobStatus(status.outcome, "; ".join([status.detail, *said[:1]]))
+
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
         """Nodes, pods and jobs from the live API (jobs by the operators' job-name labels)."""
         try:
@@ -218,6 +244,8 @@ class KubeActuator:
             ]
         elif intent.op == "fence_device" and "device" not in a:
             self._pin_device(intent.target, a)
+        elif intent.op == "mark_reboot" and "boot_id" not in a:
+            a["boot_id"] = self._read_node(intent.target).boot_id
         return Intent(intent.op, intent.target, a)
 
     def _pin_device(self, node: str, a: dict[str, Any]) -> None:
@@ -344,6 +372,85 @@ class KubeActuator:
     def _op_annotate(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         self._patch_node(name, {"metadata": {"annotations": dict(a["annotations"])}}, ctx)
         return f"annotated {sorted(a['annotations'])}"
+
+    # ---- repair Jobs and reboots (reset_gpu, reboot_node) ----------------------------------------
+
+    def _op_run_node_job(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        ns, name = str(a["namespace"]), str(a["name"])
+        did = self.jobs.ensure(
+            ns,
+            node,
+            name,
+            str(a["image"]),
+            [str(c) for c in a["command"]],
+            {**dict(a.get("labels") or {}), ACTION_ANNOTATION: ctx.action_id},
+            container="repair",
+            privileged=bool(a.get("privileged")),
+            host_path=a.get("host_path"),
+        )
+        owner = (
+            (self.jobs.labels(ns, name) or {}).get(ACTION_ANNOTATION) if did == "exists" else None
+        )
+        if owner is not None and owner != ctx.action_id:
+            raise PermanentError(f"job {ns}/{name} belongs to action {owner}, not this one")
+        return f"job {ns}/{name} {did} on {node}"
+
+    def _op_mark_reboot(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        """Ask the node's reboot daemon (the marker, and in `mode: job` the sentinel Job), when a
+        reboot slot is free; a node that rebooted since pinning is not asked again."""
+        have = self._read_node(node)
+        boot = str(a.get("boot_id") or "")
+        mine = have.annotations.get(REBOOT_ANNOTATION, "")
+        if not have.boot_id:
+            raise PermanentError(f"{node} reports no status.nodeInfo.bootID: cannot tell a reboot")
+        if boot and have.boot_id != boot:
+            return f"{node} rebooted already (bootID {boot} -> {have.boot_id})"
+        if not mine.startswith(f"{ctx.action_id}:"):
+            try:
+                nodes = [node_view(n) for n in self.core.list_node().items]
+            except (ApiException, HTTPError) as exc:
+                raise _error(exc, "list nodes for the reboot lock") from exc
+            busy = sorted(
+                n.name for n in nodes if REBOOT_ANNOTATION in n.annotations and n.name != node
+            )
+            if len(busy) >= int(a.get("max_concurrent") or 1):
+                raise TemporaryError(f"reboot lock: {len(busy)} node(s) rebooting: {busy[:5]}")
+            marker = {REBOOT_ANNOTATION: f"{ctx.action_id}:{have.boot_id}"}
+            self._patch_node(node, {"metadata": {"annotations": marker}}, ctx)
+        if a.get("mode") == "job":
+            return "marked; " + self._op_run_node_job(node, a, ctx)
+        return f"marked {node} for its reboot daemon (bootID {have.boot_id})"
+
+    def _op_await_reboot(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        """Done once the bootID changed and the node is Ready: take the marker away and record
+        the reboot on the node; until then a temporary error (the runner asks again)."""
+        have = self._read_node(node)
+        marker = have.annotations.get(REBOOT_ANNOTATION)
+        if marker is None:
+            return f"{node}: no reboot marker (confirmed earlier)"
+        before = marker_boot_id(marker)
+        if have.boot_id == before:
+            raise TemporaryError(f"waiting for {node} to reboot (bootID {before})")
+        if not have.ready:
+            raise TemporaryError(f"{node} rebooted, waiting for it to be Ready")
+        times = [*reboot_times(have), time.time()][-KEEP_REBOOTS:]
+        body = {
+            "metadata": {
+                "annotations": {
+                    REBOOT_ANNOTATION: None,
+                    REBOOTS_ANNOTATION: ",".join(f"{t:.0f}" for t in times),
+                }
+            }
+        }
+        self._patch_node(node, body, ctx)
+        return f"{node} rebooted (bootID {before} -> {have.boot_id}) and Ready: marker removed"
+
+    def _op_clear_reboot(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        have = self._read_node(node)
+        if not have.annotations.get(REBOOT_ANNOTATION, "").startswith(f"{ctx.action_id}:"):
+            return f"{node}: no reboot marker of this action"
+        self._patch_node(node, {"metadata": {"annotations": {REBOOT_ANNOTATION: None}}}, ctx)
+        return f"{node}: reboot marker removed"
 
     def _event(self, ns: str, name: str, uid: str | None, reason: str, ctx: WriteContext) -> None:
         """Best effort: the journal is the record; the Event is for `kubectl describe`."""

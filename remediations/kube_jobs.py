@@ -10,6 +10,7 @@ itself up a day after it finished.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ def api_client(kubeconfig: str | Path | None) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """A Job's outcome as its controller reports it: `passed`, `failed` or None (running)."""
+
+    outcome: str | None
+    detail: str = ""
+    """The deciding condition's reason and message (why it failed), or where it stands."""
+
+
 def job_body(
     name: str,
     namespace: str,
@@ -50,8 +60,33 @@ def job_body(
     labels: dict[str, str],
     gpus: int,
     deadline: int,
+    *,
+    container: str = "dcgm-diag",
+    privileged: bool = False,
+    host_path: str | None = None,
 ) -> dict[str, Any]:
+    """The Job; `privileged` for repair Jobs that act on the device or host (GPU reset), and
+    `host_path` mounted at the same path in the container (a node agent's sentinel file). A
+    failing container's last log lines become its termination message (what nvidia-smi said)."""
     limits = {"nvidia.com/gpu": str(gpus)} if gpus > 0 else {}
+    main: dict[str, Any] = {
+        "name": container,
+        "image": image,
+        "command": command,
+        "resources": {"limits": limits},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod: dict[str, Any] = {
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [main],
+    }
+    if privileged:
+        main["securityContext"] = {"privileged": True}
+    if host_path is not None:
+        main["volumeMounts"] = [{"name": "host", "mountPath": host_path}]
+        pod["volumes"] = [{"name": "host", "hostPath": {"path": host_path, "type": "Directory"}}]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -62,19 +97,7 @@ def job_body(
             "ttlSecondsAfterFinished": 86400,
             "template": {
                 "metadata": {"labels": {**MANAGED_BY, **labels}},
-                "spec": {
-                    "nodeName": node,
-                    "restartPolicy": "Never",
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "dcgm-diag",
-                            "image": image,
-                            "command": command,
-                            "resources": {"limits": limits},
-                        }
-                    ],
-                },
+                "spec": pod,
             },
         },
     }
@@ -100,9 +123,25 @@ class KubeNodeJobs:
         command: list[str],
         labels: dict[str, str],
         gpus: int = 0,
+        *,
+        container: str = "dcgm-diag",
+        privileged: bool = False,
+        host_path: str | None = None,
     ) -> str:
         """Create the Job unless it exists (idempotent by name): `created` or `exists`."""
-        body = job_body(name, namespace, node, image, command, labels, gpus, self.deadline)
+        body = job_body(
+            name,
+            namespace,
+            node,
+            image,
+            command,
+            labels,
+            gpus,
+            self.deadline,
+            container=container,
+            privileged=privileged,
+            host_path=host_path,
+        )
         try:
             self.batch.create_namespaced_job(namespace, body)  # type: ignore[arg-type]
         except ApiException as exc:
@@ -123,23 +162,37 @@ class KubeNodeJobs:
         except HTTPError as exc:
             raise _error(exc, f"read job {namespace}/{name}") from exc
 
+    def labels(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Job's labels (None: no such Job): whose it is."""
+        job = self._read(namespace, name)
+        return None if job is None else dict(job.metadata.labels or {})
+
     def exists(self, namespace: str, name: str) -> bool:
         return self._read(namespace, name) is not None
 
     def outcome(self, namespace: str, name: str) -> str | None:
+        found = self.status(namespace, name)
+        return None if found is None else found.outcome
+
+    def status(self, namespace: str, name: str) -> JobStatus | None:
+        """The Job's outcome with the reason its controller gave; None when there is no Job."""
         job = self._read(namespace, name)
-        if job is None or job.status is None:
+        if job is None:
             return None
-        for c in job.status.conditions or ():
+        st = job.status
+        if st is None:
+            return JobStatus(None, "not started")
+        for c in st.conditions or ():
+            why = ": ".join(x for x in (c.reason, c.message) if x)
             if c.status == "True" and c.type in ("Complete", "SuccessCriteriaMet"):
-                return "passed"
+                return JobStatus("passed", why)
             if c.status == "True" and c.type in ("Failed", "FailureTarget"):
-                return "failed"
-        if job.status.succeeded:
-            return "passed"
-        if job.status.failed:
-            return "failed"
-        return None
+                return JobStatus("failed", why)
+        if st.succeeded:
+            return JobStatus("passed", "succeeded")
+        if st.failed:
+            return JobStatus("failed", "failed")
+        return JobStatus(None, "running" if st.active else "not started")
 
     def delete(self, namespace: str, name: str) -> None:
         try:

@@ -89,7 +89,7 @@ class Window(_Strict):
 
 class MaintenanceWindows(_Strict):
     applies_to: list[str] = Field(
-        default_factory=lambda: ["drain", "restart_job", "migrate", "request_reboot"]
+        default_factory=lambda: ["drain", "restart_job", "migrate", "request_reboot", "reboot_node"]
     )
     """Playbooks that may run automatically only inside a window (empty list of windows: any
     time)."""

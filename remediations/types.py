@@ -28,6 +28,15 @@ INCIDENT_ANNOTATION = "gpufleet.io/incident"
 ACTION_ANNOTATION = "gpufleet.io/action"
 REQUEST_ANNOTATION = "gpufleet.io/requested"
 """`request_reset` / `request_reboot` leave `<what>:<action id>` here for a node agent or person."""
+REBOOT_ANNOTATION = "gpufleet.io/reboot-required"
+"""`reboot_node`'s sentinel for the node's reboot daemon: `<action id>:<boot id>`, where the boot
+id is the node's `status.nodeInfo.bootID` when the reboot was asked. The daemon reboots while the
+value's boot id is the running one; after the reboot it is not, so a marker left behind can never
+cause a second reboot. gpufleet removes it once the node is back; while present it holds one of
+`max_concurrent` reboot slots."""
+REBOOTS_ANNOTATION = "gpufleet.io/reboots"
+"""Unix times (comma separated, newest last) of reboots gpufleet completed on the node: the
+reboot-loop guard counts them, so it survives a lost journal or a second gpufleet."""
 
 
 class ActionState(StrEnum):

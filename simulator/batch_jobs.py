@@ -5,12 +5,19 @@ and completes `scenario.diagnostic_seconds` of scenario time later, succeeded or
 scenario's `diagnostics` says for the node it is pinned to (`spec.template.spec.nodeName`;
 unlisted nodes pass, a Job pinned to no existing node fails). Status fields and conditions are
 shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
+
+Repair Jobs (label `gpufleet.io/repair`) take `scenario.reset_seconds` instead, and their outcome
+comes from the cluster's repairs (simulator.repairs): a GPU reset that finds the GPU in use fails
+with the reason nvidia-smi gives (in the Failed condition's message: no pods are simulated, where
+a real cluster keeps it in the Job pod's termination message); a reboot sentinel Job leaves the
+sentinel file for the node's reboot daemon.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from simulator.kube_api import objects as ko
 from simulator.kube_api.store import ObjectStore
@@ -19,12 +26,25 @@ from simulator.scenario import DiagResult, Scenario
 Obj = dict[str, Any]
 RESOURCE = "jobs"
 DONE = "Reached expected number of succeeded pods"
+REPAIR_LABEL = "gpufleet.io/repair"
+
+
+class RepairHooks(Protocol):
+    """What a repair Job does on its node (simulator.repairs.Repairs)."""
+
+    def run(self, kind: str, node: str, labels: Mapping[str, str]) -> str | None:
+        """Carry out repair `kind` on `node`: None when it worked, else why it failed."""
+        ...
 
 
 def _node_of(job: Obj) -> str | None:
     spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     node = spec.get("nodeName")
     return str(node) if node else None
+
+
+def _labels(job: Obj) -> dict[str, str]:
+    return dict((job.get("metadata") or {}).get("labels") or {})
 
 
 def _condition(type_: str, reason: str, message: str, at: str) -> Obj:
@@ -41,9 +61,12 @@ def _condition(type_: str, reason: str, message: str, at: str) -> Obj:
 class BatchJobs:
     """Moves Jobs through active -> complete/failed on the scenario clock (called from tick)."""
 
-    def __init__(self, store: ObjectStore, scenario: Scenario) -> None:
+    def __init__(
+        self, store: ObjectStore, scenario: Scenario, repairs: RepairHooks | None = None
+    ) -> None:
         self.store = store
         self.scenario = scenario
+        self.repairs = repairs
         self._started: dict[tuple[str, str], float] = {}
         """(namespace, name) -> scenario time the Job started."""
 
@@ -63,7 +86,9 @@ class BatchJobs:
                 self._started[key] = now
                 self._write(job, {"active": 1, "startTime": ko.rfc3339(wall)})
                 continue
-            if now - self._started[key] < self.scenario.diagnostic_seconds:
+            repair = _labels(job).get(REPAIR_LABEL)
+            took = self.scenario.reset_seconds if repair else self.scenario.diagnostic_seconds
+            if now - self._started[key] < took:
                 continue
             self._finish(job, wall)
         for key in set(self._started) - live:
@@ -74,6 +99,12 @@ class BatchJobs:
         node = _node_of(job)
         exists = node is not None and self.store.get("nodes", "", node) is not None
         result = self.scenario.diagnostics.get(node or "", DiagResult.PASS)
+        why = "diagnostics failed" if exists else f"node {node!r} does not exist"
+        repair = _labels(job).get(REPAIR_LABEL)
+        if repair and exists and node is not None:
+            failed = self._repair(repair, node, job)
+            result = DiagResult.FAIL if failed else DiagResult.PASS
+            why = failed or ""
         status: Obj = {"active": 0, "startTime": (job.get("status") or {}).get("startTime", at)}
         if exists and result is DiagResult.PASS:
             status.update(
@@ -95,7 +126,6 @@ class BatchJobs:
                 ],
             )
         else:
-            why = "diagnostics failed" if exists else f"node {node!r} does not exist"
             status.update(
                 failed=1,
                 conditions=[
@@ -104,6 +134,11 @@ class BatchJobs:
                 ],
             )
         self._write(job, status)
+
+    def _repair(self, kind: str, node: str, job: Obj) -> str | None:
+        if self.repairs is None:
+            return f"no repairs simulated for {kind}"
+        return self.repairs.run(kind, node, _labels(job))
 
     def _write(self, job: Obj, status: Obj) -> None:
         new = copy.deepcopy(job)

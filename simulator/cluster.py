@@ -24,6 +24,7 @@ from simulator.kube_api import objects as ko
 from simulator.kube_api import pods as kp
 from simulator.kube_api.store import Conflict, ObjectStore
 from simulator.layout import Layout, SimPod, build_layout
+from simulator.repairs import Repairs
 from simulator.scenario import Scenario, WorkloadKind
 
 Obj = dict[str, Any]
@@ -97,7 +98,18 @@ class SimCluster:
         self.device_taints: dict[tuple[str, int], Obj] = {}
         """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
         self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
-        self.batch = BatchJobs(self.store, scenario)
+        self.repairs = Repairs(
+            self.store,
+            scenario,
+            self.layout,
+            self.controller,
+            self.devices,
+            now=self.clock.scenario_time,
+            wall=self.clock.now,
+            emit=self._emit,
+            delete_pod=lambda ns, name: self.delete("pods", ns, name),
+        )
+        self.batch = BatchJobs(self.store, scenario, self.repairs)
         with self.store.lock:
             self._build()
 
@@ -161,6 +173,7 @@ class SimCluster:
             self.devices.update(t)
             self.controller.tick(t)
             self.batch.tick(t, self.clock.now())
+            self.repairs.tick()
             self._refresh_pdbs()
 
     def _refresh_pdbs(self) -> None:

@@ -9,7 +9,8 @@ unhealthy at a scenario time, so the simulated cluster shows the same fault the 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from simulator.kube_api.objects import GPU
@@ -49,9 +50,19 @@ def device_faults(scenario: Scenario, layout: Layout) -> tuple[DeviceFault, ...]
     return tuple(out)
 
 
-def unhealthy_at(faults: tuple[DeviceFault, ...], t: float) -> dict[tuple[str, int], DeviceFault]:
-    """(node, device) -> the fault that makes it unhealthy at scenario time `t`."""
-    return {(f.node, f.device): f for f in faults if f.start <= t < f.end}
+def unhealthy_at(
+    faults: tuple[DeviceFault, ...],
+    t: float,
+    repaired: Mapping[tuple[str, int], float] | None = None,
+) -> dict[tuple[str, int], DeviceFault]:
+    """(node, device) -> the fault that makes it unhealthy at scenario time `t`; a fault that
+    started before the device's last repair (a reset or reboot that fixed it) is over."""
+    fixed = repaired or {}
+    return {
+        (f.node, f.device): f
+        for f in faults
+        if f.start <= t < f.end and f.start > fixed.get((f.node, f.device), -math.inf)
+    }
 
 
 class DevicePlugin:
@@ -64,12 +75,19 @@ class DevicePlugin:
         self.faults = faults
         self.emit = emit
         self.unhealthy: dict[tuple[str, int], DeviceFault] = {}
+        self.repaired: dict[tuple[str, int], float] = {}
+        """(node, device) -> scenario time of its last successful reset or reboot."""
+
+    def repair(self, node: str, device: int, t: float) -> None:
+        """The device was reset (or its node rebooted) at `t`: faults begun before are over."""
+        self.repaired[(node, device)] = t
+        self.update(t)
 
     def update(self, t: float) -> None:
         """Apply health changes due by scenario time `t` (call under the store lock)."""
         if not self.faults:
             return
-        now = unhealthy_at(self.faults, t)
+        now = unhealthy_at(self.faults, t, self.repaired)
         if now.keys() == self.unhealthy.keys():
             return
         changed = {k[0] for k in now.keys() ^ self.unhealthy.keys()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -142,6 +142,17 @@ class FleetSimulator:
             n,
         )
         self._layout_flat = self._flatten(tuple(lay.pods))
+
+    def end_faults(self, node: str, device: int, t: float) -> None:
+        """A reset or reboot at unix time `t` fixed this GPU: its faults begun earlier end at `t`
+        (the XID gauge clears, error counters stop growing; what was counted stays counted).
+        Wired to `SimCluster.repairs.on_repair` by `simulator.serve`."""
+        gpu = self.layout.gpu_position(node, device)
+        self.faults = tuple(
+            replace(f, end=min(f.end, t)) if f.gpu == gpu and f.start <= t else f
+            for f in self.faults
+        )
+        self.counter_context = replace(self.counter_context, faults=self.faults)
 
     def _rank_imbalance(self, lay: Layout) -> FloatArray:
         """Per GPU: the normal extra work of its rank (rank 0; a last pipeline stage)."""

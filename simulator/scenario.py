@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -222,6 +222,20 @@ class Scenario(_Strict):
     """Node -> outcome of a DCGM diagnostic Job (batch/v1) run on it; unlisted nodes pass."""
     diagnostic_seconds: Duration = Field(default=120.0, ge=0)
     """Scenario seconds a diagnostic Job runs before it completes."""
+    # ---- repairs gpufleet asks for (reset_gpu Jobs, reboot_node's sentinel); simulator.repairs
+    reset_failures: list[
+        Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[0-9]+$")]
+    ] = Field(default_factory=list)
+    """`<node>/<gpu index>` whose reset Job fails and whose fault stays. Other resets succeed
+    and clear the GPU's faults, unless a pod holds the GPU ("in use", as nvidia-smi refuses) or
+    it has fallen off the bus (XID 79: only a reboot helps)."""
+    reset_seconds: Duration = Field(default=10.0, ge=0)
+    """Scenario seconds a reset Job (or a reboot sentinel Job) runs before it completes."""
+    reboot_seconds: Duration = Field(default=180.0, ge=0)
+    """Scenario seconds a node its reboot daemon reboots stays NotReady, then comes back with a
+    new bootID and its GPU faults cleared (unless listed in `reboot_keeps_faults`)."""
+    reboot_keeps_faults: list[str] = Field(default_factory=list)
+    """Nodes whose GPU faults survive a reboot (hardware that a reboot does not fix)."""
     pod_labels: Literal["direct", "exported", "none"] = "direct"
     """Where the DCGM series written for Prometheus carry the workload
     (simulator.series.POD_LABEL_LAYOUTS): dcgm-exporter's own `pod`/`namespace` (honorLabels),

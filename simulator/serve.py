@@ -143,6 +143,7 @@ def start_simulation(
     clock = SimClock(sc.start, speed=speed, wall=wall, wall0=wall0)
     cluster = SimCluster(sc, layout, clock=clock, options=options)
     engine = FleetSimulator(sc, layout)
+    cluster.repairs.on_repair.append(engine.end_faults)  # a reset or reboot stops the XIDs
     k8s = KubeApiServer(cluster, host=host, port=k8s_port, bookmark_interval=bookmark_interval)
     try:
         metrics = MetricsServer(

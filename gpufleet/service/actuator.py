@@ -18,6 +18,8 @@ from observer.fleet.model import FleetSnapshot
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.cycle import LiveActuator
+from remediations.playbooks.fence import DeviceTaintReader, RuleView
+from remediations.playbooks.reset import JobOutcome, NodeJobReader
 from remediations.types import Intent
 
 
@@ -75,6 +77,18 @@ class CachedActuator:
 
     def pod(self, namespace: str, name: str) -> PodView | None:
         return self.inner.pod(namespace, name)
+
+    def node_job(self, namespace: str, name: str) -> JobOutcome | None:
+        """A repair Job's outcome, when the actuator can read Jobs (reset_gpu's verification)."""
+        if not isinstance(self.inner, NodeJobReader):
+            return None
+        return self.inner.node_job(namespace, name)
+
+    def device_taint_rule(self, name: str) -> RuleView | None:
+        """A DeviceTaintRule, when the actuator can read them (fence_gpu's verification)."""
+        if not isinstance(self.inner, DeviceTaintReader):
+            return None
+        return self.inner.device_taint_rule(name)
 
     def pin(self, intent: Intent) -> Intent:
         return self.inner.pin(intent)

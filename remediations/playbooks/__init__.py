@@ -16,7 +16,9 @@ from remediations.playbooks.base import (
 from remediations.playbooks.drain import Drain, Migrate
 from remediations.playbooks.fence import FenceGpu, UnfenceGpu
 from remediations.playbooks.node_state import Cordon, Quarantine, Uncordon
+from remediations.playbooks.reboot import RebootNode
 from remediations.playbooks.requests import RequestReboot, RequestReset
+from remediations.playbooks.reset import ResetGpu
 from remediations.playbooks.restart import RestartJob, RestartPod
 
 PLAYBOOKS: Mapping[str, Playbook] = {
@@ -33,6 +35,8 @@ PLAYBOOKS: Mapping[str, Playbook] = {
         RequestReboot(),
         FenceGpu(),
         UnfenceGpu(),
+        ResetGpu(),
+        RebootNode(),
     )
 }
 

@@ -110,3 +110,13 @@ def node_of(subject: Subject, view: ClusterView) -> str | NoPlan:
     if subject.node not in view.nodes:
         return NoPlan(f"node {subject.node} is not in the cluster view")
     return subject.node
+
+
+def gpu_of(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
+    """(node, GPU UUID) of a GPU-level incident, or why the playbook cannot act on one GPU."""
+    node = node_of(subject, view)
+    if isinstance(node, NoPlan):
+        return node
+    if not subject.gpu_uuid:
+        return NoPlan(f"{subject.kind} incident names no GPU: act on the node instead")
+    return node, subject.gpu_uuid

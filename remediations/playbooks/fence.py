@@ -24,7 +24,7 @@ from remediations.playbooks.base import (
     Subject,
     Verification,
     VerifyStatus,
-    node_of,
+    gpu_of,
 )
 from remediations.types import QUARANTINE_TAINT, Intent
 
@@ -60,15 +60,6 @@ class FenceParams(BaseParams):
     """The DRA driver whose ResourceSlices publish the GPUs."""
 
 
-def _subject_gpu(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
-    node = node_of(subject, view)
-    if isinstance(node, NoPlan):
-        return node
-    if not subject.gpu_uuid:
-        return NoPlan(f"{subject.kind} incident names no GPU: fence the node instead")
-    return node, subject.gpu_uuid
-
-
 class FenceGpu(Playbook):
     name = "fence_gpu"
     disruptive = False
@@ -77,7 +68,7 @@ class FenceGpu(Playbook):
 
     def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
         assert isinstance(params, FenceParams)
-        found = _subject_gpu(subject, view)
+        found = gpu_of(subject, view)
         if isinstance(found, NoPlan):
             return found
         node, uuid = found
@@ -136,7 +127,7 @@ class UnfenceGpu(Playbook):
     Params = FenceParams
 
     def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
-        found = _subject_gpu(subject, view)
+        found = gpu_of(subject, view)
         if isinstance(found, NoPlan):
             return found
         node, uuid = found

@@ -115,3 +115,26 @@ def test_explain_scheduled_jobs_follow_the_top_level_actuation(
     assert main(["policy", "explain", "--config", str(tmp_path / "gpufleet.yaml")]) == 0
     text = capsys.readouterr().out
     assert "schedule mw (maintenance_window, `0 2 * * sat` UTC):" in text
+
+
+def test_explain_names_the_reboot_lock_loop_guard_and_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = """
+actuation: live
+gates:
+  maintenance:
+    windows: [{days: [sat], start: "01:00", end: "05:00"}]
+rules:
+  - {name: boot, match: {kinds: [gpu_lost]}, playbook: reboot_node, mode: auto,
+     params: {max_concurrent: 2, max_reboots: 3, reboot_window: 12h}}
+  - {name: reset, match: {kinds: [gpu_xid]}, playbook: reset_gpu, mode: auto}
+"""
+    code, doc, _ = _explain(tmp_path, capsys, "", policy)
+    assert code == 0
+    why = {r["rule"]: "\n".join(r["why"]) for r in doc["rules"]}
+    assert "at most 2 node(s) rebooting at once" in why["boot"]
+    assert "after 3 gpufleet reboots of a node within 12h a person decides" in why["boot"]
+    assert "maintenance window" in why["boot"]  # reboot_node is in the default applies_to
+    assert "waits until no pod holds the GPU" in why["reset"]
+    assert "maintenance window" not in why["reset"] and "blast radius" not in why["reset"]

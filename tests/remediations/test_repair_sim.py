@@ -1,0 +1,305 @@
+"""reset_gpu and reboot_node through the journal, the executor and the real `kubernetes` client
+against the simulator, which runs the reset Jobs and a reboot daemon honouring the node contract.
+
+h100-0002 runs `ml/big` on all 8 GPUs and its GPU 0 has a double-bit ECC fault (unhealthy);
+h100-0003 is empty, and the scenario says resetting its GPU 5 fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detectors.findings import Finding, FindingKind, Severity
+from errors import PermanentError, TemporaryError
+from gpufleet.service.actuator import CachedActuator
+from remediations.actuator_api import WriteContext
+from remediations.cluster_view import ClusterView
+from remediations.decision_journal import DecisionJournal
+from remediations.executor import Executor
+from remediations.kube_actuator import KubeActuator
+from remediations.playbooks import PLAYBOOKS, NoPlan, Subject, VerifyStatus
+from remediations.policy import Policy, policy_from_dict
+from remediations.store import ActionRecord, Store
+from remediations.types import (
+    REBOOT_ANNOTATION,
+    REBOOTS_ANNOTATION,
+    ActionState,
+    IncidentId,
+    Intent,
+)
+from simulator.layout import gpu_uuid
+from tests.k8s_sim_support import Sim, running_sim
+from tests.remediations.helpers import live_policy
+
+FAULTY = ("h100-0002", 0)
+FAILS = ("h100-0003", 5)
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    with running_sim(
+        tmp_path,
+        faults=[{"kind": "xid48_dbe", "node": FAULTY[0], "gpu": FAULTY[1], "start": 0}],
+        reset_failures=[f"{FAILS[0]}/{FAILS[1]}"],
+        reset_seconds=10,
+        reboot_seconds=60,
+    ) as s:
+        yield s
+
+
+@pytest.fixture
+def actuator(sim: Sim) -> Iterator[KubeActuator]:
+    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    yield act
+    act.close()
+
+
+def view(sim: Sim, act: KubeActuator) -> ClusterView:
+    """The live view plus what the exporters' pod mapping says: which pod holds which GPU."""
+    v = act.cluster_view(sim.cluster.clock())
+    held = {
+        gpu_uuid("small", p.node, d): f"{p.namespace}/{p.name}"
+        for p in sim.cluster.running_pods()
+        for d in p.gpu_indices
+    }
+    index = {gpu_uuid("small", n, d): d for n in v.nodes for d in range(8)}
+    return replace(v, pod_of_gpu=held, gpu_index=index)
+
+
+def finding(node: str, gpu: int | None, now: float) -> Finding:
+    return Finding(
+        kind=FindingKind.GPU_XID,
+        severity=Severity.CRITICAL,
+        summary=f"XID 48 on {node}",
+        first_seen=now,
+        last_seen=now,
+        node=node,
+        gpu_uuid=gpu_uuid("small", node, gpu) if gpu is not None else None,
+    )
+
+
+def rules(playbook: str, **params: object) -> dict[str, Any]:
+    return {
+        "hysteresis": {"open_after": 1},
+        "rules": [{"name": "repair", "match": {"kinds": ["gpu_xid"]}, "playbook": playbook,
+                   "mode": "auto", "params": params}],
+    }  # fmt: skip
+
+
+class Loop:
+    def __init__(self, policy: Policy, store: Store, act: KubeActuator, sim: Sim) -> None:
+        self.sim, self.act, self.store = sim, act, store
+        t = sim.cluster.clock()
+        self.journal = DecisionJournal(policy, store, started_at=t - 60)
+        self.runner = Executor(
+            policy, store, act, owner="t", open_incidents=self.journal.open_incident_ids
+        )
+
+    def cycle(self, findings: list[Finding]) -> list[str]:
+        now = self.sim.cluster.clock()
+        v = view(self.sim, self.act)
+        found = [replace(f, last_seen=now) for f in findings]
+        reasons = [r for d in self.journal.cycle(found, v, now).decisions for r in d.reasons]
+        self.runner.run(v, now)
+        return reasons
+
+    def run(self, seconds: float, step: float = 10) -> list[ActionRecord]:
+        for _ in range(int(seconds / step)):
+            self.sim.advance(step)
+            now = self.sim.cluster.clock()
+            self.runner.run(view(self.sim, self.act), now)
+        return self.store.actions()
+
+
+def jobs(sim: Sim) -> list[dict[str, Any]]:
+    return sim.cluster.store.objects("jobs", "gpufleet")[1]
+
+
+def test_reset_waits_for_the_pod_then_resets_the_gpu(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    node, gpu = FAULTY
+    assert (node, gpu) in sim.cluster.devices.unhealthy
+    loop = Loop(live_policy(rules("reset_gpu")), store, actuator, sim)
+    f = finding(node, gpu, sim.cluster.clock())
+    (why,) = loop.cycle([f])
+    assert why.startswith("plan: waits for pod ml/big-") and gpu_uuid("small", node, gpu) in why
+    assert jobs(sim) == [] and store.actions() == []
+    journaled = [r for e in store.audit_log() for r in e.detail.get("reasons", [])]
+    assert journaled == [why]  # the journal says what it waits for
+
+    # the pod leaves the GPU (its node cordoned, the pod deleted: it restarts on h100-0003)
+    n = sim.cluster.get("nodes", "", node)
+    sim.cluster.write("nodes", {**n, "spec": {**n["spec"], "unschedulable": True}})
+    (holder,) = [p for p in sim.cluster.running_pods() if p.node == node]
+    sim.cluster.delete("pods", holder.namespace, holder.name)
+    loop.cycle([f])
+    (job,) = jobs(sim)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == node and pod["tolerations"] == [{"operator": "Exists"}]
+    (c,) = pod["containers"]
+    assert c["command"] == ["nvidia-smi", "-r", "-i", "0"]
+    assert c["securityContext"] == {"privileged": True}
+    (a,) = loop.run(30)
+    assert a.state is ActionState.DONE, a
+    assert (node, gpu) not in sim.cluster.devices.unhealthy  # the reset cleared the fault
+    assert sim.cluster.get("nodes", "", node)["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    loop.run(20)  # a later pass finds the same Job: nothing is reset twice
+    assert len(jobs(sim)) == 1
+
+
+def test_a_failing_reset_fails_the_action_with_the_jobs_reason(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    loop = Loop(live_policy(rules("reset_gpu")), store, actuator, sim)
+    loop.cycle([finding(*FAILS, sim.cluster.clock())])
+    (a,) = loop.run(30)
+    assert a.state is ActionState.FAILED
+    assert "reset job gpufleet/gpufleet-reset-" in (a.result or "")
+    assert "GPU 5 reset failed" in (a.result or "")
+    (job,) = jobs(sim)
+    assert job["status"]["failed"] == 1
+    assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget", "Failed"]
+    # on a real cluster the Job's pod stays, and its termination message is nvidia-smi's output
+    name = job["metadata"]["name"]
+    said = "GPU 00000000:9D:00.0: In use by another client"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-x7k2p", "namespace": "gpufleet", "uid": "u1",
+                     "labels": {"batch.kubernetes.io/job-name": name}},
+        "spec": {"nodeName": FAILS[0], "containers": [{"name": "repair", "image": "i"}]},
+        "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "repair", "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 255, "reason": "Error", "message": said}}}]},
+    }  # fmt: skip
+    sim.cluster.store.put("pods", pod)
+    status = actuator.node_job("gpufleet", name)
+    assert status is not None and status.detail.endswith(f"; {said}")
+
+
+def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
+    sim: Sim, actuator: KubeActuator
+) -> None:
+    """The simulator is not fooled either: a reset Job that finds a process on the GPU fails."""
+    busy = gpu_uuid("small", "h100-0000", 1)
+    p, v = PLAYBOOKS["reset_gpu"], view(sim, actuator)
+    unknown = p.plan(
+        Subject(IncidentId("i"), "gpu_xid", "critical", "", "h100-0000", busy),
+        replace(v, pod_of_gpu={}),  # no GPU -> pod mapping at all: any pod on the node may hold it
+        p.params({}),
+    )
+    assert isinstance(unknown, NoPlan) and "waits for pod ml/train-" in unknown.reason
+    plan = p.plan(
+        Subject(IncidentId("i"), "gpu_xid", "critical", "", "h100-0000", busy),
+        replace(v, pod_of_gpu={g: k for g, k in v.pod_of_gpu.items() if g != busy}),  # stale
+        p.params({}),
+    )
+    assert not isinstance(plan, NoPlan)
+    reset = plan.intents[0]
+    assert "created" in actuator.apply(reset, WriteContext("a1", "i", "reset_gpu", "test"))
+    assert "exists" in actuator.apply(reset, WriteContext("a1", "i", "reset_gpu", "test"))
+    with pytest.raises(PermanentError, match="belongs to action a1"):
+        actuator.apply(reset, WriteContext("a2", "i", "reset_gpu", "test"))
+    sim.advance(1)  # the Job starts
+    sim.advance(11)  # and ends, reset_seconds later
+    status = actuator.node_job("gpufleet", str(plan.intents[0].args["name"]))
+    assert status is not None and status.outcome == "failed"
+    assert "being used by some other process (pod ml/train-" in status.detail
+    service = CachedActuator(actuator, None, None)  # what `gpufleet run` hands the executor
+    verdict = p.verify(plan.intents, service, p.params({}))
+    assert verdict.status is VerifyStatus.FAILED
+    assert "being used by some other process" in verdict.detail
+
+
+def test_reboot_holds_a_slot_and_verifies_on_a_new_boot_id(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    loop = Loop(live_policy(rules("reboot_node", max_concurrent=1)), store, actuator, sim)
+    node = "h100-0001"
+    before = sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"]
+    loop.cycle([finding(node, None, sim.cluster.clock())])
+    marked = sim.cluster.get("nodes", "", node)["metadata"]["annotations"]
+    assert marked[REBOOT_ANNOTATION].endswith(f":{before}")
+    # the lock is the cluster's: another node's reboot waits while this one holds the slot
+    other = PLAYBOOKS["reboot_node"].plan(
+        Subject(IncidentId("j"), "gpu_xid", "critical", "", "h100-0003"),
+        view(sim, actuator),
+        PLAYBOOKS["reboot_node"].params({"max_concurrent": 1}),
+    )
+    assert isinstance(other, NoPlan) and "waits for a reboot slot" in other.reason
+    mark = actuator.pin(Intent("mark_reboot", "h100-0003", {"max_concurrent": 1}))
+    with pytest.raises(TemporaryError, match="reboot lock"):
+        actuator.apply(mark, WriteContext("b", "j", "reboot_node", "test"))
+
+    (a,) = loop.run(90)
+    assert a.state is ActionState.DONE, a
+    after = sim.cluster.get("nodes", "", node)
+    assert after["status"]["nodeInfo"]["bootID"] != before
+    assert REBOOT_ANNOTATION not in after["metadata"]["annotations"]
+    assert len(after["metadata"]["annotations"][REBOOTS_ANNOTATION].split(",")) == 1
+    assert not [p for p in sim.cluster.running_pods() if p.node == node and p.start < a.created_at]
+    assert actuator.apply(mark, WriteContext("b", "j", "reboot_node", "test")).startswith("marked")
+
+    # the loop guard reads the node's own record of gpufleet's reboots
+    again = PLAYBOOKS["reboot_node"].plan(
+        Subject(IncidentId("k"), "gpu_xid", "critical", "", node),
+        view(sim, actuator),
+        PLAYBOOKS["reboot_node"].params({"max_concurrent": 5, "max_reboots": 1}),
+    )
+    assert isinstance(again, NoPlan) and "a person decides" in again.reason
+
+
+def test_shadow_writes_nothing(sim: Sim, actuator: KubeActuator, store: Store) -> None:
+    shadow = policy_from_dict(rules("reset_gpu"), "<shadow>")
+    loop = Loop(shadow, store, actuator, sim)
+    loop.cycle([finding(*FAILS, sim.cluster.clock())])
+    reboot = Loop(policy_from_dict(rules("reboot_node"), "<shadow>"), store, actuator, sim)
+    reboot.cycle([finding("h100-0001", None, sim.cluster.clock())])
+    states = sorted(a.state.value for a in store.actions())
+    assert states == ["shadow", "shadow"]
+    assert jobs(sim) == []
+    assert REBOOT_ANNOTATION not in sim.cluster.get("nodes", "", "h100-0001")["metadata"].get(
+        "annotations", {}
+    )
+
+
+def test_a_repair_clears_the_xid_gauge_in_the_metrics() -> None:
+    """What `simulator.serve` wires: a successful reset ends the GPU's fault in the metrics."""
+    from simulator.engine import FleetSimulator
+    from tests.k8s_sim_support import small_scenario
+
+    sc = small_scenario(faults=[{"kind": "xid48_dbe", "node": "h100-0002", "gpu": 0, "start": 0}])
+    engine = FleetSimulator(sc)
+    pos = engine.layout.gpu_position("h100-0002", 0)
+    t = sc.start + 600
+    assert engine.sample(t).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 48
+    engine.end_faults("h100-0002", 0, t)
+    assert engine.sample(t + 60).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 0
+    assert engine.sample(t - 60).metrics["DCGM_FI_DEV_XID_ERRORS"][pos] == 48  # history stays
+
+
+def test_reboot_in_job_mode_writes_the_sentinel_file_through_a_job(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    loop = Loop(live_policy(rules("reboot_node", mode="job")), store, actuator, sim)
+    node = "h100-0003"
+    before = sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"]
+    loop.cycle([finding(node, None, sim.cluster.clock())])
+    (job,) = jobs(sim)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == node
+    assert pod["volumes"] == [
+        {"name": "host", "hostPath": {"path": "/var/run", "type": "Directory"}}
+    ]
+    assert pod["containers"][0]["command"] == ["touch", "/var/run/reboot-required"]
+    (a,) = loop.run(100)
+    assert a.state is ActionState.DONE, a
+    assert sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"] != before
+    loop.run(30)
+    assert sim.cluster.repairs.boots == {node: 1}  # one reboot: neither signal outlives it

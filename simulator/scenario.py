@@ -220,6 +220,9 @@ class Scenario(_Strict):
     confounders: list[Confounder] = Field(default_factory=list)
     diagnostics: dict[str, DiagResult] = Field(default_factory=dict)
     """Node -> outcome of a DCGM diagnostic Job (batch/v1) run on it; unlisted nodes pass."""
+    gpu_diagnostics: dict[str, DiagResult] = Field(default_factory=dict)
+    """`<node>/<index>` -> outcome of a diagnostic Job run on that one GPU (`dcgmi diag -i
+    <index>`); a node-wide Job on that node fails when any of its listed GPUs fails."""
     diagnostic_seconds: Duration = Field(default=120.0, ge=0)
     """Scenario seconds a diagnostic Job runs before it completes."""
     pod_labels: Literal["direct", "exported", "none"] = "direct"
@@ -241,6 +244,10 @@ class Scenario(_Strict):
         for w in self.workloads:
             if w.pool is not None and w.pool not in pools:
                 raise ValueError(f"workload {w.name!r} to name a defined pool (got {w.pool!r})")
+        for key in self.gpu_diagnostics:
+            node, _, idx = key.rpartition("/")
+            if not node or not idx.isdigit():
+                raise ValueError(f"gpu_diagnostics keys to be <node>/<gpu index> (got {key!r})")
         targets: list[Fault | Confounder] = [*self.faults, *self.confounders]
         for f in targets:
             if f.job is not None and f.job not in jobs:

@@ -211,3 +211,81 @@ def test_a_node_returns_only_on_a_node_wide_pass(
     node = sim.cluster.get("nodes", "", NODE)
     assert node["spec"]["unschedulable"] is True
     assert REPLACEMENT_LABEL in node["metadata"]["labels"]
+
+
+def test_a_persons_journaled_waiver_returns_a_gpu_whose_diagnostic_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """3 a.m., the DCGM image is broken: a person vouches with `gpufleet diagnostics waive`
+    (name and reason journaled); the next run returns the GPU through the gates, no Job."""
+    from gpufleet.cli import main
+    from remediations.store import Store
+
+    # scenario time well before the wall clock, so the waiver (wall time) follows the fence
+    with running_sim(tmp_path, start=1_700_000_000, gpu_diagnostics={f"{NODE}/5": "fail"}) as sim:
+        url = f"sqlite:///{tmp_path / 'w.db'}"
+        store = Store.open(url, cluster="small")
+        actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+        loop = RemediationCycle(
+            live_policy(), store, actuator, "svc", started_at=sim.cluster.clock() - 60
+        )
+        diag = KubeNodeJobs(api_client(sim.kubeconfig))
+        try:
+            _fence(loop, sim, BAD)
+            sim.advance(600)
+            cfg = tmp_path / "gpufleet.yaml"
+            cfg.write_text(f"store_url: '{url}'\ncluster: small\n")
+            waive = ["diagnostics", "waive", f"gpu/{BAD}", "--node", NODE, "--by", "erin"]
+            assert main([*waive, "--reason", " ", "--config", str(cfg)]) == 2
+            assert (
+                main([*waive, "--reason", "diag image broken; burn-in ok", "--config", str(cfg)])
+                == 0
+            )
+            assert _diagnose(loop, diag, sim) == {}  # no Job: the waiver is the verdict
+            assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+            assert fence_rule_name(BAD) not in _rules(loop)
+            (back,) = [a for a in store.actions() if a.playbook == "unfence_gpu"]
+            assert back.state is ActionState.DONE and "waived" in back.reasons[0]
+            capsys.readouterr()
+            assert main(["diagnostics", "list", f"gpu/{BAD}", "--config", str(cfg)]) == 0
+            assert "waived  erin" in capsys.readouterr().out
+        finally:
+            diag.close()
+            actuator.close()
+            store.close()
+
+
+def test_a_policy_rule_that_unfences_is_stopped_by_the_executor(
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
+) -> None:
+    """Whatever path journals a return (here a policy rule, auto mode), the executor re-checks
+    validation at the moment of acting: the approved action expires with the reason."""
+    from detectors.findings import Finding, FindingKind, Severity
+    from remediations.decision_journal import DecisionJournal
+    from remediations.executor import Executor
+    from tests.remediations.helpers import live_policy as rule_policy
+
+    loop, _ = parts
+    _fence(loop, sim, GOOD)
+    sim.advance(600)
+    now = sim.cluster.clock()
+    policy = rule_policy(
+        {
+            "hysteresis": {"open_after": 1},
+            "rules": [{"name": "back", "match": {"kinds": ["gpu_xid"]},
+                       "playbook": "unfence_gpu", "mode": "auto"}],
+        }
+    )  # fmt: skip
+    store = loop.engine.store
+    eng = DecisionJournal(policy, store, started_at=now - 60)
+    f = Finding(FindingKind.GPU_XID, Severity.CRITICAL, "XID 48", now, now, NODE, GOOD)
+    eng.cycle([f], loop.actuator.cluster_view(now), now)
+    (a,) = [x for x in store.actions() if x.playbook == "unfence_gpu"]
+    assert a.state is ActionState.APPROVED
+    Executor(policy, store, loop.actuator, "t", open_incidents=eng.open_incident_ids).run(
+        loop.actuator.cluster_view(now), now
+    )
+    after = store.get_action(a.id)
+    assert after is not None and after.state is ActionState.EXPIRED
+    assert after.result.startswith("validation: ") and "no diagnostic has passed" in after.result
+    assert fence_rule_name(GOOD) in _rules(loop)

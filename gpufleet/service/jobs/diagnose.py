@@ -183,11 +183,14 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
         return JobOutcome(True, f"nothing diagnosed ({stop.gate}: {stop.reason})")
     targets, lines = _targets(ctx, p, ctx.clock())
     verdicts: dict[str, str] = {}
+    notes: dict[str, str] = {}
     todo: list[Target] = []
     for t in targets:
         v = current_verdict(store, t.subject, t.node)
         if v is not None:
             verdicts[t.subject] = v.outcome
+            if v.outcome == "waived":
+                notes[t.subject] = f"diagnostic waived by {v.by} on {v.subject}: {v.note}"
         elif len(todo) < p.max_nodes:
             todo.append(t)
     if in_shadow(loop, req.name):
@@ -206,7 +209,8 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
             verdicts[t.subject] = outcomes[t.subject]
         else:
             lines.append(f"{t.subject}: diagnostics {t.name} still running")
-    mine = _act(ctx, req.name, p, [t for t in targets if t.subject in verdicts], verdicts, lines)
+    decided = [t for t in targets if t.subject in verdicts]
+    mine = _act(ctx, req.name, p, decided, verdicts, notes, lines)
     return JobOutcome(
         True,
         f"{len(verdicts)} node(s) or GPU(s) with a verdict, {len(mine)} action(s) journaled",
@@ -220,6 +224,7 @@ def _act(
     p: DiagnoseParams,
     decided: list[Target],
     verdicts: Mapping[str, str],
+    notes: Mapping[str, str],
     lines: list[str],
 ) -> list[str]:
     """Journal (through the gates) and carry out what each verdict calls for."""
@@ -244,7 +249,10 @@ def _act(
                 plan,
                 view,
                 now,
-                reasons=(f"dcgmi diag {got} on {t.subject} (job {p.namespace}/{t.name})",),
+                reasons=(
+                    notes.get(t.subject)
+                    or f"`{' '.join(t.command)}` {got} on {t.subject} (job {p.namespace}/{t.name})",
+                ),
             )
             if action is None:
                 lines.append(f"{t.subject}: {got}, not acted on ({'; '.join(why)})")

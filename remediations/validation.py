@@ -113,3 +113,23 @@ def current_verdict(store: Store, target: str, node: str | None) -> Diagnosis | 
     if d is None or (change is not None and d.at <= (change.started_at or change.created_at)):
         return None
     return d
+
+
+_IN_FLIGHT = frozenset(
+    {
+        ActionState.PROPOSED,
+        ActionState.AWAITING_APPROVAL,
+        ActionState.APPROVED,
+        ActionState.EXECUTING,
+        ActionState.VERIFYING,
+    }
+)
+
+
+def in_flight(store: Store, target: str, node: str | None) -> ActionRecord | None:
+    """An action on `target` (or the GPU's node) not finished yet: a repair (reset, reboot)
+    awaiting approval or running, a fence being verified. A diagnostic waits for it."""
+    for t in scope(target, node):
+        for a in store.actions(sorted(_IN_FLIGHT), target=t):
+            return a
+    return None

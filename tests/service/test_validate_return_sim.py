@@ -83,7 +83,11 @@ def _fence(loop: RemediationCycle, sim: Sim, uuid: str, fault: int = 1) -> None:
 
 
 def _diagnose(
-    loop: RemediationCycle, diag: KubeNodeJobs, sim: Sim, **params: object
+    loop: RemediationCycle,
+    diag: KubeNodeJobs,
+    sim: Sim,
+    lines: list[str] | None = None,
+    **params: object,
 ) -> dict[str, str]:
     def sleep(seconds: float) -> bool:
         sim.advance(60)
@@ -97,6 +101,8 @@ def _diagnose(
         ctx, JobRequest("diag", "diagnose_and_return", 0.0, p, 0.0, sim.cluster.clock())
     )
     assert out.ok, out
+    if lines is not None:
+        lines.extend(out.details["nodes"])
     return dict(out.details["outcomes"])
 
 
@@ -289,3 +295,50 @@ def test_a_policy_rule_that_unfences_is_stopped_by_the_executor(
     assert after is not None and after.state is ActionState.EXPIRED
     assert after.result.startswith("validation: ") and "no diagnostic has passed" in after.result
     assert fence_rule_name(GOOD) in _rules(loop)
+
+
+def test_a_repair_after_the_replacement_mark_earns_a_new_diagnostic(
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
+) -> None:
+    """Any gpufleet action on the GPU or its node after the mark (here `request_reset`; the
+    same for a reset or reboot playbook) re-arms the diagnostic: while it is in flight the GPU
+    waits, once done a new Job runs, and a pass returns the GPU."""
+    loop, diag = parts
+    _fence(loop, sim, BAD)
+    sim.advance(600)
+    assert _diagnose(loop, diag, sim) == {f"gpu/{BAD}": "failed"}
+    assert _diagnose(loop, diag, sim) == {}  # marked: a person's (or a repair's) turn
+    sim.advance(600)
+    now = sim.cluster.clock()
+    view = loop.actuator.cluster_view(now)
+    s = _subject(BAD)
+    plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
+    assert not isinstance(plan, str), plan
+    action, why = propose(loop, "t", s.incident_id, s.kind, now, plan, view, now, reasons=("t",))
+    assert action is not None, why
+    assert _diagnose(loop, diag, sim) == {}  # approved, not carried out yet: the GPU waits
+    execute(loop, [action.id], view, now)
+    sim.cluster.scenario.gpu_diagnostics.clear()  # the reset fixed it
+    sim.advance(600)
+    assert _diagnose(loop, diag, sim) == {f"gpu/{BAD}": "passed"}
+    assert fence_rule_name(BAD) not in _rules(loop)
+    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+
+
+def test_a_repair_in_flight_holds_the_diagnostic(
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
+) -> None:
+    loop, diag = parts
+    _fence(loop, sim, GOOD)
+    sim.advance(600)
+    now = sim.cluster.clock()
+    view = loop.actuator.cluster_view(now)
+    s = _subject(GOOD)
+    plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
+    assert not isinstance(plan, str), plan
+    action, why = propose(loop, "t", s.incident_id, s.kind, now, plan, view, now, reasons=("t",))
+    assert action is not None, why  # approved, not carried out yet
+    lines: list[str] = []
+    assert _diagnose(loop, diag, sim, lines) == {}
+    assert f"gpu/{GOOD}: waits for request_reset (action {action.id}" in " ".join(lines), lines
+    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []

@@ -44,7 +44,7 @@ from remediations import gates
 from remediations.actuator_api import FencedGpuReader, NodeJobs
 from remediations.store import Store
 from remediations.types import stable_id
-from remediations.validation import current_verdict, record_diagnosis
+from remediations.validation import current_verdict, in_flight, record_diagnosis
 
 __all__ = [
     "DIAG_NODE_LABEL",
@@ -186,6 +186,10 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     notes: dict[str, str] = {}
     todo: list[Target] = []
     for t in targets:
+        busy = in_flight(store, t.subject, t.node)
+        if busy is not None:
+            lines.append(f"{t.subject}: waits for {busy.playbook} (action {busy.id}, {busy.state})")
+            continue
         v = current_verdict(store, t.subject, t.node)
         if v is not None:
             verdicts[t.subject] = v.outcome

@@ -54,6 +54,16 @@ class Target:
     replace: Plan
 
 
+def awaits_person(store: Store, subject: str, node: str) -> bool:
+    """Marked for replacement, and nothing gpufleet did since (a reset or reboot after the mark
+    earns a new diagnostic)."""
+    change = last_change(store, scope(subject, node))
+    return change is None or any(
+        i.op in ("label", "label_device_rule") and REPLACEMENT_LABEL in (i.args.get("labels") or {})
+        for i in change.plan
+    )
+
+
 def _marker(store: Store, subject: str, node: str, fallback: str) -> str:
     change = last_change(store, scope(subject, node))
     return change.id if change is not None else fallback
@@ -62,7 +72,7 @@ def _marker(store: Store, subject: str, node: str, fallback: str) -> str:
 def node_return_plan(node: NodeView) -> Plan:
     intents = (
         Intent("untaint", node.name, {"key": QUARANTINE_TAINT}),
-        Intent("unlabel", node.name, {"keys": [QUARANTINE_LABEL]}),
+        Intent("unlabel", node.name, {"keys": [QUARANTINE_LABEL, REPLACEMENT_LABEL]}),
         Intent("uncordon", node.name, {"only_if_ours": True}),
     )
     return Plan(
@@ -83,7 +93,9 @@ def node_targets(
     out: list[Target] = []
     notes: list[str] = []
     for n in sorted(view.nodes.values(), key=lambda n: n.name):
-        if QUARANTINE_LABEL not in n.labels or REPLACEMENT_LABEL in n.labels:
+        if QUARANTINE_LABEL not in n.labels:
+            continue
+        if REPLACEMENT_LABEL in n.labels and awaits_person(store, f"node/{n.name}", n.name):
             continue
         if require_idle:
             busy = [p for p in view.pods_on(n.name) if p.owner_kind != "DaemonSet" and not p.mirror]
@@ -126,7 +138,9 @@ def gpu_targets(
     out: list[Target] = []
     notes: list[str] = []
     for g in sorted(fenced, key=lambda g: (g.node, g.index)):
-        if REPLACEMENT_LABEL in g.labels or g.rule != fence_rule_name(g.uuid):
+        if g.rule != fence_rule_name(g.uuid):
+            continue
+        if REPLACEMENT_LABEL in g.labels and awaits_person(store, f"gpu/{g.uuid}", g.node):
             continue
         if require_idle and holders is None:
             notes.append(f"{g.node} GPU {g.index}: waits (no telemetry says which pod holds it)")

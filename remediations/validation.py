@@ -115,21 +115,15 @@ def current_verdict(store: Store, target: str, node: str | None) -> Diagnosis | 
     return d
 
 
-_IN_FLIGHT = frozenset(
-    {
-        ActionState.PROPOSED,
-        ActionState.AWAITING_APPROVAL,
-        ActionState.APPROVED,
-        ActionState.EXECUTING,
-        ActionState.VERIFYING,
-    }
-)
+_IN_FLIGHT = (ActionState.APPROVED, ActionState.EXECUTING, ActionState.VERIFYING)
 
 
 def in_flight(store: Store, target: str, node: str | None) -> ActionRecord | None:
-    """An action on `target` (or the GPU's node) not finished yet: a repair (reset, reboot)
-    awaiting approval or running, a fence being verified. A diagnostic waits for it."""
+    """An action on `target` (or the GPU's node) that will write and has not finished: a repair
+    (reset, reboot) approved or running, a fence being verified. A diagnostic waits for it.
+    One still awaiting a person's approval does not hold the diagnostic up (it may never be
+    approved); if it runs later, it is a change that earns a new diagnostic."""
     for t in scope(target, node):
-        for a in store.actions(sorted(_IN_FLIGHT), target=t):
+        for a in store.actions(_IN_FLIGHT, target=t):
             return a
     return None

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from errors import ConfigError
 from errors.config_files import load_model, validate
@@ -224,6 +224,15 @@ class Scenario(_Strict):
     """`<node>/<index>` -> outcome of a diagnostic Job run on that one GPU (`dcgmi diag -i
     <index>`); a node-wide Job on that node fails when any of its listed GPUs fails."""
     diagnostic_seconds: Duration = Field(default=120.0, ge=0)
+
+    @field_validator("gpu_diagnostics")
+    @classmethod
+    def _gpu_keys(cls, v: dict[str, DiagResult]) -> dict[str, DiagResult]:
+        for key in v:
+            node, _, idx = key.rpartition("/")
+            if not node or not idx.isdigit():
+                raise ValueError(f"keys to be <node>/<gpu index> (got {key!r})")
+        return v
     """Scenario seconds a diagnostic Job runs before it completes."""
     pod_labels: Literal["direct", "exported", "none"] = "direct"
     """Where the DCGM series written for Prometheus carry the workload
@@ -244,10 +253,6 @@ class Scenario(_Strict):
         for w in self.workloads:
             if w.pool is not None and w.pool not in pools:
                 raise ValueError(f"workload {w.name!r} to name a defined pool (got {w.pool!r})")
-        for key in self.gpu_diagnostics:
-            node, _, idx = key.rpartition("/")
-            if not node or not idx.isdigit():
-                raise ValueError(f"gpu_diagnostics keys to be <node>/<gpu index> (got {key!r})")
         targets: list[Fault | Confounder] = [*self.faults, *self.confounders]
         for f in targets:
             if f.job is not None and f.job not in jobs:

@@ -233,6 +233,7 @@ class Scenario(_Strict):
             if not node or not idx.isdigit():
                 raise ValueError(f"keys to be <node>/<gpu index> (got {key!r})")
         return v
+
     """Scenario seconds a diagnostic Job runs before it completes."""
     pod_labels: Literal["direct", "exported", "none"] = "direct"
     """Where the DCGM series written for Prometheus carry the workload

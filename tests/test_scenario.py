@@ -55,8 +55,7 @@ def test_unknown_model_lists_choices(tmp_path: Path) -> None:
 def test_gpu_diagnostics_keys_name_node_and_index(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "name: x\npools:\n  - {name: p, model: H100, nodes: 1}\n"
-        "gpu_diagnostics: {p-0000: fail}\n"
+        "name: x\npools:\n  - {name: p, model: H100, nodes: 1}\ngpu_diagnostics: {p-0000: fail}\n"
     )
     with pytest.raises(ConfigError) as info:
         load_scenario(bad)

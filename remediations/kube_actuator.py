@@ -190,7 +190,11 @@ class KubeActuator:
                         )
                     )
             return out
-        except (ApiException, HTTPError) as exc:
+        except ApiException as exc:
+            if exc.status == 404:
+                return []  # no resource.k8s.io/v1 DeviceTaintRules here: nothing fenced
+            raise _error(exc, "list gpufleet's device taint rules") from exc
+        except HTTPError as exc:
             raise _error(exc, "list gpufleet's device taint rules") from exc
 
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:

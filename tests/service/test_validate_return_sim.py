@@ -82,6 +82,17 @@ def _fence(loop: RemediationCycle, sim: Sim, uuid: str, fault: int = 1) -> None:
     assert loop.engine.store.get_action(action.id).state is ActionState.DONE  # type: ignore[union-attr]
 
 
+def _holders(sim: Sim) -> dict[str, str]:
+    """GPU UUID -> pod, as dcgm-exporter attributes them (what the service reads from its
+    latest snapshot)."""
+    return {
+        gpu_uuid("small", p.node, i): p.key
+        for p in sim.cluster.running_pods()
+        if p.node is not None
+        for i in p.gpu_indices
+    }
+
+
 def _diagnose(
     loop: RemediationCycle,
     diag: KubeNodeJobs,
@@ -94,7 +105,11 @@ def _diagnose(
         return False
 
     ctx = JobContext(
-        loop, clock=sim.cluster.clock, diagnostics=diag, sleep=sleep, gpu_holders=lambda: {}
+        loop,
+        clock=sim.cluster.clock,
+        diagnostics=diag,
+        sleep=sleep,
+        gpu_holders=lambda: _holders(sim),
     )
     p = DiagnoseParams(wait=60, poll=0.01, max_nodes=4, **params)  # type: ignore[arg-type]
     out = run_diagnose(
@@ -341,4 +356,27 @@ def test_a_repair_in_flight_holds_the_diagnostic(
     lines: list[str] = []
     assert _diagnose(loop, diag, sim, lines) == {}
     assert f"gpu/{GOOD}: waits for request_reset (action {action.id}" in " ".join(lines), lines
+    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+
+
+def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
+) -> None:
+    """NoSchedule leaves the running pod on the fenced GPU: the diagnostic waits for it."""
+    loop, diag = parts
+    sim.advance(60)  # the workloads start
+    held = gpu_uuid("small", "h100-0000", 2)
+    holder = _holders(sim)[held]
+    now = sim.cluster.clock()
+    view = loop.actuator.cluster_view(now)
+    s = Subject(IncidentId("inc-held"), "gpu_xid", "critical", "XID 48", "h100-0000", held)
+    plan = plan_for("fence_gpu", s, view, PLAYBOOKS["fence_gpu"].params({}))
+    assert not isinstance(plan, str)
+    action, why = propose(loop, "t", s.incident_id, s.kind, now, plan, view, now, reasons=("t",))
+    assert action is not None, why
+    execute(loop, [action.id], view, now)
+    sim.advance(600)
+    lines: list[str] = []
+    assert _diagnose(loop, diag, sim, lines) == {}
+    assert f"h100-0000 GPU 2: waits for {holder} to release it" in lines, lines
     assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []

@@ -380,3 +380,37 @@ def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     assert _diagnose(loop, diag, sim, lines) == {}
     assert f"h100-0000 GPU 2: waits for {holder} to release it" in lines, lines
     assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+
+
+def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(
+    sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
+) -> None:
+    loop, diag = parts
+    _fence(loop, sim, GOOD)
+    sim.advance(600)
+    repaired: list[str] = []
+
+    def sleep(seconds: float) -> bool:
+        if not repaired:  # a reset is carried out while the diagnostic runs
+            now = sim.cluster.clock()
+            view = loop.actuator.cluster_view(now)
+            s = _subject(GOOD)
+            plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
+            assert not isinstance(plan, str)
+            a, why = propose(loop, "t", s.incident_id, s.kind, now, plan, view, now, reasons=("t",))
+            assert a is not None, why
+            execute(loop, [a.id], view, now)
+            repaired.append(a.id)
+        sim.advance(60)
+        return False
+
+    ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag, sleep=sleep,
+                     gpu_holders=lambda: _holders(sim))  # fmt: skip
+    p = DiagnoseParams(wait=60, poll=0.01)
+    out = run_diagnose(ctx, JobRequest("d", "diagnose_and_return", 0.0, p, 0.0, 0.0))
+    assert repaired and out.details["outcomes"] == {}
+    assert f"gpu/{GOOD}: passed ignored, changed meanwhile" in out.details["nodes"]
+    assert not [r for r in loop.engine.store.audit_log() if r.kind == "diagnostic"]
+    assert fence_rule_name(GOOD) in _rules(loop)
+    assert _diagnose(loop, diag, sim) == {f"gpu/{GOOD}": "passed"}  # a new Job, after the reset
+    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2

@@ -37,6 +37,7 @@ from gpufleet.service.jobs.diagnose_targets import (
     gpu_targets,
     job_name,
     node_targets,
+    since,
 )
 from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
@@ -208,11 +209,15 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
             lines.append(f"{t.subject}: diagnostic job not created ({exc})")
     outcomes = _wait(ctx, diag, p, running)
     for t in running:
-        if t.subject in outcomes:
+        if t.subject not in outcomes:
+            lines.append(f"{t.subject}: diagnostics {t.name} still running")
+        elif since(store, t.subject, t.node) != t.since:
+            # gpufleet changed it while the Job ran (a reset, a reboot): the outcome speaks
+            # for the hardware before that change; the next run starts a Job of its own
+            lines.append(f"{t.subject}: {outcomes.pop(t.subject)} ignored, changed meanwhile")
+        else:
             _journal_verdict(store, t, outcomes[t.subject], p, ctx.clock())
             verdicts[t.subject] = outcomes[t.subject]
-        else:
-            lines.append(f"{t.subject}: diagnostics {t.name} still running")
     decided = [t for t in targets if t.subject in verdicts]
     mine = _act(ctx, req.name, p, decided, verdicts, notes, lines)
     return JobOutcome(

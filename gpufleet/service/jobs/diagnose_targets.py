@@ -52,6 +52,8 @@ class Target:
     """GPUs the Job requests (the node's count for a node-wide run; none for one fenced GPU)."""
     back: Plan
     replace: Plan
+    since: str = ""
+    """The id of gpufleet's latest change the Job was named after ('' if none journaled)."""
 
 
 def awaits_person(store: Store, subject: str, node: str) -> bool:
@@ -64,9 +66,10 @@ def awaits_person(store: Store, subject: str, node: str) -> bool:
     )
 
 
-def _marker(store: Store, subject: str, node: str, fallback: str) -> str:
+def since(store: Store, subject: str, node: str) -> str:
+    """The id of gpufleet's latest change to the subject ('' if none is journaled)."""
     change = last_change(store, scope(subject, node))
-    return change.id if change is not None else fallback
+    return change.id if change is not None else ""
 
 
 def node_return_plan(node: NodeView) -> Plan:
@@ -103,9 +106,8 @@ def node_targets(
                 notes.append(f"{n.name}: waits for {len(busy)} workload pod(s) to leave")
                 continue
         subject = f"node/{n.name}"
-        name = job_name(
-            n.name, _marker(store, subject, n.name, n.annotations.get(ACTION_ANNOTATION, ""))
-        )
+        marker = since(store, subject, n.name)
+        name = job_name(n.name, marker or n.annotations.get(ACTION_ANNOTATION, ""))
         mark = Intent("label", n.name, {"labels": {REPLACEMENT_LABEL: name[-8:]}})
         out.append(
             Target(
@@ -117,6 +119,7 @@ def node_targets(
                 n.gpu_count,
                 node_return_plan(n),
                 Plan("quarantine", subject, (mark,), True, (n.name,)),
+                marker,
             )
         )
     return out, notes
@@ -149,11 +152,8 @@ def gpu_targets(
             notes.append(f"{g.node} GPU {g.index}: waits for {holders[g.uuid]} to release it")
             continue
         subject = f"gpu/{g.uuid}"
-        name = job_name(
-            g.node,
-            _marker(store, subject, g.node, g.annotations.get(ACTION_ANNOTATION, "")),
-            g.index,
-        )
+        marker = since(store, subject, g.node)
+        name = job_name(g.node, marker or g.annotations.get(ACTION_ANNOTATION, ""), g.index)
         unfence = Intent("unfence_device", g.node, {"rule": g.rule})
         mark = Intent(
             "label_device_rule", g.node, {"rule": g.rule, "labels": {REPLACEMENT_LABEL: name[-8:]}}
@@ -168,6 +168,7 @@ def gpu_targets(
                 0,
                 Plan("unfence_gpu", subject, (unfence,), False, (g.node,), undo=True),
                 Plan("fence_gpu", subject, (mark,), False, (g.node,)),
+                marker,
             )
         )
     return out, notes

@@ -104,8 +104,9 @@ class Timeline:
         where: dict[str, str],
         lines: dict[str, list[str]],
     ) -> None:
-        if r.kind in ("control", "breaker"):
-            text = f":octagonal_sign: {r.message} ({actor_label(r.actor)}, {blocks.when(r.at)})"
+        if r.kind in ("control", "breaker", "needs_person"):
+            icon = ":wrench:" if r.kind == "needs_person" else ":octagonal_sign:"
+            text = f"{icon} {r.message} ({actor_label(r.actor)}, {blocks.when(r.at)})"
             self.astore.enqueue(
                 s,
                 now,

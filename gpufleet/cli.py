@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.collect",
     "gpufleet.commands.actions",
     "gpufleet.commands.pause",
+    "gpufleet.commands.diagnostics",
     "gpufleet.commands.breaker",
     "gpufleet.commands.audit",
     "gpufleet.commands.detect",

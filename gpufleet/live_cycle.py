@@ -134,6 +134,8 @@ class LiveCycle:
         """Id of the last audit row reported (None: do not follow the journal)."""
         self.cycles = 0
         self.failed_cycles = 0
+        self.latest: FleetSnapshot | None = None
+        """The last snapshot collected (scheduled jobs read who holds which GPU from it)."""
         self.fields: frozenset[str] | None = None
         """The fields of the last successful collection."""
         self.coverage: CoverageReport | None = None
@@ -149,6 +151,7 @@ class LiveCycle:
         except Exception as exc:  # isolation: the next cycle must run
             log.exception("collection failed")
             return self._failed(now, began, "collect", f"{type(exc).__name__}: {exc}")
+        self.latest = snapshot
         errors: list[CycleError] = []
         changed = self._cover(snapshot)
         try:

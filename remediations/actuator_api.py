@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from remediations.cluster_view import ClusterReader
 from remediations.types import ACTOR, Intent
@@ -70,3 +70,24 @@ class NodeJobs(Protocol):
         ...
 
     def exists(self, namespace: str, name: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FencedGpu:
+    """One GPU under one of gpufleet's DeviceTaintRules, resolved through its ResourceSlice."""
+
+    rule: str
+    node: str
+    index: int
+    """The GPU's `index` attribute (NVML's, what `dcgmi diag -i` takes)."""
+    uuid: str
+    effect: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class FencedGpuReader(Protocol):
+    """Lists the GPUs gpufleet's own DeviceTaintRules fence (KubeActuator)."""
+
+    def fenced_gpus(self) -> list[FencedGpu]: ...

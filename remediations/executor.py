@@ -1,7 +1,8 @@
 """Carrying out approved actions through the actuator, crash-safely and exactly once.
 
 For each approved action the runner re-checks the gates against the current view (pause, breaker,
-window, blast radius, rate, protection, ownership) and the caller's freshness check, claims it
+window, blast radius, rate, protection, ownership, and for a return to service the journal's
+diagnostic verdict: `remediations.validation`) and the caller's freshness check, claims it
 (`approved -> executing`, version-checked, with a lease), then for each plan step:
 
 1. asks the actuator to *pin* the intent (resolve pod UIDs) and journals the pinned intent and
@@ -37,6 +38,7 @@ from remediations.playbooks import PLAYBOOKS, Plan, VerifyStatus
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Actuation, Intent
+from remediations.validation import validation_for
 
 FreshnessCheck = Callable[[ActionRecord], str | None]
 """Right before acting: why the action is no longer needed (e.g. the finding is gone from current
@@ -198,6 +200,7 @@ class Executor:
         checks = [
             gates.protected(g.protected, plan, view),
             gates.ownership(plan),
+            gates.validated(plan, validation_for(self.store, plan)),
             gates.attempts(g.attempts, a.playbook, a.target, summary.ledger, now),
             *gates.execution_gates(g, plan, fleet, state, summary.ledger, now),
         ]

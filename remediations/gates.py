@@ -5,7 +5,7 @@ returns a `GateResult`; none reads a clock or a database. When in doubt the answ
 a person". The checklist comes from tools that made things worse: reset loops (NVSentinel #1543),
 restart loops (robusta #551), stale replays acting after a restart or a breaker reset (#1280,
 #450), a breaker whose denominator counted non-GPU nodes (#1228), undoing someone else's cordon
-(#1424).
+(#1424), nodes returned to service without validation (#1427).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from remediations.cluster_view import ClusterView
 from remediations.playbooks import Plan
 from remediations.policy import Attempts, BlastRadius, Gates, MaintenanceWindows, Protected
 from remediations.store.records import EngineState
+from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT
 
 
 class Outcome(StrEnum):
@@ -184,6 +185,77 @@ def ownership(plan: Plan) -> GateResult:
             "ownership", Outcome.DENY, f"{plan.target} was not changed by gpufleet; not undoing"
         )
     return _pass("ownership")
+
+
+def returns_to_service(plan: Plan) -> bool:
+    """Whether the plan takes back one of gpufleet's own fences: deletes a DeviceTaintRule,
+    uncordons, or removes the quarantine taint or label."""
+    for i in plan.intents:
+        if i.op in ("unfence_device", "uncordon"):
+            return True
+        if i.op == "untaint" and i.args.get("key") == QUARANTINE_TAINT:
+            return True
+        if i.op == "unlabel" and QUARANTINE_LABEL in (i.args.get("keys") or ()):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """One journaled diagnostic verdict on a node or GPU (`passed`, `failed`, or `waived` by a
+    person who vouches for it)."""
+
+    subject: str
+    """`node/<name>` or `gpu/<uuid>`."""
+    outcome: str
+    at: float
+    by: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """What the validation gate weighs for one plan's target, read from the journal."""
+
+    changed_at: float | None
+    """The latest thing gpufleet did to the target (fence, quarantine, drain, reset, reboot, a
+    replacement mark): a diagnostic must come after it."""
+    changed_by: str = ""
+    latest: Diagnosis | None = None
+    """The newest diagnostic that covers the target (a node's covers each of its GPUs)."""
+
+
+def validated(plan: Plan, v: Validation | None) -> GateResult:
+    """A GPU or node goes back to service only on a diagnostic that passed (or a person's
+    journaled waiver) after the latest fault or repair; anything else is refused (#1427)."""
+    if not returns_to_service(plan):
+        return _pass("validation")
+    if v is None or v.latest is None:
+        return GateResult(
+            "validation",
+            Outcome.DENY,
+            f"{plan.target}: no diagnostic has passed; a diagnostic must pass before it "
+            "returns to service",
+        )
+    d = v.latest
+    if v.changed_at is not None and d.at <= v.changed_at:
+        return GateResult(
+            "validation",
+            Outcome.DENY,
+            f"{plan.target}: no diagnostic has passed since {v.changed_by or 'its last change'} "
+            f"at {_utc(v.changed_at)} (the latest, {d.outcome} on {d.subject} at {_utc(d.at)}, "
+            "predates it)",
+        )
+    if d.outcome == "passed":
+        return _pass("validation", f"diagnostic passed on {d.subject} at {_utc(d.at)}")
+    if d.outcome == "waived":
+        return _pass("validation", f"diagnostic waived by {d.by} at {_utc(d.at)}: {d.note}")
+    return GateResult(
+        "validation",
+        Outcome.DENY,
+        f"{plan.target}: the latest diagnostic {d.outcome} at {_utc(d.at)} on {d.subject}; "
+        "it stays out of service",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from urllib3.exceptions import HTTPError
 
 from errors import PermanentError, TemporaryError
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
-from remediations.actuator_api import WriteContext
+from remediations.actuator_api import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.kube_jobs import JobStatus, KubeNodeJobs
@@ -199,6 +199,30 @@ class KubeActuator:
         ]
         return JobStatus(status.outcome, "; ".join([status.detail, *said[:1]]))
 
+    def fenced_gpus(self) -> list[FencedGpu]:
+        """The GPUs gpufleet's own DeviceTaintRules fence, with node, index and UUID (a rule
+        whose device no ResourceSlice publishes any more is left out)."""
+        try:
+            out = []
+            for r in self.dra.our_rules():
+                if r.driver is None or r.pool is None or r.device is None:
+                    continue
+                found = self.dra.device_info(r.driver, r.pool, r.device)
+                if found is not None:
+                    node, index, uuid = found
+                    out.append(
+                        FencedGpu(
+                            r.name, node, index, uuid, r.effect, dict(r.labels), dict(r.annotations)
+                        )
+                    )
+            return out
+        except ApiException as exc:
+            if exc.status == 404:
+                return []  # no resource.k8s.io/v1 DeviceTaintRules here: nothing fenced
+            raise _error(exc, "list gpufleet's device taint rules") from exc
+        except HTTPError as exc:
+            raise _error(exc, "list gpufleet's device taint rules") from exc
+
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
         """Nodes, pods and jobs from the live API (jobs by the operators' job-name labels)."""
         try:
@@ -360,6 +384,14 @@ class KubeActuator:
 
     def _op_unfence_device(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         return self.dra.delete_rule(str(a["rule"]))
+
+    def _op_label_device_rule(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
+        name = str(a["rule"])
+        have = self.dra.rule(name)
+        if have is None or not have.ours:
+            raise PermanentError(f"device taint rule {name} is absent or not gpufleet's")
+        self.dra.set_labels(name, dict(a["labels"]))
+        return f"labelled device taint rule {name} {sorted(a['labels'])}"
 
     def _op_label(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         self._patch_node(name, {"metadata": {"labels": dict(a["labels"])}}, ctx)

@@ -12,7 +12,7 @@ deleting one never touches a rule someone else made.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
@@ -44,6 +44,7 @@ class TaintRuleView:
     effect: str
     ours: bool
     annotations: Mapping[str, str]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def _view(r: Any) -> TaintRuleView:
@@ -61,6 +62,7 @@ def _view(r: Any) -> TaintRuleView:
         effect=taint.effect,
         ours=labels.get(MANAGED_BY) == "gpufleet",
         annotations=dict(meta.annotations or {}),
+        labels=labels,
     )
 
 
@@ -86,6 +88,29 @@ class DraClient:
                 if attr is not None and attr.string == gpu_uuid:
                     return DraDevice(spec.driver, spec.pool.name, d.name, spec.node_name)
         return None
+
+    def our_rules(self) -> list[TaintRuleView]:
+        """gpufleet's DeviceTaintRules (by the managed-by label)."""
+        rules = self.resource.list_device_taint_rule(label_selector=f"{MANAGED_BY}=gpufleet")
+        return [_view(r) for r in rules.items]
+
+    def device_info(self, driver: str, pool: str, device: str) -> tuple[str, int, str] | None:
+        """(node, `index`, `uuid`) of a published device, None when no slice publishes it."""
+        for s in self.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items:
+            spec = s.spec
+            if spec.pool.name != pool or not spec.node_name:
+                continue
+            for d in spec.devices or ():
+                attrs = d.attributes or {}
+                idx, uuid = attrs.get("index"), attrs.get("uuid")
+                if d.name != device or idx is None or idx.int is None or uuid is None:
+                    continue
+                return spec.node_name, int(idx.int), str(uuid.string)
+        return None
+
+    def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        """Merge labels into gpufleet's rule (None removes one); the taint is left as it is."""
+        self.resource.patch_device_taint_rule(name, {"metadata": {"labels": dict(labels)}})
 
     def rule(self, name: str) -> TaintRuleView | None:
         try:

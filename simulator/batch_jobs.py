@@ -3,7 +3,10 @@
 No pods are simulated for them: a Job starts when it is first seen (status.active, startTime)
 and completes `scenario.diagnostic_seconds` of scenario time later, succeeded or failed as the
 scenario's `diagnostics` says for the node it is pinned to (`spec.template.spec.nodeName`;
-unlisted nodes pass, a Job pinned to no existing node fails). Status fields and conditions are
+unlisted nodes pass, a Job pinned to no existing node fails). A Job whose command names GPUs
+(`dcgmi diag ... -i 2` or `-i 0,3`) takes its outcome from `gpu_diagnostics` (`<node>/<index>`)
+for those GPUs, falling back to the node's; a node-wide Job fails when any GPU of its node is
+listed as failing. Status fields and conditions are
 shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
 
 Repair Jobs (label `gpufleet.io/repair`) take `scenario.reset_seconds` instead, and their outcome
@@ -45,6 +48,33 @@ def _node_of(job: Obj) -> str | None:
 
 def _labels(job: Obj) -> dict[str, str]:
     return dict((job.get("metadata") or {}).get("labels") or {})
+
+
+def gpu_indices(job: Obj) -> list[int] | None:
+    """The GPUs `-i`/`--entity-id` names in the Job's first container command (None: all)."""
+    spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    cmd = [str(c) for c in containers[0].get("command") or ()]
+    for flag in ("-i", "--entity-id"):
+        if flag in cmd and cmd.index(flag) + 1 < len(cmd):
+            ids = cmd[cmd.index(flag) + 1].split(",")
+            return [int(i) for i in ids if i.strip().isdigit()]
+    return None
+
+
+def diag_result(scenario: Scenario, node: str, gpus: list[int] | None) -> DiagResult:
+    """The scenario's outcome for a diagnostic on `node` (all GPUs, or `gpus`)."""
+    own = scenario.diagnostics.get(node)
+    per_gpu = {
+        int(k.rpartition("/")[2]): v
+        for k, v in scenario.gpu_diagnostics.items()
+        if k.rpartition("/")[0] == node
+    }
+    if gpus is None:
+        failing = any(v is DiagResult.FAIL for v in per_gpu.values())
+        return own or (DiagResult.FAIL if failing else DiagResult.PASS)
+    results = [per_gpu.get(g, own or DiagResult.PASS) for g in gpus]
+    return DiagResult.FAIL if DiagResult.FAIL in results else DiagResult.PASS
 
 
 def _condition(type_: str, reason: str, message: str, at: str) -> Obj:
@@ -98,7 +128,7 @@ class BatchJobs:
         at = ko.rfc3339(wall)
         node = _node_of(job)
         exists = node is not None and self.store.get("nodes", "", node) is not None
-        result = self.scenario.diagnostics.get(node or "", DiagResult.PASS)
+        result = diag_result(self.scenario, node or "", gpu_indices(job))
         why = "diagnostics failed" if exists else f"node {node!r} does not exist"
         repair = _labels(job).get(REPAIR_LABEL)
         if repair and exists and node is not None:

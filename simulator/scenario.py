@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from errors import ConfigError
 from errors.config_files import load_model, validate
@@ -220,7 +220,20 @@ class Scenario(_Strict):
     confounders: list[Confounder] = Field(default_factory=list)
     diagnostics: dict[str, DiagResult] = Field(default_factory=dict)
     """Node -> outcome of a DCGM diagnostic Job (batch/v1) run on it; unlisted nodes pass."""
+    gpu_diagnostics: dict[str, DiagResult] = Field(default_factory=dict)
+    """`<node>/<index>` -> outcome of a diagnostic Job run on that one GPU (`dcgmi diag -i
+    <index>`); a node-wide Job on that node fails when any of its listed GPUs fails."""
     diagnostic_seconds: Duration = Field(default=120.0, ge=0)
+
+    @field_validator("gpu_diagnostics")
+    @classmethod
+    def _gpu_keys(cls, v: dict[str, DiagResult]) -> dict[str, DiagResult]:
+        for key in v:
+            node, _, idx = key.rpartition("/")
+            if not node or not idx.isdigit():
+                raise ValueError(f"keys to be <node>/<gpu index> (got {key!r})")
+        return v
+
     """Scenario seconds a diagnostic Job runs before it completes."""
     # ---- repairs gpufleet asks for (reset_gpu Jobs, reboot_node's sentinel); simulator.repairs
     reset_failures: list[

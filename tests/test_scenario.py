@@ -52,6 +52,17 @@ def test_unknown_model_lists_choices(tmp_path: Path) -> None:
     assert "'A100', 'H100' or 'H200'" in str(info.value)
 
 
+def test_gpu_diagnostics_keys_name_node_and_index(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: x\npools:\n  - {name: p, model: H100, nodes: 1}\ngpu_diagnostics: {p-0000: fail}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_scenario(bad)
+    assert str(bad) in str(info.value) and "gpu_diagnostics" in str(info.value)
+    assert "<node>/<gpu index> (got 'p-0000')" in str(info.value)
+
+
 def test_cli_version_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["version"]) == 0
     assert "gpufleet" in capsys.readouterr().out

@@ -9,7 +9,7 @@ remediations.kube_jobs), so every job goes through the same gates and journal as
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,9 @@ class JobContext:
     """Wait up to s wall seconds; True when the service is stopping (the job should return)."""
     metering: MeteringConfig | None = None
     """Prices, retention and labels for the daily report (the config's `metering:` section)."""
+    gpu_holders: Callable[[], Mapping[str, str] | None] | None = None
+    """GPU UUID -> the pod holding it, from the latest snapshot (dcgm-exporter's attribution);
+    None, or a None answer: unknown (the diagnostic job then leaves fenced GPUs alone)."""
 
 
 JobFunction = Callable[[JobContext, JobRequest], JobOutcome]

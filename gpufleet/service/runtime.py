@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
 from remediations.actuator_api import NodeJobs
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
@@ -78,6 +79,7 @@ class Service:
             parts.diagnostics,
             sleep=self.halt.wait,
             metering=parts.metering,
+            gpu_holders=self._gpu_holders,
         )
         self.jobs = ScheduledJobs(
             self.ctx,
@@ -112,6 +114,11 @@ class Service:
         # and is not stopping, like every other write.
         parts.loop.gate(self.may_act)
         parts.loop.on_acted(self._acted)
+
+    def _gpu_holders(self) -> Mapping[str, str] | None:
+        """GPU UUID -> pod from the latest cycle's snapshot (None before the first cycle)."""
+        snap = self.p.live.latest
+        return None if snap is None else ClusterView.from_snapshot(snap).pod_of_gpu
 
     def may_act(self) -> bool:
         return not self.halt.is_set() and self.is_leader()

@@ -11,6 +11,7 @@ carries gpufleet's managed-by label. Under `actuation: shadow` nothing is writte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -45,6 +46,8 @@ class RuleView(Protocol):
     def ours(self) -> bool: ...
     @property
     def device(self) -> str | None: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 @runtime_checkable
@@ -92,6 +95,11 @@ class FenceGpu(Playbook):
         if not isinstance(reader, DeviceTaintReader):
             return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
         for i in intents:
+            if i.op == "label_device_rule":
+                marked = _verify_labels(i, reader)
+                if marked is not None:
+                    return marked
+                continue
             if i.op != "fence_device":
                 continue
             name = str(i.args["rule"])
@@ -114,6 +122,17 @@ class FenceGpu(Playbook):
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return tuple(_unfence(i) for i in intents if i.op == "fence_device")
+
+
+def _verify_labels(i: Intent, reader: DeviceTaintReader) -> Verification | None:
+    """A replacement mark on gpufleet's rule (the fence stays): None when the labels are there."""
+    rule = reader.device_taint_rule(str(i.args["rule"]))
+    if rule is None or not rule.ours:
+        return Verification(VerifyStatus.FAILED, f"device taint rule {i.args['rule']} is gone")
+    for k, v in dict(i.args["labels"]).items():
+        if rule.labels.get(k) != v:
+            return Verification(VerifyStatus.PENDING, f"{i.args['rule']} lacks label {k}")
+    return None
 
 
 def _unfence(i: Intent) -> Intent:

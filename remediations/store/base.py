@@ -93,3 +93,13 @@ class StoreBase:
         if batch:
             with self.engine.begin() as conn:
                 conn.execute(insert(AuditRow), batch)
+
+    def audit_of(self, kind: str, targets: Iterable[str]) -> list[AuditRecord]:
+        """Audit rows of one kind about these targets, oldest first."""
+        q = select(AuditRow).where(
+            AuditRow.cluster == self.cluster,
+            AuditRow.kind == kind,
+            AuditRow.target.in_(list(targets)),
+        )
+        with Session(self.engine) as s:
+            return [audit_record(r) for r in s.scalars(q.order_by(AuditRow.id))]

@@ -280,3 +280,20 @@ def test_two_workers_at_once_send_each_message_once(rig, slack: SlackServer) -> 
         a.rt.run_outbox(T0 + 200 + 10 * k)
     texts = [c.body["text"] for c in slack.calls("chat.postMessage", ok_only=True)]
     assert len(texts) == 24 and len(set(texts)) == 24  # 8 posts, 8 thread lines, 8 prompts
+
+
+def test_a_needs_person_row_is_posted_to_the_default_channel(rig, slack: SlackServer) -> None:
+    """The diagnostic job's `needs_person` row (a GPU failed its diagnostic) reaches a person
+    through the outbox, like a pause or a tripped breaker, with no incident needed."""
+    r = rig()
+    r.cycle([], T0)
+    r.store.audit(
+        T0 + 1,
+        "needs_person",
+        "gpu/GPU-x on h100-0003 failed `dcgmi diag -r 2 -i 5`: marked for hardware replacement",
+        target="gpu/GPU-x",
+    )
+    r.cycle([], T0 + 30)
+    r.rt.run_outbox(T0 + 30)
+    (told,) = slack.calls("chat.postMessage")
+    assert told.body["text"].startswith(":wrench: gpu/GPU-x on h100-0003 failed")

@@ -30,6 +30,7 @@ from remediations.types import (
     REQUEST_ANNOTATION,
     ActionState,
 )
+from remediations.validation import record_diagnosis
 from tests.k8s_sim_support import Sim, annotations_of, labels_of, present, running_sim, spec
 from tests.remediations.helpers import finding as _finding
 from tests.remediations.helpers import live_policy
@@ -283,9 +284,11 @@ def test_request_reset_and_uncordon_what_we_cordoned(
     node = actuator.core.read_node("h100-0003")
     assert spec(node).unschedulable and annotations_of(node)[OWNER_ANNOTATION] == "gpufleet"
     assert annotations_of(node)[REQUEST_ANNOTATION] == "reset:GPU-9"
-    # later a (hypothetical) all-clear rule undoes gpufleet's own cordon
+    # later a (hypothetical) all-clear rule undoes gpufleet's own cordon, once a diagnostic
+    # has passed after the reset (the validation gate refuses any return without one)
     eng = DecisionJournal(policy, store, started_at=T0 - 60)
     later = T0 + 100
+    record_diagnosis(store, later - 1, "node/h100-0003", "passed", node="h100-0003")
     eng.cycle(
         [
             finding(

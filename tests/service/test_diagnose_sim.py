@@ -92,7 +92,7 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
     req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
     out = run_diagnose(ctx, req)
-    assert out.details["outcomes"] == {"h100-0001": "passed", "h100-0003": "failed"}
+    assert out.details["outcomes"] == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
 
     jobs = sim.cluster.store.objects("jobs", "gpufleet")[1]
     assert len(jobs) == 2
@@ -115,8 +115,12 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
         a.playbook: a.state.value for a in loop.engine.store.actions() if a.rule == "schedule:diag"
     }
     assert rules == {"uncordon": "done", "quarantine": "done"}
-    writes = [a.message for a in loop.engine.store.audit_log() if "gpufleet-diag-" in a.message]
+    log = loop.engine.store.audit_log()
+    writes = [a.message for a in log if a.kind == "k8s_write" and "gpufleet-diag-" in a.message]
     assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
+    verdicts = {a.target: a.detail["outcome"] for a in log if a.kind == "diagnostic"}
+    assert verdicts == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
+    assert [a.target for a in log if a.kind == "needs_person"] == ["node/h100-0003"]
 
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
     assert again.details["outcomes"] == {}

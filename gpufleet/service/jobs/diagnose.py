@@ -1,42 +1,62 @@
-"""`diagnose_and_return`: run DCGM diagnostics on quarantined nodes, then return the ones that
-pass to service and flag the ones that fail for hardware replacement.
+"""`diagnose_and_return`: run DCGM diagnostics on what gpufleet took out of service, then return
+what passes and mark what fails for hardware replacement.
 
-For each node carrying gpufleet's quarantine label (at most `max_nodes` per run) it creates a
-batch/v1 Job pinned to the node (`dcgmi diag -r 2`, image configurable) — named after the node
-and the quarantine action, so a re-run reads the same Job instead of starting another — and
-waits up to `wait` for its outcome (a Job still running is read again on the next run). Passed:
-an `uncordon` action removes exactly gpufleet's own taint and label and uncordons only if
-gpufleet cordoned. Failed: a `quarantine` action adds the replacement label; the node stays
-cordoned. Both are journaled and gated like any action (protection, ownership, pause, breaker,
-rate, attempts); the Job creation itself is journaled in the audit log before it is made, and
-nothing is created while automation is paused or the breaker is open. Under the policy's
-top-level `actuation: shadow` no Job is created: the audit log says which it would create.
+Two grains (`diagnose_targets`): nodes carrying gpufleet's quarantine label, and single GPUs that
+gpufleet's own DeviceTaintRules fence (once no pod holds the GPU, per the latest snapshot's
+DCGM pod attribution). Each gets a batch/v1 Job pinned to its node (`dcgmi diag -r 2`, or
+`dcgmi diag -r 2 -i <index>` for one GPU; image configurable), at most `max_nodes` new Jobs per
+run, and the run waits up to `wait` for outcomes (a Job still running is read again next run).
+
+Every verdict is journaled (`remediations.validation`: audit kind `diagnostic`) before anything
+follows from it; the journal, not this job, decides whether a return is allowed: the executor's
+validation gate refuses any return without a verdict that passed after gpufleet's latest change
+to that node or GPU. Passed (or waived by a person, `gpufleet diagnostics waive`): an `uncordon`
+action removes exactly gpufleet's taint and label and uncordons only if gpufleet cordoned, or an
+`unfence_gpu` action deletes gpufleet's rule. Failed: a replacement label on the node (it stays
+cordoned) or on the rule (its taint stays), and a `needs_person` audit row that the alerts
+outbox posts. A repair journaled after a verdict (a reset, a reboot: any action on the node or
+GPU) makes it wait for a new diagnostic. Actions are gated like any other (protection,
+ownership, validation, pause, breaker, rate, attempts); Job creation is audited before it is
+made, nothing is created while paused or with the breaker open, and under the policy's
+top-level `actuation: shadow` no Job is created (the audit log says which it would create).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from errors import GpufleetError
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
+from gpufleet.service.jobs.diagnose_targets import (
+    DIAG_NODE_LABEL,
+    REPLACEMENT_LABEL,
+    Target,
+    gpu_targets,
+    job_name,
+    node_targets,
+    since,
+)
 from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
-from remediations.actuator_api import NodeJobs
-from remediations.cluster_view import ClusterView, NodeView
-from remediations.playbooks import Plan
-from remediations.types import (
-    ACTION_ANNOTATION,
-    QUARANTINE_LABEL,
-    QUARANTINE_TAINT,
-    Intent,
-    stable_id,
-)
+from remediations.actuator_api import FencedGpuReader, NodeJobs
+from remediations.store import Store
+from remediations.types import stable_id
+from remediations.validation import current_verdict, in_flight, record_diagnosis
 
-REPLACEMENT_LABEL = "gpufleet.io/hardware-replacement"
-DIAG_NODE_LABEL = "gpufleet.io/diagnose-node"
+__all__ = [
+    "DIAG_NODE_LABEL",
+    "NEEDS_PERSON",
+    "REPLACEMENT_LABEL",
+    "DiagnoseParams",
+    "job_name",
+    "run_diagnose",
+]
+NEEDS_PERSON = "needs_person"
+"""Audit kind of a verdict a person must act on (the alerts outbox posts it)."""
 
 
 class DiagnoseParams(BaseModel):
@@ -44,113 +64,110 @@ class DiagnoseParams(BaseModel):
 
     image: str = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
     command: list[str] = Field(default_factory=lambda: ["dcgmi", "diag", "-r", "2"])
+    gpu_command: list[str] = Field(
+        default_factory=lambda: ["dcgmi", "diag", "-r", "2", "-i", "{index}"]
+    )
+    """For one fenced GPU; `{index}` becomes the GPU's index (its ResourceSlice `index`)."""
+    gpus: bool = True
+    """Also diagnose single GPUs fenced by gpufleet's DeviceTaintRules."""
     namespace: str = "gpufleet"
     """Where the diagnostic Jobs are created (the service's own namespace)."""
     max_nodes: int = Field(default=2, ge=1)
+    """New diagnostic Jobs per run (nodes and GPUs together)."""
     wait: Duration = Field(default=600.0, ge=0)
     """Wall seconds a run waits for outcomes; later outcomes are read by the next run."""
     poll: Duration = Field(default=5.0, gt=0)
     require_idle: bool = True
-    """Diagnose only nodes without workload pods (drained): dcgmi needs every GPU."""
+    """Diagnose only nodes without workload pods (drained: a node-wide dcgmi needs every GPU)
+    and GPUs no pod holds."""
 
 
-def job_name(node: str, action: str) -> str:
-    """A DNS-1123 name per node and quarantine: `gpufleet-diag-<node>-<hash>`."""
-    return f"gpufleet-diag-{node}"[:48].rstrip("-") + "-" + stable_id(node, action)[:8]
-
-
-def _candidates(view: ClusterView, require_idle: bool) -> tuple[list[NodeView], list[str]]:
-    nodes: list[NodeView] = []
-    notes: list[str] = []
-    for n in sorted(view.nodes.values(), key=lambda n: n.name):
-        if QUARANTINE_LABEL not in n.labels or REPLACEMENT_LABEL in n.labels:
-            continue
-        if require_idle:
-            busy = [p for p in view.pods_on(n.name) if p.owner_kind != "DaemonSet" and not p.mirror]
-            if busy:
-                notes.append(f"{n.name}: waits for {len(busy)} workload pod(s) to leave")
-                continue
-        nodes.append(n)
-    return nodes, notes
-
-
-def _return_plan(node: NodeView) -> Plan:
-    intents = (
-        Intent("untaint", node.name, {"key": QUARANTINE_TAINT}),
-        Intent("unlabel", node.name, {"keys": [QUARANTINE_LABEL]}),
-        Intent("uncordon", node.name, {"only_if_ours": True}),
-    )
-    return Plan(
-        "uncordon",
-        f"node/{node.name}",
-        intents,
-        False,
-        (node.name,),
-        undo=True,
-        owned=node.cordoned_by_us,
-    )
-
-
-def _replace_plan(node: NodeView, name: str) -> Plan:
-    label = Intent("label", node.name, {"labels": {REPLACEMENT_LABEL: name[-8:]}})
-    return Plan("quarantine", f"node/{node.name}", (label,), True, (node.name,))
-
-
-def _start(
-    ctx: JobContext, diag: NodeJobs, p: DiagnoseParams, node: NodeView, name: str, now: float
-) -> str:
+def _start(ctx: JobContext, diag: NodeJobs, p: DiagnoseParams, t: Target, now: float) -> str:
     store = ctx.loop.engine.store
-    if diag.exists(p.namespace, name):
+    if diag.exists(p.namespace, t.name):
         return "exists"
     store.audit(
         now,
         "k8s_write",
-        f"about to create diagnostic job {p.namespace}/{name} on {node.name}",
-        target=f"node/{node.name}",
-        detail={"op": "create_job", "name": name, "image": p.image, "command": p.command},
+        f"about to create diagnostic job {p.namespace}/{t.name} on {t.node}",
+        target=t.subject,
+        detail={"op": "create_job", "name": t.name, "image": p.image, "command": list(t.command)},
     )
-    did = diag.ensure(
-        p.namespace,
-        node.name,
-        name,
-        p.image,
-        list(p.command),
-        {DIAG_NODE_LABEL: node.name},
-        node.gpu_count,
-    )
-    store.audit(
-        now,
-        "k8s_write",
-        f"did create_job {p.namespace}/{name}: {did}",
-        target=f"node/{node.name}",
-    )
+    did = diag.ensure(p.namespace, t.node, t.name, p.image, list(t.command), dict(t.labels), t.gpus)
+    store.audit(now, "k8s_write", f"did create_job {p.namespace}/{t.name}: {did}", target=t.subject)
     return did
 
 
-def _shadow(
-    ctx: JobContext, p: DiagnoseParams, names: dict[str, str], lines: list[str]
-) -> JobOutcome:
+def _shadow(ctx: JobContext, p: DiagnoseParams, todo: list[Target], lines: list[str]) -> JobOutcome:
     """Shadow (the policy's top-level actuation): journal the diagnostic Jobs it would create,
     create none (a Job is a Kubernetes write), so no outcome and no action follows."""
     now = ctx.clock()
-    for node, name in names.items():
+    for t in todo:
         msg = (
-            f"shadow: would create diagnostic job {p.namespace}/{name} on {node} "
-            f"({' '.join(p.command)}); nothing written to Kubernetes"
+            f"shadow: would create diagnostic job {p.namespace}/{t.name} on {t.node} "
+            f"({' '.join(t.command)}); nothing written to Kubernetes"
         )
         ctx.loop.engine.store.audit(
             now,
             "decision",
             msg,
-            target=f"node/{node}",
-            detail={"op": "create_job", "name": name, "image": p.image, "shadow": True},
+            target=t.subject,
+            detail={"op": "create_job", "name": t.name, "image": p.image, "shadow": True},
         )
         lines.append(msg)
     return JobOutcome(
         True,
-        f"shadow: would diagnose {len(names)} node(s); nothing written to Kubernetes",
+        f"shadow: would diagnose {len(todo)} node(s) or GPU(s); nothing written to Kubernetes",
         {"nodes": lines, "outcomes": {}},
     )
+
+
+def _targets(ctx: JobContext, p: DiagnoseParams, now: float) -> tuple[list[Target], list[str]]:
+    loop = ctx.loop
+    store = loop.engine.store
+    with ctx.lock:
+        view = loop.actuator.cluster_view(now)
+    targets, notes = node_targets(store, view, p.command, p.require_idle)
+    if p.gpus and isinstance(loop.actuator, FencedGpuReader):
+        try:
+            fenced = loop.actuator.fenced_gpus()
+        except GpufleetError as exc:
+            return targets, [*notes, f"fenced GPUs not read ({exc})"]
+        holders = ctx.gpu_holders() if ctx.gpu_holders is not None else None
+        more, why = gpu_targets(store, fenced, holders, p.gpu_command, p.require_idle)
+        targets, notes = targets + more, notes + why
+    return targets, notes
+
+
+def _wait(
+    ctx: JobContext, diag: NodeJobs, p: DiagnoseParams, running: list[Target]
+) -> dict[str, str]:
+    outcomes: dict[str, str] = {}
+    deadline = time.monotonic() + p.wait
+    while True:
+        for t in running:
+            if t.subject not in outcomes:
+                got = diag.outcome(p.namespace, t.name)
+                if got is not None:
+                    outcomes[t.subject] = got
+        if len(outcomes) == len(running) or time.monotonic() >= deadline:
+            return outcomes
+        if ctx.sleep(min(p.poll, max(0.0, deadline - time.monotonic()))):
+            return outcomes
+
+
+def _journal_verdict(store: Store, t: Target, got: str, p: DiagnoseParams, now: float) -> None:
+    record_diagnosis(store, now, t.subject, got, node=t.node, job=f"{p.namespace}/{t.name}")
+    if got == "failed":
+        store.audit(
+            now,
+            NEEDS_PERSON,
+            f"{t.subject} on {t.node} failed `{' '.join(t.command)}` (job {p.namespace}/{t.name}): "
+            "kept out of service and marked for hardware replacement; a person must replace "
+            "or re-test it",
+            target=t.subject,
+            detail={"node": t.node, "job": t.name, "label": REPLACEMENT_LABEL},
+        )
 
 
 def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
@@ -165,66 +182,93 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     stop = gates.first_failure([gates.paused(state), gates.breaker(state)])
     if stop is not None:
         return JobOutcome(True, f"nothing diagnosed ({stop.gate}: {stop.reason})")
-    with ctx.lock:
-        view = loop.actuator.cluster_view(ctx.clock())
-    nodes, notes = _candidates(view, p.require_idle)
-    nodes = nodes[: p.max_nodes]
-    names = {n.name: job_name(n.name, n.annotations.get(ACTION_ANNOTATION, "")) for n in nodes}
-    lines = list(notes)
+    targets, lines = _targets(ctx, p, ctx.clock())
+    verdicts: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    todo: list[Target] = []
+    for t in targets:
+        busy = in_flight(store, t.subject, t.node)
+        if busy is not None:
+            lines.append(f"{t.subject}: waits for {busy.playbook} (action {busy.id}, {busy.state})")
+            continue
+        v = current_verdict(store, t.subject, t.node)
+        if v is not None:
+            verdicts[t.subject] = v.outcome
+            if v.outcome == "waived":
+                notes[t.subject] = f"diagnostic waived by {v.by} on {v.subject}: {v.note}"
+        elif len(todo) < p.max_nodes:
+            todo.append(t)
     if in_shadow(loop, req.name):
-        return _shadow(ctx, p, names, lines)
-    for n in nodes:
+        return _shadow(ctx, p, todo, lines)
+    running: list[Target] = []
+    for t in todo:
         try:
-            _start(ctx, diag, p, n, names[n.name], ctx.clock())
+            _start(ctx, diag, p, t, ctx.clock())
+            running.append(t)
         except GpufleetError as exc:
-            lines.append(f"{n.name}: diagnostic job not created ({exc})")
-            names.pop(n.name)
-    outcomes: dict[str, str] = {}
-    deadline = time.monotonic() + p.wait
-    while names.keys() - outcomes.keys():
-        for node, name in names.items():
-            if node not in outcomes:
-                got = diag.outcome(p.namespace, name)
-                if got is not None:
-                    outcomes[node] = got
-        if not names.keys() - outcomes.keys() or time.monotonic() >= deadline:
-            break
-        if ctx.sleep(min(p.poll, max(0.0, deadline - time.monotonic()))):
-            break
+            lines.append(f"{t.subject}: diagnostic job not created ({exc})")
+    outcomes = _wait(ctx, diag, p, running)
+    for t in running:
+        if t.subject not in outcomes:
+            lines.append(f"{t.subject}: diagnostics {t.name} still running")
+        elif since(store, t.subject, t.node) != t.since:
+            # gpufleet changed it while the Job ran (a reset, a reboot): the outcome speaks
+            # for the hardware before that change; the next run starts a Job of its own
+            lines.append(f"{t.subject}: {outcomes.pop(t.subject)} ignored, changed meanwhile")
+        else:
+            _journal_verdict(store, t, outcomes[t.subject], p, ctx.clock())
+            verdicts[t.subject] = outcomes[t.subject]
+    decided = [t for t in targets if t.subject in verdicts]
+    mine = _act(ctx, req.name, p, decided, verdicts, notes, lines)
+    return JobOutcome(
+        True,
+        f"{len(verdicts)} node(s) or GPU(s) with a verdict, {len(mine)} action(s) journaled",
+        {"nodes": lines, "outcomes": outcomes},
+    )
+
+
+def _act(
+    ctx: JobContext,
+    job: str,
+    p: DiagnoseParams,
+    decided: list[Target],
+    verdicts: Mapping[str, str],
+    notes: Mapping[str, str],
+    lines: list[str],
+) -> list[str]:
+    """Journal (through the gates) and carry out what each verdict calls for."""
+    loop = ctx.loop
     mine: list[str] = []
     with ctx.lock:
         now = ctx.clock()
         view = loop.actuator.cluster_view(now)
-        for node, name in names.items():
-            got = outcomes.get(node)
-            nv = view.nodes.get(node)
-            if got is None or nv is None:
-                lines.append(f"{node}: diagnostics {name} still running")
+        for t in decided:
+            got = verdicts[t.subject]
+            back = got in ("passed", "waived")
+            plan = t.back if back else t.replace
+            if plan.target_nodes and plan.target_nodes[0] not in view.nodes:
+                lines.append(f"{t.subject}: {got}, but node {t.node} is gone")
                 continue
-            plan = _return_plan(nv) if got == "passed" else _replace_plan(nv, name)
-            verdict = (
-                "returned to service" if got == "passed" else "labelled for hardware replacement"
-            )
             action, why = propose(
                 loop,
-                req.name,
-                stable_id("diag", name),
+                job,
+                stable_id("diag", t.name),
                 "diagnostics",
                 now,
                 plan,
                 view,
                 now,
-                reasons=(f"dcgmi diag -r 2 {got} on {node} (job {p.namespace}/{name})",),
+                reasons=(
+                    notes.get(t.subject)
+                    or f"`{' '.join(t.command)}` {got} on {t.subject} (job {p.namespace}/{t.name})",
+                ),
             )
             if action is None:
-                lines.append(f"{node}: {got}, not acted on ({'; '.join(why)})")
+                lines.append(f"{t.subject}: {got}, not acted on ({'; '.join(why)})")
                 continue
             mine.append(action.id)
-            lines.append(f"{node}: {got}: {verdict} (action {action.id})")
+            verdict = "returned to service" if back else "marked for hardware replacement"
+            lines.append(f"{t.subject}: {got}: {verdict} (action {action.id})")
         if mine:
             execute(loop, mine, view, now)
-    return JobOutcome(
-        True,
-        f"{len(names)} node(s) diagnosed, {len(mine)} action(s) journaled",
-        {"nodes": lines, "outcomes": outcomes},
-    )
+    return mine

@@ -29,6 +29,7 @@ from remediations.gates import Fleet
 from remediations.playbooks import PLAYBOOKS, BaseParams, NoPlan, Plan, Subject
 from remediations.store import ActionRecord
 from remediations.types import IncidentId, Mode, Verdict, action_id
+from remediations.validation import validation_for
 
 
 def rule_name(job: str) -> str:
@@ -68,6 +69,7 @@ def propose(
     results = gates.static_gates(
         g, plan, view, kind, summary.ledger, now, last_seen, engine.started_at
     )
+    results.append(gates.validated(plan, validation_for(store, plan)))
     results += gates.execution_gates(
         g, plan, Fleet.of(view, g.pool_label), store.engine_state(), summary.ledger, now
     )

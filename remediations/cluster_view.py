@@ -29,6 +29,11 @@ class NodeView:
     unschedulable: bool = False
     gpu_count: int = 0
     ready: bool = True
+    gpu_capacity: int | None = None
+    """`status.capacity["nvidia.com/gpu"]`; None when only metrics were seen (no node object)."""
+    gpu_allocatable: int | None = None
+    """`status.allocatable["nvidia.com/gpu"]`: below capacity once the device plugin has marked
+    a GPU Unhealthy (the kubelet then hands that GPU to no new pod)."""
 
     @property
     def is_gpu_node(self) -> bool:
@@ -86,6 +91,8 @@ class ClusterView:
     taken_at: float = 0.0
     pods_by_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Derived at construction when not given: node -> pod keys."""
+    gpus_of_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Node -> UUIDs of the GPUs its exporter reports (empty when the view has no metrics)."""
     complete: bool = True
     """False when the view was guessed from findings alone (no cluster data): the fleet's size is
     unknown, so the circuit breaker cannot compute its share and stays out of it."""
@@ -147,7 +154,17 @@ class ClusterView:
             for g, pi in enumerate(snap.gpus.pod_index)
             if pi != NO_INDEX
         }
-        return ClusterView(nodes, pods, jobs, pod_of_gpu, snap.taken_at)
+        gpus_of_node: dict[str, list[str]] = {}
+        for g, ni in enumerate(snap.gpus.node_index):
+            gpus_of_node.setdefault(snap.nodes[int(ni)].name, []).append(str(snap.gpus.uuid[g]))
+        return ClusterView(
+            nodes,
+            pods,
+            jobs,
+            pod_of_gpu,
+            snap.taken_at,
+            gpus_of_node={n: tuple(u) for n, u in gpus_of_node.items()},
+        )
 
 
 class ClusterReader(Protocol):

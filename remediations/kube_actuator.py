@@ -27,6 +27,7 @@ from remediations.actuator_api import WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.playbooks.drain import evictable
+from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.types import (
     ACTION_ANNOTATION,
     INCIDENT_ANNOTATION,
@@ -87,10 +88,16 @@ def pod_view(p: Any) -> PodView:
     )
 
 
+def _count(resources: Mapping[str, Any], name: str) -> int | None:
+    v = str(resources.get(name, ""))
+    return int(v) if v.isdigit() else None
+
+
 def node_view(n: Any) -> NodeView:
     meta = n.metadata
     labels = dict(meta.labels or {})
     alloc = (n.status.allocatable or {}) if n.status is not None else {}
+    cap = (n.status.capacity or {}) if n.status is not None else {}
     gpus = str(alloc.get("nvidia.com/gpu") or labels.get(GPU_COUNT_LABEL) or "0")
     conds = {c.type: c.status for c in (n.status.conditions or ())} if n.status else {}
     return NodeView(
@@ -101,6 +108,8 @@ def node_view(n: Any) -> NodeView:
         unschedulable=bool(n.spec.unschedulable),
         gpu_count=int(gpus) if gpus.isdigit() else 0,
         ready=conds.get("Ready", "Unknown") == "True",
+        gpu_capacity=_count(cap, "nvidia.com/gpu"),
+        gpu_allocatable=_count(alloc, "nvidia.com/gpu"),
     )
 
 
@@ -209,13 +218,23 @@ class KubeActuator:
             a["uids"] = uids
         elif intent.op == "evict_pods" and "pods" not in a:
             skip = frozenset(a.get("skip_namespaces") or ())
-            job = a.get("job")
+            job, only = a.get("job"), a.get("only")
             a["pods"] = [
                 [p.namespace, p.name, p.uid]
                 for p in self.pods_on_node(intent.target)
                 if evictable(p, bool(a.get("include_unmanaged")), skip)
                 and (not job or p.job == job)
+                and (only is None or p.key in only)
             ]
+        elif intent.op == "cordon_unless_withdrawn" and "cordon" not in a:
+            node = self._read_node(intent.target)
+            keep, why = keep_schedulable(node)
+            a.update(
+                cordon=not keep,
+                why=why,
+                capacity=node.gpu_capacity,
+                allocatable=node.gpu_allocatable,
+            )
         elif intent.op == "fence_device" and "device" not in a:
             self._pin_device(intent.target, a)
         return Intent(intent.op, intent.target, a)
@@ -270,6 +289,16 @@ class KubeActuator:
             ctx,
         )
         return "cordoned"
+
+    def _op_cordon_unless_withdrawn(
+        self, name: str, a: Mapping[str, Any], ctx: WriteContext
+    ) -> str:
+        """The pods-on-GPU grain's guard: the pinned verdict (journaled) says cordon or not."""
+        if "cordon" not in a:
+            raise PermanentError("cordon_unless_withdrawn was not pinned to the live node")
+        if a["cordon"]:
+            return f"{self._op_cordon(name, a, ctx)}: {a['why']}"
+        return f"left schedulable: {a['why']}"
 
     def _op_uncordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         node = self._read_node(name)

@@ -68,13 +68,15 @@ def running_sim(
     history: int = 2000,
     startup: float = 30.0,
     termination: float = 0.0,
+    dra: bool = True,
     **extra: Any,
 ) -> Iterator[Sim]:
+    """`dra=False`: a device-plugin cluster (no ResourceSlices, no DeviceTaintRules)."""
     sc = small_scenario(**extra)
     wall = ManualWall(time.time())
     clock = SimClock(sc.start, wall=wall)
     options = ClusterOptions(
-        startup_seconds=startup, history=history, termination_seconds=termination
+        startup_seconds=startup, history=history, termination_seconds=termination, dra=dra
     )
     cluster = SimCluster(sc, clock=clock, options=options)
     api = KubeApiServer(cluster, bookmark_interval=0.2).start()

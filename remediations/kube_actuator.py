@@ -27,6 +27,7 @@ from remediations.actuator_api import WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.playbooks.drain import evictable
+from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -228,7 +229,9 @@ class KubeActuator:
             ]
         elif intent.op == "cordon_unless_withdrawn" and "cordon" not in a:
             node = self._read_node(intent.target)
-            keep, why = keep_schedulable(node)
+            keep, why = keep_schedulable(
+                node, self.device_taint_rule(fence_rule_name(str(a["gpu"])))
+            )
             a.update(
                 cordon=not keep,
                 why=why,

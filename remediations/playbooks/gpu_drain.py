@@ -4,8 +4,9 @@ Only the pods holding the faulty GPU (the exporter's pod-to-GPU mapping, `pod_of
 evicted, through the `drain` playbook's policy/v1 machinery (PDBs, back-off inside a timeout,
 UIDs pinned and journaled before the write); the other pods on the node keep running.
 
-Whether the node stays schedulable is decided at the write, from the live node, because only
-the NVIDIA device plugin can keep a card from the next pod: it marks a GPU Unhealthy on a
+Whether the node stays schedulable is decided at the write, from the live node. On a DRA node
+a gpufleet DeviceTaintRule fencing the GPU (`fence_gpu`) keeps it from new claims. Otherwise
+only the NVIDIA device plugin can keep a card from the next pod: it marks a GPU Unhealthy on a
 critical XID (every XID but the application ones 13, 31, 43, 45, 68, 109, unless
 `DP_DISABLE_HEALTHCHECKS` says otherwise) and the node's allocatable `nvidia.com/gpu` drops
 below its capacity. Exactly one GPU withdrawn: the kubelet hands that card to no one, the node
@@ -29,12 +30,16 @@ from remediations.playbooks.base import (
     node_of,
 )
 from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
+from remediations.playbooks.fence import RuleView
 from remediations.types import Intent
 
 GUARD_OP = "cordon_unless_withdrawn"
 """Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin)."""
 NODE_LEVEL_KINDS = frozenset({"gpu_lost", "monitoring_gap"})
 """Kinds this grain refuses: the whole node is suspect (XID 79 class), or nothing is known."""
+NODE_LEVEL_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM"})
+"""NVIDIA's catalog actions that restart the machine (XID 79 fallen off the bus, 151): the
+node is the grain, not one GPU."""
 
 
 class GpuDrainParams(DrainParams):
@@ -43,11 +48,17 @@ class GpuDrainParams(DrainParams):
     faulty one (allocatable = capacity - 1); False: always cordon, as `drain` does."""
 
 
-def keep_schedulable(node: NodeView) -> tuple[bool, str]:
-    """(may the node stay schedulable, why), from its live capacity and allocatable GPUs.
+def keep_schedulable(node: NodeView, fence: RuleView | None = None) -> tuple[bool, str]:
+    """(may the node stay schedulable, why), from gpufleet's DeviceTaintRule for the GPU on a
+    DRA node (`fence`), else the node's live capacity and allocatable GPUs.
 
     The node object shows counts, not which card was withdrawn: one withdrawn GPU is taken to
     be the faulty one (the XID that raised this incident is the one the plugin saw)."""
+    if fence is not None and fence.ours and fence.effect in ("NoSchedule", "NoExecute"):
+        return True, (
+            f"gpufleet's DeviceTaintRule fences the GPU ({fence.effect}): no new claim gets "
+            "it, the node stays schedulable for the others"
+        )
     cap, alloc = node.gpu_capacity, node.gpu_allocatable
     if cap is None or alloc is None:
         return False, "the node reports no nvidia.com/gpu capacity: cordoned"
@@ -85,6 +96,12 @@ class EvictGpuPods(Playbook):
             return NoPlan(f"{subject.kind} incident names no GPU: drain the node instead")
         if subject.kind in NODE_LEVEL_KINDS:
             return NoPlan(f"{subject.kind} is a node-level fault: drain the node instead")
+        action = str(subject.evidence.get("nvidia_action") or "")
+        if action in NODE_LEVEL_ACTIONS:
+            return NoPlan(
+                f"XID {subject.evidence.get('xid')} calls for {action} (the whole machine): "
+                "drain the node instead"
+            )
         skip = frozenset(params.skip_namespaces)
         holder = view.pods.get(view.pod_of_gpu.get(uuid, ""))
         pods = [

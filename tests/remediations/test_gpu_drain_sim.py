@@ -195,3 +195,56 @@ def test_shadow_writes_nothing_and_node_level_faults_get_no_plan(
     lost = Subject(IncidentId("i1"), "gpu_lost", "critical", "XID 79", node=NODE, gpu_uuid=BAD)
     plan = pb.plan(lost, ClusterView({NODE: NodeView(NODE, gpu_count=8)}), pb.params({}))
     assert isinstance(plan, NoPlan) and plan.reason.startswith("gpu_lost is a node-level fault")
+
+
+def test_on_a_dra_node_a_fenced_gpu_keeps_the_node_schedulable(
+    tmp_path: Path, store: Store
+) -> None:
+    """DRA, no device-plugin health (allocatable 8 of 8): gpufleet's DeviceTaintRule (fenced
+    automatically, as gpu-grain.yaml does) is what keeps the GPU from new claims, so the guard
+    of the approved eviction leaves the node schedulable."""
+    rules = {
+        "hysteresis": {"open_after": 1},
+        "rules": [
+            {"name": "fence", "match": {"kinds": ["gpu_xid"]}, "playbook": "fence_gpu",
+             "mode": "auto"},
+            {"name": "pods", "match": {"kinds": ["gpu_xid"]}, "playbook": "evict_gpu_pods",
+             "mode": "approval"},
+        ],
+    }  # fmt: skip
+    with running_sim(tmp_path, dra=True) as sim:
+        act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+        policy = live_policy(rules)
+        eng = DecisionJournal(policy, store, started_at=T0 - 60)
+        eng.cycle([_finding()], exporter_view(sim, act, T0), T0)
+        runner = Executor(policy, store, act, owner="t", open_incidents=eng.open_incident_ids)
+        now = T0
+        for i in range(4):
+            if i == 1:
+                pending = next(a for a in store.actions() if a.playbook == "evict_gpu_pods")
+                eng.approve(pending.id, "alice", now)
+            now += 31
+            sim.advance(31)
+            runner.run(exporter_view(sim, act, now), now)
+        by = {a.playbook: a for a in store.actions()}
+        act.close()
+        assert by["fence_gpu"].state is ActionState.DONE, by["fence_gpu"]
+        pods = by["evict_gpu_pods"]
+        assert pods.state is ActionState.DONE, pods
+        guard = pods.plan[0].args
+        assert guard["cordon"] is False and "DeviceTaintRule" in str(guard["why"])
+        assert "serving/serve-1" in _on_node(sim)
+        assert all(1 not in gpus for gpus in _on_node(sim).values())
+
+
+def test_xid79_evidence_is_the_node_grain() -> None:
+    pb = PLAYBOOKS["evict_gpu_pods"]
+    view = ClusterView({NODE: NodeView(NODE, gpu_count=8)})
+    bus = Subject(
+        IncidentId("i1"), "gpu_xid", "critical", "XID 79", node=NODE, gpu_uuid=BAD,
+        evidence={"xid": 79, "nvidia_action": "RESTART_BM"},
+    )  # fmt: skip
+    plan = pb.plan(bus, view, pb.params({}))
+    assert isinstance(plan, NoPlan) and "RESTART_BM" in plan.reason
+    dbe = dataclasses.replace(bus, evidence={"xid": 48, "nvidia_action": "RESET_GPU"})
+    assert not isinstance(pb.plan(dbe, view, pb.params({})), NoPlan)

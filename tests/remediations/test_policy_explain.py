@@ -115,3 +115,23 @@ def test_explain_scheduled_jobs_follow_the_top_level_actuation(
     assert main(["policy", "explain", "--config", str(tmp_path / "gpufleet.yaml")]) == 0
     text = capsys.readouterr().out
     assert "schedule mw (maintenance_window, `0 2 * * sat` UTC):" in text
+
+
+def test_the_gpu_grain_example_says_which_grain_each_rule_repairs_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = Path(__file__).parents[2] / "remediations/policies/gpu-grain.yaml"
+    code, doc, _ = _explain(tmp_path, capsys, "", shipped.read_text())
+    assert code == 0 and doc["actuation"] == "shadow"
+    rules = {r["rule"]: r for r in doc["rules"]}
+    assert all(r["actuation"] == "shadow" for r in rules.values())
+    fence, pods = rules["fence-faulty-gpu"], rules["evict-pods-on-faulty-gpu"]
+    assert (
+        fence["playbook"] == "fence_gpu"
+        and "nvidia.com/dra-kubelet-plugin=true" in (fence["matches"])
+    )
+    assert "DeviceTaintRule" in fence["grain"] and fence["live_outcome"] == "acts automatically"
+    assert pods["playbook"] == "evict_gpu_pods" and "allocatable nvidia.com/gpu" in pods["grain"]
+    assert pods["live_outcome"] == "awaits approval"
+    assert rules["drain-node-level"]["matches"].startswith("gpu_lost")
+    assert rules["drain-node-level"]["grain"].startswith("the whole node")

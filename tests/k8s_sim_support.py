@@ -86,6 +86,23 @@ def running_sim(
         api.stop()
 
 
+def exporter_gpus(sim: Sim, node: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(GPU UUID -> `namespace/pod`, every GPU UUID) as the node's simulated dcgm-exporter page
+    labels them (`UUID`, `pod`, `namespace`): the collectors' pod-to-GPU mapping."""
+    from observer.scrape.exposition import parse_page
+    from simulator.engine import FleetSimulator
+    from simulator.metrics_server import LiveMetrics
+
+    metrics = LiveMetrics(FleetSimulator(sim.cluster.scenario, sim.cluster.layout), sim.cluster)
+    page = parse_page(metrics.node_page(node) or "")
+    pod_of_gpu = {
+        uuid: f"{labels['namespace']}/{labels['pod']}"
+        for uuid, labels in page.identity.items()
+        if labels.get("pod")
+    }
+    return pod_of_gpu, tuple(sorted(page.identity))
+
+
 # ---- the `kubernetes` client's models make every field optional; these narrow them in tests ----
 
 T = TypeVar("T")

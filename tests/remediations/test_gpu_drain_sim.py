@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from observer.scrape.exposition import parse_page
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
@@ -27,10 +26,8 @@ from remediations.playbooks import PLAYBOOKS, NoPlan, Subject
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, IncidentId
-from simulator.engine import FleetSimulator
 from simulator.layout import gpu_uuid
-from simulator.metrics_server import LiveMetrics
-from tests.k8s_sim_support import Sim, running_sim
+from tests.k8s_sim_support import Sim, exporter_gpus, running_sim
 from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0
@@ -69,17 +66,9 @@ def _rules(**params: object) -> dict[str, object]:
 
 def exporter_view(sim: Sim, act: KubeActuator, now: float) -> ClusterView:
     """The live API's nodes and pods, with GPU -> pod as the node's dcgm-exporter labels it."""
-    metrics = LiveMetrics(FleetSimulator(sim.cluster.scenario, sim.cluster.layout), sim.cluster)
-    page = parse_page(metrics.node_page(NODE) or "")
-    pod_of_gpu = {
-        uuid: f"{labels['namespace']}/{labels['pod']}"
-        for uuid, labels in page.identity.items()
-        if labels.get("pod")
-    }
+    pod_of_gpu, gpus = exporter_gpus(sim, NODE)
     view = act.cluster_view(now)
-    return dataclasses.replace(
-        view, pod_of_gpu=pod_of_gpu, gpus_of_node={NODE: tuple(sorted(page.identity))}
-    )
+    return dataclasses.replace(view, pod_of_gpu=pod_of_gpu, gpus_of_node={NODE: gpus})
 
 
 def _run(policy: Policy, store: Store, sim: Sim, kind: FindingKind = FindingKind.GPU_XID) -> tuple[

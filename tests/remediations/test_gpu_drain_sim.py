@@ -178,6 +178,7 @@ def test_shadow_writes_nothing_and_node_level_faults_get_no_plan(
         act.close()
         assert a.state is ActionState.SHADOW
         assert [i.op for i in a.plan] == ["cordon_unless_withdrawn", "evict_pods"]
+        assert "[only serving/serve-0; 7 other GPUs stay in service]" in (a.result or "")
         writes = {k: n for k, n in sim.api.request_counts().items() if k.startswith(WRITES)}
         assert writes == {} and _on_node(sim) == before
     pb = PLAYBOOKS["evict_gpu_pods"]

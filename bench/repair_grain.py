@@ -52,7 +52,6 @@ from simulator.layout import gpu_uuid
 from tests.k8s_sim_support import Sim, exporter_gpus, running_sim
 
 TITLE = "Repair grain: GPU-hours kept in service per fault (remediations/playbooks)"
-T0 = 1_700_000_000.0
 GPUS = 8
 LAYOUTS = {"h100-0000": "training (2 pods x 4 GPUs)", "h100-0001": "serving (2 x 2, 4 free)"}
 
@@ -116,15 +115,15 @@ def policy(grain: Grain) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def findings(f: FaultClass, node: str) -> list[Finding]:
+def findings(f: FaultClass, node: str, t0: float) -> list[Finding]:
     out = []
     for d in f.devices:
         uuid = gpu_uuid("small", node, d)
         ev = {"xid": f.xid, "nvidia_action": f.action}
-        out.append(Finding(f.kind, Severity.CRITICAL, f"{f.name} on {node} GPU {d}", T0, T0,
+        out.append(Finding(f.kind, Severity.CRITICAL, f"{f.name} on {node} GPU {d}", t0, t0,
                            node=node, gpu_uuid=uuid, evidence=ev))  # fmt: skip
         if f.xid == 79:
-            out.append(Finding(FindingKind.GPU_LOST, Severity.CRITICAL, f"GPU {d} lost", T0, T0,
+            out.append(Finding(FindingKind.GPU_LOST, Severity.CRITICAL, f"GPU {d} lost", t0, t0,
                                node=node, gpu_uuid=uuid, evidence=ev))  # fmt: skip
     return out
 
@@ -172,12 +171,13 @@ def one(f: FaultClass, grain: Grain, node: str) -> tuple[int, float]:
                     return dataclasses.replace(v, pod_of_gpu=pod_of_gpu, gpus_of_node={node: gpus})
 
                 t = time.perf_counter()
-                eng = DecisionJournal(pol, store, started_at=T0 - 60)
-                eng.cycle(findings(f, node), view(T0), T0)
+                t0 = sim.wall()  # the cluster's clock, as pod creation times use it
+                eng = DecisionJournal(pol, store, started_at=t0 - 60)
+                eng.cycle(findings(f, node, t0), view(t0), t0)
                 runner = Executor(
                     pol, store, act, owner="bench", open_incidents=eng.open_incident_ids
                 )
-                now = T0
+                now = t0
                 for _ in range(4):
                     now += 31
                     sim.advance(31)

@@ -58,6 +58,8 @@ class PodView:
     mirror: bool = False
     job: str | None = None
     """`namespace/name` of the job the pod is a rank of, if any."""
+    created: float | None = None
+    """`metadata.creationTimestamp` (epoch seconds); None when only metrics were seen."""
 
     @property
     def key(self) -> str:

@@ -86,6 +86,7 @@ def pod_view(p: Any) -> PodView:
         priority_class=spec.priority_class_name,
         mirror=MIRROR_ANNOTATION in (meta.annotations or {}),
         job=_job_of(meta.namespace, labels),
+        created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
     )
 
 
@@ -220,13 +221,21 @@ class KubeActuator:
         elif intent.op == "evict_pods" and "pods" not in a:
             skip = frozenset(a.get("skip_namespaces") or ())
             job, only = a.get("job"), a.get("only")
-            a["pods"] = [
-                [p.namespace, p.name, p.uid]
+            pods = [
+                p
                 for p in self.pods_on_node(intent.target)
                 if evictable(p, bool(a.get("include_unmanaged")), skip)
                 and (not job or p.job == job)
                 and (only is None or p.key in only)
             ]
+            seen = a.get("held_at")  # a pod created since is a replacement, not the holder
+            newer = [p.key for p in pods if seen and p.created is not None and p.created > seen]
+            if newer:
+                raise PermanentError(
+                    f"{', '.join(newer)} was replaced since the GPU's holder was seen: the new "
+                    "pod may not hold the GPU, so it is not evicted; decide again on fresh data"
+                )
+            a["pods"] = [[p.namespace, p.name, p.uid] for p in pods]
         elif intent.op == "cordon_unless_withdrawn" and "cordon" not in a:
             node = self._read_node(intent.target)
             keep, why = keep_schedulable(

@@ -70,8 +70,10 @@ def _remaining(i: Intent, reader: ClusterReader) -> list[PodView]:
     ]
     only = i.args.get("only")
     if only is not None:
-        pinned = {str(p[2]) for p in i.args.get("pods") or () if p[2]}
-        return [p for p in pods if p.key in only and (not pinned or p.uid in pinned)]
+        if "pods" not in i.args:  # not pinned yet
+            return [p for p in pods if p.key in only]
+        pinned = {str(p[2]) for p in i.args["pods"] if p[2]}
+        return [p for p in pods if p.key in only and p.uid in pinned]
     job = i.args.get("job")
     return [p for p in pods if p.job == job] if job else pods
 

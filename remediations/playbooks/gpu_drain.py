@@ -2,7 +2,9 @@
 
 Only the pods holding the faulty GPU (the exporter's pod-to-GPU mapping, `pod_of_gpu`) are
 evicted, through the `drain` playbook's policy/v1 machinery (PDBs, back-off inside a timeout,
-UIDs pinned and journaled before the write); the other pods on the node keep running.
+UIDs pinned and journaled before the write); the other pods on the node keep running. A pod
+of the same name created after the mapping was seen (`held_at`: a replacement while the action
+awaited approval, on which GPU nobody knows yet) fails the action instead: no guess is evicted.
 
 Whether the node stays schedulable is decided at the write, from the live node. On a DRA node
 a gpufleet DeviceTaintRule fencing the GPU (`fence_gpu`) keeps it from new claims. Otherwise
@@ -126,6 +128,7 @@ class EvictGpuPods(Playbook):
                 "gpu": uuid,
                 "gpus_in_service": in_service,
                 "pods_kept": kept_pods,
+                "held_at": view.taken_at or None,
             }
             intents.append(Intent("evict_pods", node, args))
         return Plan(

@@ -30,7 +30,6 @@ from simulator.layout import gpu_uuid
 from tests.k8s_sim_support import Sim, exporter_gpus, running_sim
 from tests.remediations.helpers import live_policy
 
-T0 = 1_700_000_000.0
 NODE = "h100-0001"
 BAD = gpu_uuid("small", NODE, 1)
 XID48 = {"kind": "xid48_dbe", "node": NODE, "gpu": 1, "start": "0s"}
@@ -44,13 +43,13 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def _finding(kind: FindingKind = FindingKind.GPU_XID) -> Finding:
+def _finding(t0: float, kind: FindingKind = FindingKind.GPU_XID) -> Finding:
     return Finding(
         kind=kind,
         severity=Severity.CRITICAL,
         summary=f"XID 48 (double bit ECC error) on {NODE} {BAD}",
-        first_seen=T0,
-        last_seen=T0,
+        first_seen=t0,
+        last_seen=t0,
         node=NODE,
         gpu_uuid=BAD,
     )
@@ -64,21 +63,22 @@ def _rules(**params: object) -> dict[str, object]:
     }  # fmt: skip
 
 
-def exporter_view(sim: Sim, act: KubeActuator, now: float) -> ClusterView:
+def exporter_view(sim: Sim, act: KubeActuator, now: float, node: str = NODE) -> ClusterView:
     """The live API's nodes and pods, with GPU -> pod as the node's dcgm-exporter labels it."""
-    pod_of_gpu, gpus = exporter_gpus(sim, NODE)
+    pod_of_gpu, gpus = exporter_gpus(sim, node)
     view = act.cluster_view(now)
-    return dataclasses.replace(view, pod_of_gpu=pod_of_gpu, gpus_of_node={NODE: gpus})
+    return dataclasses.replace(view, pod_of_gpu=pod_of_gpu, gpus_of_node={node: gpus})
 
 
 def _run(policy: Policy, store: Store, sim: Sim, kind: FindingKind = FindingKind.GPU_XID) -> tuple[
     ActionRecord, KubeActuator
 ]:  # fmt: skip
     act = KubeActuator.from_kubeconfig(sim.kubeconfig)
-    eng = DecisionJournal(policy, store, started_at=T0 - 60)
-    eng.cycle([_finding(kind)], exporter_view(sim, act, T0), T0)
+    t0 = sim.wall()  # the cluster's clock: pod creation times and the view's agree
+    eng = DecisionJournal(policy, store, started_at=t0 - 60)
+    eng.cycle([_finding(t0, kind)], exporter_view(sim, act, t0), t0)
     runner = Executor(policy, store, act, owner="sim-test", open_incidents=eng.open_incident_ids)
-    now = T0
+    now = t0
     for _ in range(3):
         now += 31
         sim.advance(31)
@@ -103,7 +103,7 @@ def test_the_exporter_labels_each_gpu_with_the_pod_the_cluster_placed_there(
 ) -> None:
     with running_sim(tmp_path, dra=False) as sim:
         act = KubeActuator.from_kubeconfig(sim.kubeconfig)
-        view = exporter_view(sim, act, T0)
+        view = exporter_view(sim, act, sim.wall())
         act.close()
         placed = {
             gpu_uuid("small", NODE, d): p.key
@@ -205,10 +205,11 @@ def test_on_a_dra_node_a_fenced_gpu_keeps_the_node_schedulable(
     with running_sim(tmp_path, dra=True) as sim:
         act = KubeActuator.from_kubeconfig(sim.kubeconfig)
         policy = live_policy(rules)
-        eng = DecisionJournal(policy, store, started_at=T0 - 60)
-        eng.cycle([_finding()], exporter_view(sim, act, T0), T0)
+        t0 = sim.wall()
+        eng = DecisionJournal(policy, store, started_at=t0 - 60)
+        eng.cycle([_finding(t0)], exporter_view(sim, act, t0), t0)
         runner = Executor(policy, store, act, owner="t", open_incidents=eng.open_incident_ids)
-        now = T0
+        now = t0
         for i in range(4):
             if i == 1:
                 pending = next(a for a in store.actions() if a.playbook == "evict_gpu_pods")
@@ -238,3 +239,46 @@ def test_xid79_evidence_is_the_node_grain() -> None:
     assert isinstance(plan, NoPlan) and "RESTART_BM" in plan.reason
     dbe = dataclasses.replace(bus, evidence={"xid": 48, "nvidia_action": "RESET_GPU"})
     assert not isinstance(pb.plan(dbe, view, pb.params({})), NoPlan)
+
+
+def test_a_holder_replaced_while_awaiting_approval_fails_the_action_untouched(
+    tmp_path: Path, store: Store
+) -> None:
+    """`ml/train-worker-0` held GPU 1 of h100-0000 at the decision; before a person approved, it
+    was replaced by a pod of the same name on the same node (h100-0001 and -0003 cordoned by
+    a person). Which GPUs the new pod holds nobody has seen yet: the eviction is refused."""
+    node, bad = "h100-0000", gpu_uuid("small", "h100-0000", 1)
+    rules = _rules()
+    rules["rules"][0]["mode"] = "approval"  # type: ignore[index]
+    rules["gates"] = {"blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100}}
+    policy = live_policy(rules)
+    with running_sim(tmp_path, dra=False) as sim:
+        act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+        try:
+            t0 = sim.wall()
+            f = dataclasses.replace(_finding(t0), node=node, gpu_uuid=bad)
+            eng = DecisionJournal(policy, store, started_at=t0 - 60)
+            eng.cycle([f], exporter_view(sim, act, t0, node), t0)
+            for other in ("h100-0001", "h100-0003"):
+                act.core.patch_node(other, {"spec": {"unschedulable": True}})
+            sim.advance(5)
+            act.core.delete_namespaced_pod("train-worker-0", "ml")  # replaced by its controller
+            sim.advance(31)
+            new = act.pod("ml", "train-worker-0")
+            assert new is not None and new.node == node and (new.created or 0) > t0
+            (a,) = store.actions()
+            eng.approve(a.id, "alice", t0 + 40)
+            runner = Executor(policy, store, act, owner="t", open_incidents=eng.open_incident_ids)
+            now = t0 + 40
+            for _ in range(2):
+                now += 31
+                sim.advance(31)
+                runner.run(exporter_view(sim, act, now, node), now)
+            (a,) = store.actions()
+            assert a.state is ActionState.FAILED and "was replaced" in (a.result or ""), a
+            still = act.pod("ml", "train-worker-0")
+            assert still is not None and still.uid == new.uid  # not evicted
+            guarded = act.node(node)
+            assert guarded is not None and guarded.unschedulable  # the guard's cordon stays
+        finally:
+            act.close()

@@ -154,7 +154,22 @@ class EvictGpuPods(Playbook):
         v = drain_verify(intents, reader)
         if v.status is not VerifyStatus.OK:
             return v
-        return Verification(VerifyStatus.OK, "the pods that held the GPU are gone")
+        return Verification(VerifyStatus.OK, _outcome(intents))
 
     # No rollback: a cordon this playbook made keeps the faulty GPU from the next pod; undoing
     # it after a failed eviction would hand the card out again (`drain` keeps its cordon too).
+
+
+def _outcome(intents: tuple[Intent, ...]) -> str:
+    """What stays in service, for the action's result (`gpufleet actions`, the dashboard)."""
+    guard = next((i for i in intents if i.op == GUARD_OP), None)
+    evict = next((i for i in intents if i.op == "evict_pods"), None)
+    cordoned = guard is None or bool(guard.args.get("cordon", True))
+    if evict is None:
+        return "no pod held the GPU; node " + ("cordoned" if cordoned else "schedulable")
+    only = ", ".join(evict.args.get("only") or ())
+    pods = ", ".join(evict.args.get("pods_kept") or ()) or "none"
+    if cordoned:
+        return f"evicted {only}; node cordoned: only the GPUs of the pods kept ({pods}) stay in use"
+    kept = len(evict.args.get("gpus_in_service") or ())
+    return f"evicted {only}; node schedulable: the other {kept} GPUs stay in service ({pods} kept)"

@@ -144,6 +144,10 @@ def test_xid48_evicts_only_the_pod_on_that_gpu_and_keeps_the_node_schedulable(
             assert serve0 is None or serve0.uid != before["serving/serve-0"]
             done = [r.message for r in store.audit_log() if r.kind == "k8s_write"]
             assert any("left schedulable: allocatable nvidia.com/gpu 7" in m for m in done)
+            assert a.result == (
+                "evicted serving/serve-0; node schedulable: the other 7 GPUs stay in service "
+                "(serving/serve-1 kept)"
+            )
         finally:
             act.close()
 

@@ -23,6 +23,7 @@ from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
 from remediations.playbooks import PLAYBOOKS, NoPlan, Subject
+from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, IncidentId
@@ -286,3 +287,21 @@ def test_a_holder_replaced_while_awaiting_approval_fails_the_action_untouched(
             assert guarded is not None and guarded.unschedulable  # the guard's cordon stays
         finally:
             act.close()
+
+
+@pytest.mark.parametrize(
+    ("capacity", "allocatable", "keep", "says"),
+    [
+        (8, 7, True, "withdrew the faulty GPU"),
+        (8, 8, False, "DP_DISABLE_HEALTHCHECKS"),
+        (8, 6, False, "2 GPUs withdrawn"),
+        (8, 0, False, "8 GPUs withdrawn"),  # the plugin lost NVML: every device unhealthy
+        (None, None, False, "no nvidia.com/gpu capacity"),
+    ],
+)
+def test_the_guard_keeps_the_node_schedulable_only_when_one_gpu_is_withdrawn(
+    capacity: int | None, allocatable: int | None, keep: bool, says: str
+) -> None:
+    node = NodeView(NODE, gpu_capacity=capacity, gpu_allocatable=allocatable)
+    verdict, why = keep_schedulable(node)
+    assert verdict is keep and says in why

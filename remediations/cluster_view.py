@@ -31,6 +31,11 @@ class NodeView:
     ready: bool = True
     boot_id: str = ""
     """`status.nodeInfo.bootID`: changes on every reboot (empty when unknown)."""
+    gpu_capacity: int | None = None
+    """`status.capacity["nvidia.com/gpu"]`; None when only metrics were seen (no node object)."""
+    gpu_allocatable: int | None = None
+    """`status.allocatable["nvidia.com/gpu"]`: below capacity once the device plugin has marked
+    a GPU Unhealthy (the kubelet then hands that GPU to no new pod)."""
 
     @property
     def is_gpu_node(self) -> bool:
@@ -55,6 +60,8 @@ class PodView:
     mirror: bool = False
     job: str | None = None
     """`namespace/name` of the job the pod is a rank of, if any."""
+    created: float | None = None
+    """`metadata.creationTimestamp` (epoch seconds); None when only metrics were seen."""
 
     @property
     def key(self) -> str:
@@ -88,6 +95,8 @@ class ClusterView:
     taken_at: float = 0.0
     pods_by_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Derived at construction when not given: node -> pod keys."""
+    gpus_of_node: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Node -> UUIDs of the GPUs its exporter reports (empty when the view has no metrics)."""
     complete: bool = True
     """False when the view was guessed from findings alone (no cluster data): the fleet's size is
     unknown, so the circuit breaker cannot compute its share and stays out of it."""
@@ -156,7 +165,18 @@ class ClusterView:
             for u, i in zip(snap.gpus.uuid, snap.gpus.device_index, strict=True)
             if i >= 0
         }
-        return ClusterView(nodes, pods, jobs, pod_of_gpu, snap.taken_at, gpu_index=gpu_index)
+        gpus_of_node: dict[str, list[str]] = {}
+        for g, ni in enumerate(snap.gpus.node_index):
+            gpus_of_node.setdefault(snap.nodes[int(ni)].name, []).append(str(snap.gpus.uuid[g]))
+        return ClusterView(
+            nodes,
+            pods,
+            jobs,
+            pod_of_gpu,
+            snap.taken_at,
+            gpu_index=gpu_index,
+            gpus_of_node={n: tuple(u) for n, u in gpus_of_node.items()},
+        )
 
 
 class ClusterReader(Protocol):

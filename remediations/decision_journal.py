@@ -30,7 +30,7 @@ from remediations.playbooks import Plan
 from remediations.policy import Policy, load_policy
 from remediations.store import ActionRecord, NewAction, Store
 from remediations.store.records import ActionBrief, EngineState
-from remediations.types import ActionState, Actuation, Verdict
+from remediations.types import ActionState, Actuation, Intent, Verdict
 
 COUNTED = frozenset(
     {
@@ -112,12 +112,21 @@ def shadow_result(d: ActionDecision) -> str:
             f"shadow: would ask a person to approve {d.playbook} on {d.target}; "
             "nothing written to Kubernetes"
         )
-    steps = ", ".join(f"{i.op} {i.target}" for i in (d.plan.intents if d.plan else ()))
+    steps = ", ".join(_step(i) for i in (d.plan.intents if d.plan else ()))
     return (
         f"shadow: would {d.playbook} {d.target}"
         + (f" ({steps})" if steps else "")
         + "; nothing written to Kubernetes"
     )[:1000]
+
+
+def _step(i: Intent) -> str:
+    """One intent as the shadow result names it; a partial drain also says what it keeps."""
+    kept = i.args.get("gpus_in_service")
+    if kept is None:
+        return f"{i.op} {i.target}"
+    only = ", ".join(i.args.get("only") or ())
+    return f"{i.op} {i.target} [only {only}; {len(kept)} other GPUs stay in service]"
 
 
 def view_from_findings(findings: Sequence[Finding]) -> ClusterView:

@@ -350,7 +350,9 @@ class _CycleDecisions:
         """The playbook's plan and the gates' verdict on it; None when there is nothing to
         decide (the plan is this incident's own pending action, or one that settled it)."""
         assert t.incident_id is not None
-        subject = Subject(t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job)
+        subject = Subject(
+            t.incident_id, t.kind, t.severity, t.summary, t.node, t.gpu_uuid, t.job, t.evidence
+        )
         planned = PLAYBOOKS[rule.playbook].plan(subject, self.view, self.params[ri])
         if isinstance(planned, NoPlan):
             return Verdict.DENY, (f"plan: {planned.reason}",), False, None, None

@@ -285,7 +285,16 @@ class Executor:
         ctx = WriteContext(a.id, a.incident_id, a.playbook, a.reasons[0] if a.reasons else "")
         while a.progress < len(a.plan):
             i = a.progress
-            intent = a.plan[i] if a.step_started == i else self.actuator.pin(a.plan[i])
+            try:
+                intent = a.plan[i] if a.step_started == i else self.actuator.pin(a.plan[i])
+            except TemporaryError as exc:  # pinning reads the cluster: retried next pass
+                self.store.audit(
+                    now, "k8s_write", f"pinning {a.plan[i].op} {a.plan[i].target} will be "
+                    f"retried: {exc}", action_id=a.id, target=a.plan[i].target,
+                )  # fmt: skip
+                return a
+            except PermanentError as exc:  # nothing was written for this step
+                return self._fail(a, now, f"{a.plan[i].op} {a.plan[i].target}: {exc}")
             plan = [*a.plan[:i], intent, *a.plan[i + 1 :]]
             journaled = self.store.update_action(
                 a,

@@ -18,6 +18,26 @@ from remediations.playbooks.reset import ResetParams
 from remediations.policy import Gates, Policy, Rule
 from remediations.types import Actuation, Mode
 
+GRAINS: dict[str, str] = {
+    "fence_gpu": (
+        "one GPU (a DRA DeviceTaintRule on its device): the node and its other GPUs stay in "
+        "service; needs resource.k8s.io/v1 and the NVIDIA DRA driver publishing the GPUs"
+    ),
+    "unfence_gpu": "one GPU (deletes gpufleet's own DeviceTaintRule for it)",
+    "evict_gpu_pods": (
+        "the pods on one GPU (device-plugin clusters, or DRA after fence_gpu): only the pods "
+        "holding it are evicted; the node stays schedulable only when the GPU is already kept "
+        "from new pods (gpufleet's DeviceTaintRule, or the device plugin withdrew it: "
+        "allocatable nvidia.com/gpu below capacity), else it is cordoned; node-level faults "
+        "(gpu_lost, XID 79) get no plan"
+    ),
+    "drain": "the whole node: cordoned and every evictable pod evicted (node-level faults)",
+    "quarantine": "the whole node: kept free of new work (cordon, taint, label)",
+    "cordon": "the whole node: kept free of new work",
+    "migrate": "one job's pods on the node, after cordoning the node",
+}
+"""The grain each playbook repairs at (GPU, pods on a GPU, node), as `policy explain` says it."""
+
 
 class Outcome(StrEnum):
     AUTOMATIC = "acts automatically"
@@ -37,6 +57,7 @@ class RuleExplanation:
     actuation: Actuation
     actuation_from: str
     why: tuple[str, ...]
+    grain: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +69,7 @@ class RuleExplanation:
             "actuation": self.actuation.value,
             "actuation_from": self.actuation_from,
             "why": list(self.why),
+            "grain": self.grain,
         }
 
 
@@ -143,8 +165,17 @@ def explain_rule(policy: Policy, rule: Rule, *, force_shadow: bool = False) -> R
                 "watching never act automatically; they await approval"
             )
         why += [f"budget: {b}" for b in _budgets(policy.gates, rule)]
+    grain = GRAINS.get(rule.playbook, "")
     return RuleExplanation(
-        rule.name, rule.playbook, _matches(rule), outcome, would, actuation, source, tuple(why)
+        rule.name,
+        rule.playbook,
+        _matches(rule),
+        outcome,
+        would,
+        actuation,
+        source,
+        tuple(why),
+        grain,
     )
 
 
@@ -167,6 +198,8 @@ def render(policy: Policy, source: str, explained: list[RuleExplanation]) -> str
         shadow = f" (shadow; live it {e.would.value})" if e.would is not e.outcome else ""
         lines.append(f"{e.rule}: {e.outcome.value.upper()}{shadow}")
         lines.append(f"    {e.playbook} on {e.matches}")
+        if e.grain and e.would is not Outcome.NOTIFY:
+            lines.append(f"    grain: {e.grain}")
         lines += [f"    {w}" for w in e.why]
     if not explained:
         lines.append("(no rules: incidents are tracked, nothing is decided)")

@@ -28,6 +28,8 @@ from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, Nod
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.kube_jobs import JobStatus, KubeNodeJobs
 from remediations.playbooks.drain import evictable
+from remediations.playbooks.fence import fence_rule_name
+from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_times
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -88,13 +90,20 @@ def pod_view(p: Any) -> PodView:
         priority_class=spec.priority_class_name,
         mirror=MIRROR_ANNOTATION in (meta.annotations or {}),
         job=_job_of(meta.namespace, labels),
+        created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
     )
+
+
+def _count(resources: Mapping[str, Any], name: str) -> int | None:
+    v = str(resources.get(name, ""))
+    return int(v) if v.isdigit() else None
 
 
 def node_view(n: Any) -> NodeView:
     meta = n.metadata
     labels = dict(meta.labels or {})
     alloc = (n.status.allocatable or {}) if n.status is not None else {}
+    cap = (n.status.capacity or {}) if n.status is not None else {}
     gpus = str(alloc.get("nvidia.com/gpu") or labels.get(GPU_COUNT_LABEL) or "0")
     conds = {c.type: c.status for c in (n.status.conditions or ())} if n.status else {}
     return NodeView(
@@ -106,6 +115,8 @@ def node_view(n: Any) -> NodeView:
         gpu_count=int(gpus) if gpus.isdigit() else 0,
         ready=conds.get("Ready", "Unknown") == "True",
         boot_id=(n.status.node_info.boot_id or "") if n.status and n.status.node_info else "",
+        gpu_capacity=_count(cap, "nvidia.com/gpu"),
+        gpu_allocatable=_count(alloc, "nvidia.com/gpu"),
     )
 
 
@@ -259,13 +270,33 @@ class KubeActuator:
             a["uids"] = uids
         elif intent.op == "evict_pods" and "pods" not in a:
             skip = frozenset(a.get("skip_namespaces") or ())
-            job = a.get("job")
-            a["pods"] = [
-                [p.namespace, p.name, p.uid]
+            job, only = a.get("job"), a.get("only")
+            pods = [
+                p
                 for p in self.pods_on_node(intent.target)
                 if evictable(p, bool(a.get("include_unmanaged")), skip)
                 and (not job or p.job == job)
+                and (only is None or p.key in only)
             ]
+            seen = a.get("held_at")  # a pod created since is a replacement, not the holder
+            newer = [p.key for p in pods if seen and p.created is not None and p.created > seen]
+            if newer:
+                raise PermanentError(
+                    f"{', '.join(newer)} was replaced since the GPU's holder was seen: the new "
+                    "pod may not hold the GPU, so it is not evicted; decide again on fresh data"
+                )
+            a["pods"] = [[p.namespace, p.name, p.uid] for p in pods]
+        elif intent.op == "cordon_unless_withdrawn" and "cordon" not in a:
+            node = self._read_node(intent.target)
+            keep, why = keep_schedulable(
+                node, self.device_taint_rule(fence_rule_name(str(a["gpu"])))
+            )
+            a.update(
+                cordon=not keep,
+                why=why,
+                capacity=node.gpu_capacity,
+                allocatable=node.gpu_allocatable,
+            )
         elif intent.op == "fence_device" and "device" not in a:
             self._pin_device(intent.target, a)
         elif intent.op == "mark_reboot" and "boot_id" not in a:
@@ -322,6 +353,16 @@ class KubeActuator:
             ctx,
         )
         return "cordoned"
+
+    def _op_cordon_unless_withdrawn(
+        self, name: str, a: Mapping[str, Any], ctx: WriteContext
+    ) -> str:
+        """The pods-on-GPU grain's guard: the pinned verdict (journaled) says cordon or not."""
+        if "cordon" not in a:
+            raise PermanentError("cordon_unless_withdrawn was not pinned to the live node")
+        if a["cordon"]:
+            return f"{self._op_cordon(name, a, ctx)}: {a['why']}"
+        return f"left schedulable: {a['why']}"
 
     def _op_uncordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         node = self._read_node(name)

@@ -68,13 +68,15 @@ def running_sim(
     history: int = 2000,
     startup: float = 30.0,
     termination: float = 0.0,
+    dra: bool = True,
     **extra: Any,
 ) -> Iterator[Sim]:
+    """`dra=False`: a device-plugin cluster (no ResourceSlices, no DeviceTaintRules)."""
     sc = small_scenario(**extra)
     wall = ManualWall(time.time())
     clock = SimClock(sc.start, wall=wall)
     options = ClusterOptions(
-        startup_seconds=startup, history=history, termination_seconds=termination
+        startup_seconds=startup, history=history, termination_seconds=termination, dra=dra
     )
     cluster = SimCluster(sc, clock=clock, options=options)
     api = KubeApiServer(cluster, bookmark_interval=0.2).start()
@@ -82,6 +84,23 @@ def running_sim(
         yield Sim(cluster, api, wall, api.write_kubeconfig(tmp_path / "kubeconfig"))
     finally:
         api.stop()
+
+
+def exporter_gpus(sim: Sim, node: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(GPU UUID -> `namespace/pod`, every GPU UUID) as the node's simulated dcgm-exporter page
+    labels them (`UUID`, `pod`, `namespace`): the collectors' pod-to-GPU mapping."""
+    from observer.scrape.exposition import parse_page
+    from simulator.engine import FleetSimulator
+    from simulator.metrics_server import LiveMetrics
+
+    metrics = LiveMetrics(FleetSimulator(sim.cluster.scenario, sim.cluster.layout), sim.cluster)
+    page = parse_page(metrics.node_page(node) or "")
+    pod_of_gpu = {
+        uuid: f"{labels['namespace']}/{labels['pod']}"
+        for uuid, labels in page.identity.items()
+        if labels.get("pod")
+    }
+    return pod_of_gpu, tuple(sorted(page.identity))
 
 
 # ---- the `kubernetes` client's models make every field optional; these narrow them in tests ----

@@ -15,6 +15,7 @@ from remediations.playbooks.base import (
 )
 from remediations.playbooks.drain import Drain, Migrate
 from remediations.playbooks.fence import FenceGpu, UnfenceGpu
+from remediations.playbooks.gpu_drain import EvictGpuPods
 from remediations.playbooks.node_state import Cordon, Quarantine, Uncordon
 from remediations.playbooks.reboot import RebootNode
 from remediations.playbooks.requests import RequestReboot, RequestReset
@@ -29,6 +30,7 @@ PLAYBOOKS: Mapping[str, Playbook] = {
         Quarantine(),
         Drain(),
         Migrate(),
+        EvictGpuPods(),
         RestartPod(),
         RestartJob(),
         RequestReset(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -41,6 +41,8 @@ class Subject:
     node: str | None = None
     gpu_uuid: str | None = None
     job: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    """The incident's latest evidence (e.g. gpu_xid's `xid` and `nvidia_action`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ def evictable(p: PodView, include_unmanaged: bool, skip: frozenset[str] = frozen
     return include_unmanaged or p.owner_kind is not None
 
 
-def _evict_args(params: DrainParams, job: str | None = None) -> dict[str, object]:
+def evict_args(params: DrainParams, job: str | None = None) -> dict[str, object]:
     return {
         "timeout": params.timeout,
         "grace_period": params.grace_period,
@@ -60,14 +60,33 @@ def _evict_args(params: DrainParams, job: str | None = None) -> dict[str, object
 
 
 def _remaining(i: Intent, reader: ClusterReader) -> list[PodView]:
+    """The intent's pods still on the node; with `only` (named pods), the pinned ones only: a
+    replacement under the same name is a new pod, not one left behind."""
     skip = frozenset(i.args.get("skip_namespaces") or ())
     pods = [
         p
         for p in reader.pods_on_node(i.target)
         if evictable(p, bool(i.args.get("include_unmanaged")), skip)
     ]
+    only = i.args.get("only")
+    if only is not None:
+        if "pods" not in i.args:  # not pinned yet
+            return [p for p in pods if p.key in only]
+        pinned = {str(p[2]) for p in i.args["pods"] if p[2]}
+        return [p for p in pods if p.key in only and p.uid in pinned]
     job = i.args.get("job")
     return [p for p in pods if p.job == job] if job else pods
+
+
+def drain_verify(intents: tuple[Intent, ...], reader: ClusterReader) -> Verification:
+    """OK when no pod an `evict_pods` intent covers is left on its node."""
+    for i in intents:
+        if i.op == "evict_pods":
+            left = _remaining(i, reader)
+            if left:
+                names = ", ".join(p.key for p in left[:5])
+                return Verification(VerifyStatus.PENDING, f"still on {i.target}: {names}")
+    return Verification(VerifyStatus.OK, "no evictable pods left on the node")
 
 
 class Drain(Playbook):
@@ -82,7 +101,7 @@ class Drain(Playbook):
             return node
         skip = frozenset(params.skip_namespaces)
         pods = [p for p in view.pods_on(node) if evictable(p, params.include_unmanaged, skip)]
-        intents = (Intent("cordon", node), Intent("evict_pods", node, _evict_args(params)))
+        intents = (Intent("cordon", node), Intent("evict_pods", node, evict_args(params)))
         return Plan(
             self.name,
             node_target(node),
@@ -96,13 +115,7 @@ class Drain(Playbook):
     def verify(
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
-        for i in intents:
-            if i.op == "evict_pods":
-                left = _remaining(i, reader)
-                if left:
-                    names = ", ".join(p.key for p in left[:5])
-                    return Verification(VerifyStatus.PENDING, f"still on {i.target}: {names}")
-        return Verification(VerifyStatus.OK, "no evictable pods left on the node")
+        return drain_verify(intents, reader)
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return ()
@@ -128,7 +141,7 @@ class Migrate(Playbook):
         if not pods:
             return NoPlan(f"job {job} has no pods on {node}")
         jv = view.jobs[job]
-        args = {**_evict_args(params, job), "selector": f"{jv.label}={jv.name}"}
+        args = {**evict_args(params, job), "selector": f"{jv.label}={jv.name}"}
         intents = (Intent("cordon", node), Intent("evict_pods", node, args))
         return Plan(
             self.name,

@@ -138,3 +138,23 @@ rules:
     assert "maintenance window" in why["boot"]  # reboot_node is in the default applies_to
     assert "waits until no pod holds the GPU" in why["reset"]
     assert "maintenance window" not in why["reset"] and "blast radius" not in why["reset"]
+
+
+def test_the_gpu_grain_example_says_which_grain_each_rule_repairs_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shipped = Path(__file__).parents[2] / "remediations/policies/gpu-grain.yaml"
+    code, doc, _ = _explain(tmp_path, capsys, "", shipped.read_text())
+    assert code == 0 and doc["actuation"] == "shadow"
+    rules = {r["rule"]: r for r in doc["rules"]}
+    assert all(r["actuation"] == "shadow" for r in rules.values())
+    fence, pods = rules["fence-faulty-gpu"], rules["evict-pods-on-faulty-gpu"]
+    assert (
+        fence["playbook"] == "fence_gpu"
+        and "nvidia.com/dra-kubelet-plugin=true" in (fence["matches"])
+    )
+    assert "DeviceTaintRule" in fence["grain"] and fence["live_outcome"] == "acts automatically"
+    assert pods["playbook"] == "evict_gpu_pods" and "allocatable nvidia.com/gpu" in pods["grain"]
+    assert pods["live_outcome"] == "awaits approval"
+    assert rules["drain-node-level"]["matches"].startswith("gpu_lost")
+    assert rules["drain-node-level"]["grain"].startswith("the whole node")

@@ -48,6 +48,9 @@ NVLINK_LIMIT_PER_S = gpu_interconnect.Params().nvlink_crc_per_second
 PCIE_LIMIT_PER_MIN = gpu_interconnect.Params().pcie_replays_per_minute
 THROTTLE_LIMIT_S = gpu_throttle.Params().min_seconds
 THROTTLE_CLOCK_LIMIT_PCT = 100.0 * gpu_throttle.Params().clock_drop
+BRAKE_CLOCK_LIMIT_PCT = 100.0 * gpu_throttle.Params().brake_drop
+"""Without reason bits a cool GPU's slow clock is a power brake only from this cut on (a
+software power cap looks the same below it); a hot one is thermal from `clock_drop`."""
 THROTTLE_KINDS = frozenset({"thermal_throttle", "power_brake"})
 
 
@@ -74,7 +77,10 @@ def fault_size(
         return FaultSize(seconds, "s episode", THROTTLE_LIMIT_S)
     if kind in THROTTLE_KINDS:
         drop = round(throttle_clock_drop_pct(kind, sev, fault.get("model")), 1)
-        return FaultSize(drop, "% clock drop", THROTTLE_CLOCK_LIMIT_PCT)
+        hot = kind == "thermal_throttle"
+        return FaultSize(
+            drop, "% clock drop", THROTTLE_CLOCK_LIMIT_PCT if hot else BRAKE_CLOCK_LIMIT_PCT
+        )
     if kind == "straggler":
         slower = round(100.0 * STRAGGLER_SLOWDOWN * sev, 2)
         return FaultSize(slower, "% slower", STRAGGLER_LIMIT_PCT)

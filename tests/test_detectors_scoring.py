@@ -227,6 +227,8 @@ def test_throttle_faults_are_sized_by_episode_length_or_by_clock_drop() -> None:
     assert 17.0 < mild.value < 19.0  # type: ignore[operator]
     brake = fault_size({"kind": "power_brake", "severity": 1.0, "model": "H100"}, 30.0, False)
     assert brake.above_limit and 55.0 < brake.value < 60.0  # type: ignore[operator]
+    mild_brake = fault_size({"kind": "power_brake", "severity": 0.5}, 30.0, False)
+    assert (mild_brake.limit, mild_brake.above_limit) == (40.0, False)  # a cap looks the same
 
 
 def test_a_mild_power_brake_caps_the_clock_and_never_raises_power() -> None:

@@ -4,7 +4,7 @@ A throttled GPU in a synchronous job really is its job's straggler (the clock cu
 step), so both detectors are right, and without this a person got two incidents for one cause:
 "cooling on GPU 5" (cordon, notify) and "GPU 5 paces job ml/t3" (migrate, approval). The cause
 is the actionable one. So while gpu_throttle reports a GPU, and for `EXPLAINED_FOR` seconds after
-(a straggler's evidence drains for up to ~4 minutes once its cause ends), a straggler finding on
+(a straggler's evidence drains for 4-6 minutes once its cause ends), a straggler finding on
 that GPU is kept but lowered to info, with `explained_by` in its evidence; the throttle finding
 carries the job it paces (`paces_job`) and says so in its summary. A straggler raised before
 the throttle was (a throttle the detector cannot see: no reason bits and no visible cause)
@@ -19,8 +19,11 @@ from types import MappingProxyType
 
 from detectors.findings import Finding, FindingKind, Severity
 
-EXPLAINED_FOR = 300.0
-"""Seconds after gpu_throttle last reported a GPU during which a straggler on it is explained."""
+EXPLAINED_FOR = 600.0
+"""Seconds after gpu_throttle last reported a GPU during which a straggler on it is explained.
+The straggler's CUSUM drains at ~k = 0.035 gap-seconds per second from h = 8.4 (4 min), longer
+where the GPU's own offsets leave a small gap: measured 315 s after a power brake ended in
+eval/suite/mixed-1024-15s. A straggler still there 10 minutes on has another cause."""
 
 
 def fold_explained(

@@ -43,12 +43,12 @@ class FaultSize:
 
 
 NOVEL_KINDS = frozenset(k.value for k in NOVEL_FAULTS)
-STRAGGLER_LIMIT_PCT = 100.0 * straggler.Params().min_gap
+STRAGGLER_LIMIT_PCT = round(100.0 * straggler.Params().min_gap, 6)  # 7.000000000000001 otherwise
 NVLINK_LIMIT_PER_S = gpu_interconnect.Params().nvlink_crc_per_second
 PCIE_LIMIT_PER_MIN = gpu_interconnect.Params().pcie_replays_per_minute
 THROTTLE_LIMIT_S = gpu_throttle.Params().min_seconds
-THROTTLE_CLOCK_LIMIT_PCT = 100.0 * gpu_throttle.Params().clock_drop
-BRAKE_CLOCK_LIMIT_PCT = 100.0 * gpu_throttle.Params().brake_drop
+THROTTLE_CLOCK_LIMIT_PCT = round(100.0 * gpu_throttle.Params().clock_drop, 6)
+BRAKE_CLOCK_LIMIT_PCT = round(100.0 * gpu_throttle.Params().brake_drop, 6)
 """Without reason bits a cool GPU's slow clock is a power brake only from this cut on (a
 software power cap looks the same below it); a hot one is thermal from `clock_drop`."""
 THROTTLE_KINDS = frozenset({"thermal_throttle", "power_brake"})

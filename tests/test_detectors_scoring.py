@@ -258,3 +258,10 @@ def test_a_mild_power_brake_caps_the_clock_and_never_raises_power() -> None:
     assert during[power][1] <= before[power][1] * 1.05  # mild: no more power than before
     assert during[power][2] < 0.6 * before[power][2]  # full brake: power far below load
     assert during["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][1] == 0x80
+
+
+def test_a_straggler_exactly_at_the_limit_is_above_it() -> None:
+    """100 * 0.07 is 7.000000000000001 in floating point; 7 % slower must still count."""
+    from evaluation.fault_size import fault_size
+
+    assert fault_size({"kind": "straggler", "severity": 0.28}).above_limit

@@ -182,18 +182,19 @@ NEEDS = Needs(
     ((THROTTLE, SM_CLOCK),),
     (THROTTLE, SM_CLOCK, UTIL, GPU_TEMP),
     {
-        THROTTLE: "no clock-event reasons: infers throttling from the SM clock below its "
-        "model peers while busy; the cause (thermal, power brake) is read from temperature "
-        "and power, not from the reason bits",
+        THROTTLE: "no clock-event reasons: infers throttling from the SM clock 20 % below its "
+        "model peers while busy, with a cause: 10 C hotter than them (thermal) or a 40 % cut "
+        "(brake); a cool GPU 20-40 % slow is not told from a software power cap",
         SM_CLOCK: "reason bits only: a slow clock with no reason bit is unseen",
         UTIL: "cannot tell busy from idle GPUs: clock comparisons skipped",
-        GPU_TEMP: "no temperature in the evidence",
+        GPU_TEMP: "no temperature: without reason bits too, only clock cuts of 40 % or more "
+        "(a brake) are seen, a thermal slowdown is not told from a power cap",
     },
     {
         THROTTLE: (SM_CLOCK, UTIL, GPU_TEMP, POWER),
         SM_CLOCK: (THROTTLE,),
         UTIL: (),
-        GPU_TEMP: (),
+        GPU_TEMP: (SM_CLOCK,),
     },
 )
 """The fields this detector reads, for detectors.coverage: what it needs to run at all,

@@ -7,7 +7,11 @@ the load (an idle GPU cannot reach a thermal slowdown unless its cooling has fai
 brake is an external signal), but only when they hold: power brake and slowdown bits flap on
 transients (NVSentinel #1447), so a leaky persistence counter must reach `min_seconds` first.
 Where the reasons field is not collected (it is off in dcgm-exporter's defaults), an SM clock
-20 % below the median of busy GPUs of the same model stands in.
+20 % below the median of busy GPUs of the same model stands in, but only with a cause the
+exporter does show: the GPU 10 C hotter than those peers (thermal), or its clock cut by 40 % or
+more (a power brake slams clocks down). A software power cap lowers clocks too, with no reason
+bit to say so, and leaves the GPU cool: measured on eval/sweeps/sweep-throttle-clock-30s, a
+job capped at 60 % of TDP read 18-20 % below its peers and drew 22 false warnings without this.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from detectors.signals import (
 )
 from detectors.state import GpuCycleState, align, gpu_keys
 from observer.fleet.catalog import HARMFUL_CLOCK_EVENTS, ClockEventReason
-from observer.fleet.model import FleetSnapshot
+from observer.fleet.model import BoolArray, FleetSnapshot, FloatArray, IntArray
 
 _ACTIONS = {
     ClockEventReason.HW_POWER_BRAKE: "check the node's power delivery (PSU, power brake signal)",
@@ -55,6 +59,12 @@ class Params:
     clocks under load spread by a few percent; a 20 % drop is a thermal or power limit."""
     min_peers: int = 8
     """The clock fallback needs at least 8 busy GPUs of the same model to form a baseline."""
+    hot_margin_c: float = 10.0
+    """Clock fallback, thermal cause: the GPU this much hotter than its model's busy median.
+    Persistent slot and silicon offsets spread busy GPUs by ~±5 C."""
+    brake_drop: float = 0.4
+    """Clock fallback, power-brake cause: the clock this far below the busy median. A brake
+    cuts clocks toward idle; a software cap at half of TDP costs ~25 %."""
     max_age_intervals: float = 2.5
 
 
@@ -76,6 +86,7 @@ def detect(
     util = value(snapshot, UTIL, now, age)
     clock = value(snapshot, SM_CLOCK, now, age)
     reasons = value(snapshot, THROTTLE, now, age)
+    temp = value(snapshot, GPU_TEMP, now, age)
     busy = (
         np.nan_to_num(util, nan=0.0) >= params.busy_util
         if util is not None
@@ -99,11 +110,13 @@ def detect(
         baseline = med[np.clip(g.model_index, 0, max(n_models - 1, 0))] if n_models else baseline
         with np.errstate(invalid="ignore"):
             slow = busy & ~has_bits & (clock < (1.0 - params.clock_drop) * baseline)
+            slow &= _hot(temp, peers, g.model_index, n_models, params) | (
+                clock < (1.0 - params.brake_drop) * baseline
+            )
     flagged |= slow
     acc = persist(cur["acc"], flagged, dt, params.min_seconds)
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
     onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
-    temp = value(snapshot, GPU_TEMP, now, age)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
         names = [r.name or "" for r in ClockEventReason if int(r) & int(harmful[i])]
@@ -147,22 +160,41 @@ def detect(
     return findings, State(cur.replace(acc=acc, onset=onset), now)
 
 
+def _hot(
+    temp: FloatArray | None,
+    peers: IntArray,
+    model_index: IntArray,
+    n_models: int,
+    params: Params,
+) -> BoolArray:
+    """GPUs `hot_margin_c` hotter than the busy median of their model (none without temps)."""
+    n = len(model_index)
+    if temp is None or n_models == 0:
+        return np.zeros(n, dtype=bool)
+    med = group_median(temp, peers, n_models)
+    base = med[np.clip(model_index, 0, n_models - 1)]
+    with np.errstate(invalid="ignore"):
+        hot: BoolArray = temp >= base + params.hot_margin_c
+    return hot
+
+
 NEEDS = Needs(
     ((THROTTLE, SM_CLOCK),),
     (THROTTLE, SM_CLOCK, UTIL, GPU_TEMP),
     {
-        THROTTLE: "no clock-event reasons: infers throttling from the SM clock below its "
-        "model peers while busy; the cause (thermal, power brake) is read from temperature "
-        "and power, not from the reason bits",
+        THROTTLE: "no clock-event reasons: infers throttling from the SM clock 20 % below its "
+        "model peers while busy, with a cause: 10 C hotter than them (thermal) or a 40 % cut "
+        "(brake); a cool GPU 20-40 % slow is not told from a software power cap",
         SM_CLOCK: "reason bits only: a slow clock with no reason bit is unseen",
         UTIL: "cannot tell busy from idle GPUs: clock comparisons skipped",
-        GPU_TEMP: "no temperature in the evidence",
+        GPU_TEMP: "no temperature: without reason bits too, only clock cuts of 40 % or more "
+        "(a brake) are seen, a thermal slowdown is not told from a power cap",
     },
     {
         THROTTLE: (SM_CLOCK, UTIL, GPU_TEMP, POWER),
         SM_CLOCK: (THROTTLE,),
         UTIL: (),
-        GPU_TEMP: (),
+        GPU_TEMP: (SM_CLOCK,),
     },
 )
 """The fields this detector reads, for detectors.coverage: what it needs to run at all,

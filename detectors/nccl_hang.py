@@ -48,7 +48,7 @@ class Params:
     util_pinned: float = 90.0
     """A resident NCCL spin kernel keeps utilisation >= 90 %."""
     compute_idle: float = 0.05
-    """Tensor pipe (graphics engine where tensor is not collected) <= 5 %: no math is running.
+    """Tensor pipe <= 5 %: no math is running (where it is not collected, power alone says so).
     Evaluation keeps ~30 % tensor activity, real training 40-70 %."""
     power_fraction: float = 0.5
     """Power <= half of the job's own computing power (its learned baseline): a spin kernel
@@ -96,7 +96,11 @@ class _JobReadings:
 
     util: np.ndarray
     compute: np.ndarray | None
-    """Tensor pipe activity, the graphics engine where tensor is not collected."""
+    """Tensor pipe activity (None where it is not collected: the graphics engine cannot stand
+    in, a resident spin kernel keeps it ~1.0 on real hardware)."""
+    activity: np.ndarray | None
+    """What says the job computes, to learn its power baseline: tensor, else the graphics
+    engine, else utilisation (0..1)."""
     power: np.ndarray | None
     nvlink: np.ndarray | None
     job: np.ndarray
@@ -135,14 +139,19 @@ def _readings(
     if util is None or n_jobs == 0:
         return None
     compute = value(snapshot, TENSOR_ACTIVE, now, age)
-    if compute is None or np.all(np.isnan(compute)):
-        compute = value(snapshot, GR_ACTIVE, now, age)
+    if compute is not None and np.all(np.isnan(compute)):
+        compute = None
+    activity = compute
+    if activity is None:
+        gr = value(snapshot, GR_ACTIVE, now, age)
+        activity = gr if gr is not None and not np.all(np.isnan(gr)) else util / 100.0
     in_job = g.job_index >= 0
     job = np.where(in_job, g.job_index, NO_INDEX).astype(np.int32)
     fresh = in_job & ~np.isnan(util)
     return _JobReadings(
         util=util,
         compute=compute,
+        activity=activity,
         power=value(snapshot, POWER, now, age),
         nvlink=rate(snapshot, NVLINK_BW, now, age),
         job=job,
@@ -158,9 +167,16 @@ def _signature(r: _JobReadings, power_baseline: np.ndarray, params: Params) -> _
     spinning = r.fresh & (r.util >= params.util_pinned)
     if r.compute is not None:
         spinning &= np.nan_to_num(r.compute, nan=1.0) <= params.compute_idle
-    if r.power is not None:
-        with np.errstate(invalid="ignore"):  # an unknown baseline passes
-            spinning &= ~(r.power > params.power_fraction * power_baseline[r.job_row])
+        if r.power is not None:
+            with np.errstate(invalid="ignore"):  # an unknown baseline passes
+                spinning &= ~(r.power > params.power_fraction * power_baseline[r.job_row])
+    elif r.power is not None:
+        # No tensor pipe: near-idle power against the job's learned computing power is the
+        # only no-math evidence left, so a job whose baseline is not known yet is not judged.
+        with np.errstate(invalid="ignore"):
+            spinning &= r.power <= params.power_fraction * power_baseline[r.job_row]
+    else:
+        spinning &= False  # utilisation alone is every training job
     job_spinning = np.bincount(r.job[spinning], minlength=n_jobs)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(r.job_fresh > 0, job_spinning / np.maximum(r.job_fresh, 1), 0.0)
@@ -192,8 +208,8 @@ def _learn_baselines(
     n_jobs = len(r.job_gpus)
     fresh_job = np.where(r.fresh, r.job, NO_INDEX).astype(np.int32)
     computing = np.zeros(n_jobs, dtype=bool)
-    if r.compute is not None:
-        computing = group_median(r.compute, fresh_job, n_jobs) >= 2 * params.compute_idle + 0.1
+    if r.activity is not None:
+        computing = group_median(r.activity, fresh_job, n_jobs) >= 2 * params.compute_idle + 0.1
     alpha = params.baseline_alpha
 
     def learn(baseline: np.ndarray, reading: np.ndarray | None) -> np.ndarray:
@@ -301,11 +317,12 @@ NEEDS = Needs(
     ((UTIL,),),
     (UTIL, TENSOR_ACTIVE, POWER),
     {
-        TENSOR_ACTIVE: "no tensor pipe: no-compute read from the graphics engine, or from "
-        "near-idle power alone",
+        TENSOR_ACTIVE: "no tensor pipe: no-compute read from near-idle power against the job's "
+        "learned computing power (the graphics engine cannot say: a spin kernel keeps it busy); "
+        "a job already hung when first seen is not judged",
         POWER: "no power: the spin kernel's near-idle draw is not checked",
     },
-    {TENSOR_ACTIVE: (GR_ACTIVE, POWER), POWER: (UTIL,)},
+    {TENSOR_ACTIVE: (POWER, GR_ACTIVE), POWER: (UTIL,)},
 )
 """The fields this detector reads, for detectors.coverage: what it needs to run at all,
 what full evidence is, and what it infers from when a field is missing."""

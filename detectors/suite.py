@@ -2,8 +2,10 @@
 
 One detector raising must not take the cycle down (a bug in the anomaly model must not hide a
 lost GPU): its exception is logged and counted, its previous state is kept, and the others run
-on. The suite itself holds no state between calls — `run(snapshot, now, state)` returns the next
-`SuiteState`, so live loops, `backtest` and `eval` all drive it the same way, in time order.
+on. A straggler that gpu_throttle explains on the same GPU is folded into the throttle finding
+(detectors.explained: one cause, one incident). The suite itself holds no state between
+calls — `run(snapshot, now, state)` returns the next `SuiteState`, so live loops, `backtest`
+and `eval` all drive it the same way, in time order.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from detectors.base import Detector, jsonable
+from detectors.explained import fold_explained
 from detectors.findings import Finding
 from detectors.registry import bind, registry
 from observer.fleet.model import FleetSnapshot
@@ -37,6 +40,8 @@ class SuiteState:
 
     states: Mapping[str, Any] = field(default_factory=dict)
     failures: Mapping[str, int] = field(default_factory=dict)
+    throttled: Mapping[str, float] = field(default_factory=dict)
+    """GPU uuid -> when gpu_throttle last reported it (detectors.explained)."""
 
     def nbytes(self) -> int:
         total = 0
@@ -103,5 +108,6 @@ class DetectorSuite:
                 states[det.name] = new_state
                 findings.extend(_finalise(f, det.name) for f in found)
             seconds[det.name] = time.perf_counter() - t0
-        new = SuiteState(MappingProxyType(states), MappingProxyType(counts))
-        return CycleResult(tuple(findings), tuple(failures), new, MappingProxyType(seconds))
+        folded, throttled = fold_explained(findings, prev.throttled, now)
+        new = SuiteState(MappingProxyType(states), MappingProxyType(counts), throttled)
+        return CycleResult(tuple(folded), tuple(failures), new, MappingProxyType(seconds))

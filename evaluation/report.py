@@ -75,17 +75,19 @@ def side_by_side(ev: SuiteEval) -> str:
 def size_table(ev: SuiteEval) -> str:
     """Detection rate as a function of fault size, for the kinds that have a size scale."""
     d, b = ev.detectors, ev.static_rules
-    units = {r.kind: (r.size.unit, r.size.limit) for r in d.faults if r.size.value is not None}
-    if not units:
+    limits = {(r.kind, r.size.unit): r.size.limit for r in d.faults if r.size.value is not None}
+    if not limits:
         return ""
     lines = [f"{'fault kind':<20} {'size':>10} {'unit':<12} {'limit':>6} {'faults':>6} "
              f"{'detectors':>10} {'static':>7}"]  # fmt: skip
     db, bb = d.by_size(), b.by_size()
-    for (kind, size), (n, found) in sorted(db.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+    for (kind, unit, size), (n, found) in sorted(
+        db.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)
+    ):
         if size is None:
             continue
-        unit, limit = units[kind]
-        base = bb.get((kind, size), (n, 0))[1]
+        limit = limits[(kind, unit)]
+        base = bb.get((kind, unit, size), (n, 0))[1]
         lim = "-" if limit is None else f"{limit:g}"
         lines.append(
             f"{kind:<20} {size:>10g} {unit:<12} {lim:>6} {n:>6} {f'{found}/{n}':>10} "

@@ -137,12 +137,15 @@ class Score:
                 out[r.kind] = (n + 1, k + int(r.found))
         return out
 
-    def by_size(self) -> dict[tuple[str, float | None], tuple[int, int]]:
-        """(fault kind, size) -> (faults, found): detection rate as a function of fault size."""
-        out: dict[tuple[str, float | None], tuple[int, int]] = {}
+    def by_size(self) -> dict[tuple[str, str, float | None], tuple[int, int]]:
+        """(fault kind, unit, size) -> (faults, found): detection rate as a function of fault
+        size (a throttle fault is sized by its episode length where clock-event reasons are
+        collected, by its clock drop where they are not: two units for one kind)."""
+        out: dict[tuple[str, str, float | None], tuple[int, int]] = {}
         for r in self.faults:
-            n, k = out.get((r.kind, r.size.value), (0, 0))
-            out[(r.kind, r.size.value)] = (n + 1, k + int(r.found))
+            key = (r.kind, r.size.unit, r.size.value)
+            n, k = out.get(key, (0, 0))
+            out[key] = (n + 1, k + int(r.found))
         return out
 
     @property
@@ -292,7 +295,7 @@ def score(
         hits = [f for f in eps if f.severity.rank >= floor.rank and _right(f, fault, grace_seconds)]
         cur = per.get(fault["kind"], KindScore())
         fid = str(fault.get("id", fault["kind"]))
-        size = fault_size(fault, interval)
+        size = fault_size(fault, interval, bool(truth.get("clock_reasons_collected", True)))
         if hits:
             at = min(_detected_at(f) for f in hits)
             ttd = max(0.0, at - fault["start"])

@@ -95,12 +95,24 @@ def apply_straggler(
     state.levels[peers, POWER] *= 0.5 + 0.5 * wait
 
 
+def throttle_clock_factor(kind: str, severity: float) -> float:
+    """What a thermal or power-brake fault of `severity` leaves of a busy GPU's clock level
+    (share of the idle-to-boost span; 1.0: no cut). One scale for the engine and for the
+    eval's fault sizes (evaluation.fault_size), so the two cannot drift apart."""
+    sev = min(max(severity, 0.0), 2.0)
+    if kind == "thermal_throttle":
+        return 1.0 - 0.3 * sev
+    if kind == "power_brake":
+        return 1.0 if sev <= 0.0 else min(1.0, 0.3 / sev)
+    raise ValueError(f"no clock scale for fault kind {kind!r}")
+
+
 def apply_thermal(state: GaugeState, gpu: int, severity: float) -> None:
     """SW/HW thermal slowdown: hot GPU, clocks cut, power follows the clock."""
     sev = min(severity, 2.0)
     state.temp_floor[gpu] = 84.0 + 5.0 * sev
     state.mem_temp_add[gpu] += 12.0 * sev
-    state.levels[gpu, CLOCK] *= 1.0 - 0.3 * sev
+    state.levels[gpu, CLOCK] *= throttle_clock_factor("thermal_throttle", severity)
     state.levels[gpu, POWER] *= 1.0 - 0.2 * sev
     bits = 0x20 | (0x40 if severity >= 1.0 else 0)
     state.clock_bits[gpu] |= bits
@@ -149,6 +161,8 @@ def apply_power_cap(state: GaugeState, gpus: npt.NDArray[np.int64], cap: FloatAr
 def apply_power_brake(state: GaugeState, gpu: int, severity: float) -> None:
     """HW power brake (external signal): clocks slammed down, power far below load."""
     sev = min(severity, 2.0)
-    state.levels[gpu, CLOCK] = min(float(state.levels[gpu, CLOCK]), 0.3 / sev)
-    state.levels[gpu, POWER] *= 0.35 / sev
+    cut = throttle_clock_factor("power_brake", severity)
+    state.levels[gpu, CLOCK] = min(float(state.levels[gpu, CLOCK]), cut)
+    # A brake never raises power: a mild one (severity < 0.35) only caps the clock it leaves.
+    state.levels[gpu, POWER] *= min(1.0, 0.35 / sev)
     state.clock_bits[gpu] |= 0x80

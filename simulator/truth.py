@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.counters import FAULT_XID
-from simulator.layout import Layout
+from simulator.layout import GPU_PRODUCT, Layout
 from simulator.scenario import FaultKind, Scenario, WorkloadKind
 from simulator.targets import resolve_confounders, resolve_faults
 from simulator.timeline import Phase, job_intervals
@@ -41,6 +41,11 @@ ALSO_ACCEPTABLE: dict[FaultKind, tuple[str, ...]] = {
 """Other finding kinds that are right for the fault too (XID 48 comes with DBE counts)."""
 
 
+def _model_of(product: str) -> str:
+    """The scenario's model name (A100, H100, H200) of a GPU product string."""
+    return next((m for m, name in GPU_PRODUCT.items() if name == product), product)
+
+
 def _fault_entries(sc: Scenario, layout: Layout) -> list[dict[str, Any]]:
     uuids = layout.gpu_uuid
     out: list[dict[str, Any]] = []
@@ -56,6 +61,7 @@ def _fault_entries(sc: Scenario, layout: Layout) -> list[dict[str, Any]]:
                 "node": f.node,
                 "gpu": f.device,
                 "gpu_uuid": str(uuids[f.gpu]) if f.gpu >= 0 else None,
+                "model": _model_of(str(layout.gpu_model[f.gpu])) if f.gpu >= 0 else None,
                 "job": f.job,
                 "rank": spec.rank,
                 "job_nodes": job_nodes,
@@ -114,6 +120,7 @@ def ground_truth(scenario: Scenario, layout: Layout) -> dict[str, Any]:
         "start": sc.start,
         "end": sc.end,
         "scrape_interval": sc.scrape_interval,
+        "clock_reasons_collected": not sc.shipped_fields_only,
         "unplaced_workloads": list(layout.unplaced),
         "faults": sorted(_fault_entries(sc, layout), key=lambda e: (e["start"], e["id"])),
         "confounders": _confounder_entries(sc, layout),

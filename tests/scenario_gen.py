@@ -4,7 +4,13 @@ The suite in eval/suite is hand-written; detectors tuned on it could still fail 
 never saw. `random_scenario(seed)` draws a fleet (1-3 pools of A100/H100/H200), workloads
 (training with and without steps, checkpoints, evals, late starts and early finishes, inference,
 idle pods), one fault of most kinds at random times and targets (never two on one GPU or job),
-and confounders (exporter outages on nodes without an active fault, a fleet-wide scrape gap).
+and confounders (exporter outages on nodes without an active fault, a fleet-wide scrape gap,
+application XIDs and a software power cap on serving GPUs).
+
+Fault sizes are drawn across their whole range (issue 15), from below each detector's published
+limit (evaluation.fault_size) to far above it: stragglers 4-37.5 % slower (limit 7 %), NVLink CRC
+storms 50-2,500/s (100/s), PCIe replays 9-1,500/min (16/min), thermal and power-brake episodes of
+30 s to 25 min (the reason bits must hold 60 s). Faults below a limit are scored apart.
 """
 
 from __future__ import annotations
@@ -13,10 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from simulator.layout import build_layout
+from simulator.layout import SimPod, build_layout
 from simulator.scenario import Scenario, scenario_from_dict
 
 MODELS = ("A100", "H100", "H200")
+STRAGGLER_SEVERITY = (0.16, 0.24, 0.28, 0.32, 0.4, 0.6, 1.0, 1.5)
+"""x 25 % slower: 4, 6, 7, 8, 10, 15, 25, 37.5 % (limit 7 %)."""
+NVLINK_SEVERITY = (0.1, 0.18, 0.22, 0.3, 1.0, 5.0)
+"""x 500 CRC/s: 50, 90, 110, 150, 500, 2,500 (limit 100/s)."""
+PCIE_SEVERITY = (0.006, 0.01, 0.0133, 0.02, 0.05, 1.0)
+"""x 1,500 replays/min: 9, 15, 20, 30, 75, 1,500 (limit 16/min)."""
+THROTTLE_SECONDS = (30, 45, 90, 120, 300, 600, 1500)
+"""Thermal and power-brake episode lengths (limit: the reason bits hold 60 s)."""
+APP_XIDS = (13, 31, 43, 45)
 GPU_FAULTS = (
     "xid79_fallen_off_bus",
     "xid48_dbe",
@@ -26,6 +41,48 @@ GPU_FAULTS = (
     "nvlink_crc_storm",
     "pcie_replay_storm",
 )
+
+
+def _serving_confounders(
+    rng: np.random.Generator,
+    workloads: list[dict[str, Any]],
+    minutes: int,
+    pods: list[SimPod],
+    busy: set[str],
+) -> list[dict[str, Any]]:
+    """An application XID on a serving GPU and a software power cap on a serving fleet: normal
+    operation that must raise no warning. Drawn after everything else; serving workloads only
+    (a GPU fault may land on a capped serving GPU: the cap lowers what the fault leaves, as on a
+    real fleet); the app XID on a node without a GPU fault, so it never hides a fault's XID."""
+    serving = [w for w in workloads if w["kind"] == "inference"]
+    if not serving:
+        return []
+    out: list[dict[str, Any]] = []
+    w = serving[int(rng.integers(0, len(serving)))]
+    key = f"srv/{w['name']}"
+    ranks = [p.rank for p in pods if p.workload == key and p.node not in busy] or [0]
+    start = int(rng.integers(5, minutes - 20))
+    out.append(
+        {
+            "kind": "app_xid",
+            "job": key,
+            "rank": int(rng.choice(ranks)),
+            "xid": int(rng.choice(APP_XIDS)),
+            "start": f"{start}m",
+            "end": f"{start + int(rng.integers(2, 15))}m",
+        }
+    )
+    start = int(rng.integers(5, minutes - 30))
+    out.append(
+        {
+            "kind": "power_cap",
+            "job": f"srv/{w['name']}",
+            "cap": float(rng.choice([0.5, 0.6, 0.7])),
+            "start": f"{start}m",
+            "end": f"{start + int(rng.integers(10, 30))}m",
+        }
+    )
+    return out
 
 
 def random_scenario(seed: int) -> Scenario:
@@ -100,7 +157,7 @@ def random_scenario(seed: int) -> Scenario:
                     "rank": int(rng.integers(0, w["replicas"])),
                     "start": f"{start}m",
                     "end": f"{start + 20}m",
-                    "severity": float(rng.choice([0.4, 0.6, 1.0, 1.5])),
+                    "severity": float(rng.choice(STRAGGLER_SEVERITY)),
                 }
             )
             used_jobs.add(key)
@@ -117,7 +174,8 @@ def random_scenario(seed: int) -> Scenario:
     # GPU faults avoid the nodes of jobs with a job fault: a straggler on a GPU that also fell
     # off the bus is not observable as a straggler, and the score would say so.
     draft = scenario_from_dict({"name": "draft", "pools": pools, "workloads": workloads})
-    taken = {p.node for p in build_layout(draft).pods if p.workload in used_jobs}
+    placed = build_layout(draft).pods
+    taken = {p.node for p in placed if p.workload in used_jobs}
     node_names = [n for n in node_names if n not in taken] or node_names
     for kind in GPU_FAULTS:
         if rng.random() < 0.3:
@@ -130,8 +188,18 @@ def random_scenario(seed: int) -> Scenario:
         busy_nodes.add(node)
         start = int(rng.integers(5, minutes - 30))
         f: dict[str, Any] = {"kind": kind, "node": node, "gpu": gpu, "start": f"{start}m"}
-        if kind not in ("xid79_fallen_off_bus", "xid48_dbe", "row_remap_failure"):
+        if kind in ("thermal_throttle", "power_brake"):
+            f["start"] = start * 60 + int(rng.integers(0, 30))  # onsets between scrapes
+            f["end"] = f["start"] + int(rng.choice(THROTTLE_SECONDS))
+            f["severity"] = float(
+                rng.choice([0.5, 1.0, 1.5] if kind == "thermal_throttle" else [1.0])
+            )
+        elif kind not in ("xid79_fallen_off_bus", "xid48_dbe", "row_remap_failure"):
             f["end"] = f"{start + int(rng.integers(10, 25))}m"
+        if kind == "nvlink_crc_storm":
+            f["severity"] = float(rng.choice(NVLINK_SEVERITY))
+        elif kind == "pcie_replay_storm":
+            f["severity"] = float(rng.choice(PCIE_SEVERITY))
         faults.append(f)
     confounders: list[dict[str, Any]] = []
     quiet = [n for n in node_names if n not in busy_nodes]
@@ -148,6 +216,7 @@ def random_scenario(seed: int) -> Scenario:
         )
     gap = int(rng.integers(10, minutes - 10))
     confounders.append({"kind": "scrape_gap", "start": f"{gap}m", "end": f"{gap + 2}m"})
+    confounders.extend(_serving_confounders(rng, workloads, minutes, placed, busy_nodes))
     data = {
         "name": f"random-{seed}",
         "seed": seed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from detectors.findings import FindingKind, Severity
 from detectors.gpu_interconnect import NVLINK_CRC, PCIE_REPLAY
 from detectors.gpu_memory import DBE, REMAP_FAIL, SBE, UNCORR_ROWS
-from detectors.signals import SM_CLOCK, THROTTLE, UTIL, XID
+from detectors.signals import GPU_TEMP, SM_CLOCK, THROTTLE, UTIL, XID
 from observer.fleet.catalog import XID_COUNT_METRIC
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
@@ -182,10 +182,16 @@ def test_power_cap_and_idle_reasons_are_not_throttling_but_a_hot_idle_gpu_is() -
     assert "while idle" in found[0].summary
 
 
-def test_clock_fallback_only_without_the_reasons_field() -> None:
-    fleet = Fleet(nodes=2).set(THROTTLE, float("nan")).set(SM_CLOCK, 1300.0, gpu=(1, 0))
+def test_clock_fallback_only_without_the_reasons_field_and_only_with_a_cause() -> None:
+    """Without reason bits a slow clock needs a cause the exporter shows: heat, or a cut so
+    deep only a brake makes it. A cool GPU 25 % slow is what a software power cap looks like."""
+    fleet = Fleet(nodes=2).set(THROTTLE, float("nan"))
+    fleet.set(SM_CLOCK, 1500.0, gpu=(1, 0)).set(GPU_TEMP, 80.0, gpu=(1, 0))  # hot, -24 %
+    fleet.set(SM_CLOCK, 1000.0, gpu=(1, 1))  # cool, -49 %: a brake
+    fleet.set(SM_CLOCK, 1480.0, gpu=(1, 2))  # cool, -25 %: a power cap
+    fleet.set(GPU_TEMP, 80.0, gpu=(1, 3))  # hot at full clock: not throttled
     found = all_findings(replay("gpu_throttle", fleet, steps(T0, T0 + 90)))
-    assert {f.gpu_uuid for f in found} == {"GPU-001-0"}
+    assert {f.gpu_uuid for f in found} == {"GPU-001-0", "GPU-001-1"}
 
 
 def test_nvlink_crc_and_pcie_replay_rates() -> None:

@@ -184,6 +184,34 @@ def test_checkpoint_eval_and_partial_stall_are_not_hangs() -> None:
     assert all_findings(replay("nccl_hang", fleet, steps(T0, T0 + 1200), change)) == []
 
 
+def test_without_the_tensor_pipe_a_hang_is_read_from_power_not_the_graphics_engine() -> None:
+    """Real spin kernels keep the graphics engine ~1.0 while hung (issue 15), so where the tensor
+    pipe is not collected only near-idle power against the job's learned computing power says
+    no math runs; checkpoints and evaluation stay quiet, and a job hung from the start is not
+    judged (no baseline)."""
+    fleet = _training()
+    start = T0 + 900
+
+    def change(f: Fleet, t: float) -> None:
+        if t < T0 + 300:
+            _phase(f, 98.0, 0.92, np.nan, 600.0)
+        elif t < T0 + 390:
+            _phase(f, 6.0, 0.03, np.nan, 90.0)  # checkpoint
+        elif t < T0 + 600:
+            _phase(f, 62.0, 0.55, np.nan, 350.0)  # evaluation
+        elif t < start:
+            _phase(f, 98.0, 0.92, np.nan, 600.0)
+        else:
+            _phase(f, 99.5, 0.97, np.nan, 110.0)  # hung: spin kernel, graphics engine busy
+
+    cycles = replay("nccl_hang", fleet, steps(T0, T0 + 1200), change)
+    first = first_fire(cycles)
+    assert first is not None and start <= first <= start + 120
+    hung_from_start = _training()
+    _phase(hung_from_start, 99.5, 0.97, np.nan, 110.0)
+    assert all_findings(replay("nccl_hang", hung_from_start, steps(T0, T0 + 600))) == []
+
+
 def test_hang_is_still_seen_when_one_node_exporter_is_down() -> None:
     fleet = _training()
     _hang(fleet)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from detectors.findings import Finding, FindingKind, Severity
 from evaluation.scoring import blind_seconds, merge, score
+from simulator.engine import FleetSimulator
+from simulator.scenario import scenario_from_dict
 
 T = 1_767_225_600.0
 TRUTH: dict[str, list[dict[str, Any]]] = {
@@ -207,3 +211,57 @@ def test_fault_sizes_against_published_limits() -> None:
     assert not fault_size({"kind": "nvlink_crc_storm", "severity": 0.15}).above_limit
     assert fault_size({"kind": "pcie_replay_storm", "severity": 0.012}).above_limit
     assert fault_size({"kind": "xid48_dbe", "severity": 1.0}).above_limit
+
+
+def test_throttle_faults_are_sized_by_episode_length_or_by_clock_drop() -> None:
+    """Where clock-event reasons are collected gpu_throttle needs the bits for 60 s; where they
+    are not, an SM clock 20 % below its busy peers. The size follows what the detector sees."""
+    from evaluation.fault_size import fault_size
+
+    short = {"kind": "thermal_throttle", "severity": 1.0, "start": 100.0, "end": 145.0}
+    assert (fault_size(short).value, fault_size(short).above_limit) == (45.0, False)
+    long = {**short, "end": 160.0, "model": "A100"}
+    assert fault_size(long).unit == "s episode" and fault_size(long).above_limit
+    mild = fault_size({**long, "severity": 0.7}, clock_reasons=False)
+    assert (mild.unit, mild.limit, mild.above_limit) == ("% clock drop", 20.0, False)
+    assert 17.0 < mild.value < 19.0  # type: ignore[operator]
+    brake = fault_size({"kind": "power_brake", "severity": 1.0, "model": "H100"}, 30.0, False)
+    assert brake.above_limit and 55.0 < brake.value < 60.0  # type: ignore[operator]
+    mild_brake = fault_size({"kind": "power_brake", "severity": 0.5}, 30.0, False)
+    assert (mild_brake.limit, mild_brake.above_limit) == (40.0, False)  # a cap looks the same
+
+
+def test_a_mild_power_brake_caps_the_clock_and_never_raises_power() -> None:
+    from simulator.levels import throttle_clock_factor
+
+    assert throttle_clock_factor("power_brake", 0.2) == 1.0  # 0.3/0.2 > 1: no cut
+    assert throttle_clock_factor("power_brake", 1.0) == pytest.approx(0.3)
+    assert throttle_clock_factor("thermal_throttle", 0.5) == pytest.approx(0.85)
+    sim = FleetSimulator(
+        scenario_from_dict(
+            {
+                "name": "brake",
+                "seed": 1,
+                "duration": "20m",
+                "pools": [{"name": "h100", "model": "H100", "nodes": 1}],
+                "workloads": [{"name": "t", "kind": "training", "replicas": 1}],
+                "faults": [
+                    {"kind": "power_brake", "node": "h100-0000", "gpu": 1, "start": "5m",
+                     "severity": 0.2},
+                    {"kind": "power_brake", "node": "h100-0000", "gpu": 2, "start": "5m"},
+                ],
+            }
+        )
+    )  # fmt: skip
+    before, during = (sim.sample(sim.scenario.start + m * 60.0).metrics for m in (4, 10))
+    power = "DCGM_FI_DEV_POWER_USAGE"
+    assert during[power][1] <= before[power][1] * 1.05  # mild: no more power than before
+    assert during[power][2] < 0.6 * before[power][2]  # full brake: power far below load
+    assert during["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][1] == 0x80
+
+
+def test_a_straggler_exactly_at_the_limit_is_above_it() -> None:
+    """100 * 0.07 is 7.000000000000001 in floating point; 7 % slower must still count."""
+    from evaluation.fault_size import fault_size
+
+    assert fault_size({"kind": "straggler", "severity": 0.28}).above_limit

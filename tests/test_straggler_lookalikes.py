@@ -54,9 +54,11 @@ def test_imbalance_pages_nothing_and_stragglers_elsewhere_are_still_found(seed: 
         if f.job in keys and f.severity.rank >= Severity.WARNING.rank and f.gpu_uuid not in broken
     ]
     assert pages == [], [(f.job, f.gpu_uuid, f.summary) for f in pages]
-    ks = s.per_fault_kind.get("straggler")
-    if ks is not None:
-        assert ks.recall == 1.0 and max(ks.ttd_seen) <= 300.0, s.table()
+    # Stragglers are drawn from below the 7 % limit to far above it (tests/scenario_gen.py):
+    # those at or above it are found, in 5 minutes from 10 % slower, 10 near the limit.
+    for r in (r for r in s.faults if r.kind == "straggler" and r.size.above_limit):
+        target = 300.0 if (r.size.value or 0.0) >= 10.0 else 600.0
+        assert r.found and (r.ttd_seen or 0.0) <= target, s.table()
     stage_jobs = set(keys[2 :: len(PATTERNS)])
     infos = {f.job for f in run.episodes if f.severity == Severity.INFO}
     assert infos <= stage_jobs  # job-level info only where a stage really is heavier

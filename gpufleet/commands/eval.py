@@ -41,6 +41,7 @@ examples:
   gpufleet eval --suite eval/suite
   gpufleet eval --suite eval/suite --format json --output eval.json
   gpufleet eval --suite eval/suite --lookback-delta 1m
+  gpufleet eval --suite eval/sweeps     # fault-size sweeps around each detector's limit
 """
 
 

@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed
 # Debian packages the tests need: real Prometheus and VictoriaMetrics for the collectors, the real
 # Alertmanager for alerts/, headless Chromium and its driver for the dashboard's browser test.
 DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics chromium chromium-driver
+# The suite waits on real servers and processes much of the time, so it runs on two pytest-xdist
+# workers; `worksteal` hands each worker a contiguous half (module-scoped servers start once) and
+# lets an idle worker take over the rest of the other's queue: see README.
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: help demo test unit lint typecheck importlint bench system-deps clean
 
@@ -43,10 +47,10 @@ importlint: $(STAMP)  ## layer and adapter contracts
 	$(BIN)/lint-imports
 
 unit: $(STAMP) system-deps  ## the test suite only
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: $(STAMP) system-deps lint typecheck importlint  ## everything CI runs
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP) system-deps  ## benchmarks (slow; figures go to docs/performance.md)
 	$(BIN)/python -m bench

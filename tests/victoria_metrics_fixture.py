@@ -57,30 +57,47 @@ def prometheus_text(openmetrics: Path) -> Iterator[bytes]:
             yield "".join(batch).encode()
 
 
+def _serve(binary: str, tmp_path: Path) -> VictoriaHandle | None:
+    """Start on a free port and wait for /health; None when another process took the port
+    between choosing and binding it (parallel test workers), so the caller picks another."""
+    port = free_port()
+    data = tmp_path / f"vm-{port}"
+    log_path = tmp_path / f"vm-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={data}",
+             "-retentionPeriod=100y", "-search.latencyOffset=0s", "-search.disableCache",
+             "-loggerLevel=ERROR"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    handle = VictoriaHandle(f"http://127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        if proc.poll() is not None:
+            if "address already in use" in log_path.read_text():
+                return None
+            raise RuntimeError(f"victoria-metrics exited; see {log_path}")
+        try:
+            with urllib.request.urlopen(handle.url + "/health", timeout=2):
+                return handle
+        except OSError:
+            if time.monotonic() > deadline:
+                handle.stop()
+                raise RuntimeError(f"victoria-metrics did not start; see {log_path}") from None
+            time.sleep(0.1)
+
+
 def start_victoria_metrics(openmetrics: Path, tmp_path: Path) -> VictoriaHandle:
     binary = shutil.which(BINARY)
     if binary is None:
         pytest.skip("victoria-metrics not on PATH: install the Debian package victoria-metrics")
-    port = free_port()
-    data = tmp_path / f"vm-{port}"
-    log = (tmp_path / f"vm-{port}.log").open("wb")
-    proc = subprocess.Popen(
-        [binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={data}",
-         "-retentionPeriod=100y", "-search.latencyOffset=0s", "-search.disableCache",
-         "-loggerLevel=ERROR"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    handle = VictoriaHandle(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        try:
-            with urllib.request.urlopen(handle.url + "/health", timeout=2):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                handle.stop()
-                raise RuntimeError(f"victoria-metrics did not start; see {log.name}") from None
-            time.sleep(0.1)
+    for _attempt in range(3):
+        started = _serve(binary, tmp_path)
+        if started is not None:
+            handle = started
+            break
+    else:
+        raise RuntimeError("victoria-metrics could not bind a free port on 127.0.0.1")
     for chunk in prometheus_text(openmetrics):
         req = urllib.request.Request(
             handle.url + "/api/v1/import/prometheus", data=chunk, method="POST"

@@ -3,14 +3,23 @@ the N-th crash point — after any journal transition, before or after any Kuber
 any single eviction. With N = 0 it runs until every action is terminal and prints DONE.
 
     python -m tests.remediations.crash_child KUBECONFIG STORE_URL CLUSTER FIRST_SEEN N
+    python -m tests.remediations.crash_child --serve
+
+`--serve` is a fork server for the tests: it imports everything once, then for each JSON request
+line on stdin ({"argv": [...], "out": path, "err": path}) forks a child that runs `main(argv)`
+with stdout in `out` and stderr in `err`, and answers {"pid": ...} then {"rc": ...} (negative:
+killed by that signal, as subprocess reports it). Each child is still its own process killed by
+SIGKILL; only the ~2 s of imports per engine start is saved (dozens of starts per crash test).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
@@ -106,5 +115,57 @@ def main(argv: list[str]) -> int:
     return 1
 
 
+def _forked(argv: list[str], out: str, err: str) -> None:
+    """In the forked child: output to `out` and `err`, run main, exit without the parent's
+    cleanup."""
+    code = 1
+    try:
+        for path, target in ((out, 1), (err, 2)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, target)
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _preload() -> None:
+    """Import now what is otherwise imported on first use, so no child pays for it: the
+    kubernetes client's APIs and models (loaded lazily by name) and the database dialects."""
+    import psycopg  # noqa: F401
+    import sqlalchemy.dialects.postgresql.psycopg
+    import sqlalchemy.dialects.sqlite.pysqlite  # noqa: F401
+    from kubernetes import client
+
+    for name in dir(client):
+        if name.startswith(("V1", "CoreV1", "ResourceV1")):
+            getattr(client, name)
+
+
+def serve() -> int:
+    _preload()
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _forked([str(a) for a in req["argv"]], str(req["out"]), str(req["err"]))
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main(sys.argv[1:]))

@@ -5,8 +5,9 @@ the simulator's Kubernetes API, its exporters scraped, the default detectors, th
 journal, gates and background executor) with a GPU-grain policy, all live and automatic:
 `fence_gpu` (NoExecute) and `reset_gpu` on a critical GPU fault. The finding comes from the
 detectors reading the simulated dcgm-exporter, not from the test. The scheduled job function
-`diagnose_and_return` runs the diagnostic, with the service's GPU -> pod attribution (the latest
-snapshot's). The simulation's wall clock is manual, so start-up (30 s), the reset (10 s) and the
+`diagnose_and_return` runs in the context `Service` gives it (not started: the test calls
+the cycles and the job in order), GPU -> pod attribution from the latest snapshot. The
+simulation's wall clock is manual, so start-up (30 s), the reset (10 s) and the
 diagnostic (60 s) take scenario time only when the test advances it.
 
 h100-0001 (8 GPUs, DRA) runs two `serving/serve` pods on GPUs 0-1 and 2-3. XID 48 strikes its
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,11 @@ from kubernetes import client, config
 
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.context import JobContext, JobRequest
+from gpufleet.service.context import JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
-from gpufleet.service.runtime import ServiceParts
+from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from observer.scrape.exposition import parse_page
-from remediations.cluster_view import ClusterView
 from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import policy_from_dict
 from remediations.store import AuditRecord, Store
@@ -72,9 +73,9 @@ POLICY = {
 class Fleet:
     """The simulation, and the service parts `gpufleet run` builds against it."""
 
-    def __init__(self, handle: SimulationHandle, wall: ManualWall, parts: ServiceParts) -> None:
-        self.h, self.wall, self.parts = handle, wall, parts
-        self.store = parts.store
+    def __init__(self, handle: SimulationHandle, wall: ManualWall, service: Service) -> None:
+        self.h, self.wall, self.service, self.parts = handle, wall, service, service.p
+        self.store = self.parts.store
         cfg = client.Configuration()
         config.load_kube_config(config_file=str(handle.kubeconfig), client_configuration=cfg)
         self.api = client.ApiClient(cfg)
@@ -127,12 +128,7 @@ class Fleet:
             self.advance(60)
             return False
 
-        def holders() -> dict[str, str] | None:  # what Service hands the job
-            snap = self.parts.live.latest
-            return None if snap is None else dict(ClusterView.from_snapshot(snap).pod_of_gpu)
-
-        ctx = JobContext(self.parts.loop, self.parts.clock, self.parts.diagnostics, sleep=sleep,
-                         gpu_holders=holders)  # fmt: skip
+        ctx = replace(self.service.ctx, sleep=sleep)  # the service's, GPU holders and all
         p = DiagnoseParams(wait=5, poll=0.01)
         now = self.parts.clock()
         out = run_diagnose(ctx, JobRequest("diag", "diagnose_and_return", now, p, now, now))
@@ -156,7 +152,11 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
         options=ClusterOptions(startup_seconds=30.0),
     )  # fmt: skip
     cfg = GpufleetConfig.model_validate(
-        {"cluster": "small", "store_url": f"sqlite:///{tmp_path / 'j.db'}"}
+        {
+            "cluster": "small",
+            "store_url": f"sqlite:///{tmp_path / 'j.db'}",
+            "service": {"http": {"port": 0}},
+        }
     )
     store = Store.open(cfg.store_url, cluster="small")
     parts, _ = build(
@@ -169,14 +169,12 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
         clock=h.clock,
         interval=1.0,
     )
-    fleet = Fleet(h, wall, parts)
+    fleet = Fleet(h, wall, Service(parts))  # not started: the test runs its cycles and job
     try:
         yield fleet
     finally:
         fleet.api.close()
-        parts.loop.close()
-        for close in reversed(parts.closers):
-            close()
+        fleet.service.shutdown()
         h.stop()
 
 

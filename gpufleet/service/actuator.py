@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from gpufleet.service.telemetry import Telemetry
 from observer.fleet.model import FleetSnapshot
-from remediations.actuator_api import WriteContext
+from remediations.actuator_api import FencedGpu, FencedGpuReader, WriteContext
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.cycle import LiveActuator
 from remediations.playbooks.fence import DeviceTaintReader, RuleView
@@ -89,6 +89,14 @@ class CachedActuator:
         if not isinstance(self.inner, DeviceTaintReader):
             return None
         return self.inner.device_taint_rule(name)
+
+    def fenced_gpus(self) -> list[FencedGpu]:
+        """The GPUs gpufleet's DeviceTaintRules fence (diagnose_and_return's GPU targets); none
+        when the actuator cannot read the rules. Without this the service's diagnostic job
+        never saw a fenced GPU, so none was ever diagnosed or returned."""
+        if not isinstance(self.inner, FencedGpuReader):
+            return []
+        return self.inner.fenced_gpus()
 
     def pin(self, intent: Intent) -> Intent:
         return self.inner.pin(intent)

@@ -35,6 +35,13 @@ GRAINS: dict[str, str] = {
     "quarantine": "the whole node: kept free of new work (cordon, taint, label)",
     "cordon": "the whole node: kept free of new work",
     "migrate": "one job's pods on the node, after cordoning the node",
+    "reset_gpu": (
+        "one GPU, reset in place by a privileged Job pinned to its node once no pod holds it; "
+        "the node's other GPUs keep working"
+    ),
+    "reboot_node": "the whole node: rebooted by its node agent, a few nodes at a time",
+    "restart_job": "one job: its pods deleted for the job's controller to recreate",
+    "restart_pod": "one pod: deleted for its controller to recreate",
 }
 """The grain each playbook repairs at (GPU, pods on a GPU, node), as `policy explain` says it."""
 

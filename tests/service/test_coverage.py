@@ -104,6 +104,12 @@ def test_a_detector_without_its_field_is_never_silent(
     assert states["gpu_idle"] == "full", states
     assert XID in ready["fields_missing"]
 
+    # /readyz learns the coverage when the cycle collects; the gauge is recorded when it ends.
+    wait_for(
+        lambda: ("gpu_xid", "cannot_run") in _coverage_gauge(_get(service.http.url + "/metrics")),
+        30,
+        "coverage gauge on /metrics after the first cycle",
+    )
     gauge = _coverage_gauge(_get(service.http.url + "/metrics"))
     assert gauge[("gpu_xid", "cannot_run")] == 1.0 and gauge[("gpu_xid", "full")] == 0.0
     assert gauge[("gpu_throttle", "reduced")] == 1.0 and gauge[("gpu_idle", "full")] == 1.0

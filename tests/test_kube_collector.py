@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -141,7 +142,7 @@ def test_gpu_capacity_and_allocatable_from_the_api_and_the_kube_state_page(tmp_p
             lambda: {str(n.name): n for n in kube.nodes()}["h100-0003"].gpus_withdrawn == 1
         )
         page = LiveMetrics(FleetSimulator(sim.cluster.scenario, sim.cluster.layout), sim.cluster)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"metric": {"__name__": name, **labels}, "value": [0.0, str(v)]}
             for name, labels, v in parse_page(page.kube_state_page()).kube
         ]

@@ -364,11 +364,16 @@ def detect(
 NEEDS = Needs(
     ((ANY_GPU_SERIES,),),
     (XID,),
-    {XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals"},
+    {
+        XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals (or on "
+        "the device plugin's withdrawal, where node allocatable GPUs are collected)"
+    },
     {XID: ()},
 )
 """The fields this detector reads, for detectors.coverage: what it needs to run at all,
-what full evidence is, and what it infers from when a field is missing."""
+what full evidence is, and what it infers from when a field is missing. Node allocatable GPUs
+are not listed: coverage is about dcgm-exporter fields (its remedy is a counters-CSV line), and
+the count comes from Kubernetes; without it only the earlier critical is lost."""
 
 
 SPEC = DetectorSpec(
@@ -379,5 +384,6 @@ SPEC = DetectorSpec(
     kinds=(FindingKind.GPU_LOST,),
     severities=(Severity.CRITICAL, Severity.WARNING),
     doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting; "
-    "critical on XID 79 or after 3 silent intervals, a warning before that.",
+    "critical on XID 79, on the device plugin's withdrawal (node allocatable GPUs) or after "
+    "3 silent intervals, a warning before that.",
 )

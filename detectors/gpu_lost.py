@@ -9,8 +9,14 @@ with its node) for `forget_after_seconds`. If the whole node or fleet is silent,
 says nothing: that is monitoring_gap.
 
 Severity (issue 11): a GPU silent for one scrape is at most a warning; critical needs
-corroboration, i.e. XID 79, or silence for `critical_intervals` while the node's other GPUs keep
-reporting.
+corroboration, i.e. XID 79, silence for `critical_intervals` while the node's other GPUs keep
+reporting, or the NVIDIA device plugin withdrawing the GPU: it marks a device Unhealthy on a
+critical XID (all but the application XIDs 13, 31, 43, 45, 68, 109) and the node's allocatable
+`nvidia.com/gpu` drops below its capacity. Counts, not devices, are what Kubernetes shows, and
+a withdrawal may be old or for another GPU of the node (an XID 48 elsewhere), so allocatable
+corroborates only when the GPUs withdrawn since the silent GPU last reported cover every lost
+GPU of the node plus every other GPU of the node whose XID gauge holds a critical XID.
+Unknown allocatable (not collected, or the GPU never seen reporting) is no evidence.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from detectors.state import KeyedArrays, align, gpu_keys
 from observer.fleet.model import FleetSnapshot
 
 XID_FALLEN_OFF_BUS = 79
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""XIDs the NVIDIA device plugin ignores (application errors): no device is withdrawn."""
 ACTION = "cordon and drain the node, then reboot it (XID 79 class: RESTART_BM); RMA if it recurs"
 
 
@@ -43,8 +51,9 @@ class Params:
     critical_intervals: float = 3.0
     """Critical needs corroboration: the GPU silent for 3 scrape intervals while its node's other
     GPUs keep reporting (or XID 79). Before that it is a warning: one missed scrape is a late
-    exporter as often as a lost GPU. (The fleet model carries no Kubernetes node allocatable
-    count, so a drop in allocatable GPUs cannot corroborate yet.)"""
+    exporter as often as a lost GPU. Earlier when the device plugin withdrew the GPU: the node's
+    allocatable `nvidia.com/gpu` fell below capacity since the GPU last reported, by at least
+    the node's lost GPUs plus its other GPUs holding a critical XID (module docstring)."""
     forget_after_seconds: float = 3600.0
     """A GPU gone from the snapshot is remembered this long (then decommissioned, not lost)."""
 
@@ -64,6 +73,7 @@ _GPU_SPEC = {
     "last": (np.float64, np.nan),
     "onset": (np.float64, np.nan),
     "xid_pre": (np.float32, np.nan),  # NaN: never seen; 1: XID 79 held since first sight
+    "wd_base": (np.float32, np.nan),  # node's withdrawn GPUs at this GPU's newest sample
 }
 PRE_EXISTING_NOTE = "present before gpufleet started"
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
@@ -103,18 +113,56 @@ def _departed(
     )
 
 
-def _severity(silent_seconds: float, by_xid: bool, interval: float, params: Params) -> Severity:
-    """Critical on XID 79 or after `critical_intervals` of silence; a warning before that."""
+def _severity(
+    silent_seconds: float, by_xid: bool, interval: float, params: Params, withdrawn: bool = False
+) -> Severity:
+    """Critical on XID 79, on the device plugin's withdrawal, or after `critical_intervals` of
+    silence; a warning before that."""
     corroborated = silent_seconds >= params.critical_intervals * interval
-    return Severity.CRITICAL if by_xid or corroborated else Severity.WARNING
+    return Severity.CRITICAL if by_xid or corroborated or withdrawn else Severity.WARNING
 
 
-def _corroboration(by_xid: bool, silent_seconds: float, severity: Severity) -> str:
+def _corroboration(
+    by_xid: bool, silent_seconds: float, severity: Severity, params: Params, interval: float,
+    allocatable: str | None = None,
+) -> str:  # fmt: skip
     if by_xid:
         return "xid_79"
-    if severity is Severity.CRITICAL:
+    if severity is Severity.CRITICAL and silent_seconds >= params.critical_intervals * interval:
         return "silent_while_node_reports"
+    if severity is Severity.CRITICAL and allocatable:
+        return f"device plugin withdrew a GPU: allocatable {allocatable}"
     return f"none yet (silent {silent_seconds:.0f}s; one missed scrape is at most a warning)"
+
+
+def _plugin_withdrew(
+    snapshot: FleetSnapshot,
+    lost: np.ndarray,
+    wd_now: np.ndarray,
+    wd_base: np.ndarray,
+    xid: np.ndarray | None,
+    gone: KeyedArrays | None,
+) -> np.ndarray:
+    """Per GPU: the device plugin withdrew enough GPUs of its node since it last reported to
+    account for every lost GPU of the node and every other GPU holding a critical XID."""
+    g = snapshot.gpus
+    lost = np.asarray(lost, dtype=bool)  # `~fleet_gap` (a Python bool) makes it int upstream
+    n_nodes = len(snapshot.nodes)
+    on_node = g.node_index >= 0
+    idx = np.where(on_node, g.node_index, 0)
+    lost_n = np.bincount(idx[lost & on_node], minlength=n_nodes)
+    if xid is not None:
+        code = np.nan_to_num(xid, nan=0.0).astype(np.int64)
+        critical = (code > 0) & ~np.isin(code, list(APPLICATION_XIDS)) & ~lost & on_node
+        lost_n = lost_n + np.bincount(idx[critical], minlength=n_nodes)
+    if gone is not None and len(gone):  # GPUs gone from the snapshot count as lost too
+        pos = {str(n.name): i for i, n in enumerate(snapshot.nodes)}
+        where = [pos[str(n)] for n in gone["node"] if str(n) in pos]
+        lost_n = lost_n + np.bincount(np.asarray(where, dtype=np.int64), minlength=n_nodes)
+    new = wd_now - wd_base  # NaN (no evidence) when either count is unknown
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = lost & on_node & (new > 0) & (new >= lost_n[idx])
+    return out
 
 
 def _present_finding(
@@ -128,12 +176,14 @@ def _present_finding(
     now: float,
     interval: float,
     params: Params,
+    allocatable: str | None = None,
 ) -> Finding:
-    """Output for a GPU still in the snapshot whose samples stopped (or that raised XID 79)."""
+    """Output for a GPU still in the snapshot whose samples stopped (or that raised XID 79).
+    `allocatable`: "7/8" when the device plugin's withdrawal corroborates, else None."""
     g = snapshot.gpus
     # A GPU with no sample at all has been silent at least since it was first judged lost.
     silent_seconds = age if np.isfinite(age) else now - onset
-    severity = _severity(silent_seconds, by_xid, interval, params)
+    severity = _severity(silent_seconds, by_xid, interval, params, allocatable is not None)
     # XID 79 already held in the gauge at first sight, with no silence seen to corroborate it.
     silence_corroborates = silent_seconds >= params.critical_intervals * interval
     pre_existing = xid_before_start and not silence_corroborates
@@ -157,14 +207,28 @@ def _present_finding(
             "last_sample_age_s": round(age, 1) if np.isfinite(age) else None,
             "threshold_s": params.stale_intervals * interval,
             "critical_after_s": params.critical_intervals * interval,
-            "corroboration": _corroboration(by_xid, silent_seconds, severity),
+            "corroboration": _corroboration(
+                by_xid, silent_seconds, severity, params, interval, allocatable
+            ),
             "xid": XID_FALLEN_OFF_BUS if by_xid else None,
+            "node_gpus_allocatable": _allocatable(snapshot, i),
             "scrape_interval": interval,
             "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
         },
         recommended_action=ACTION,
         pre_existing=pre_existing,
     )
+
+
+def _allocatable(snapshot: FleetSnapshot, i: int) -> str | None:
+    """The GPU's node's `allocatable/capacity` nvidia.com/gpu ("7/8"), None when unknown."""
+    node_index = int(snapshot.gpus.node_index[i])
+    if node_index < 0:
+        return None
+    node = snapshot.nodes[node_index]
+    if node.gpu_capacity is None or node.gpu_allocatable is None:
+        return None
+    return f"{node.gpu_allocatable}/{node.gpu_capacity}"
 
 
 def _departed_findings(
@@ -203,7 +267,9 @@ def _departed_findings(
                     "last_sample_age_s": round(now - last, 1) if np.isfinite(last) else None,
                     "absent_from_snapshot": True,
                     "critical_after_s": params.critical_intervals * interval,
-                    "corroboration": _corroboration(False, silent_seconds, severity),
+                    "corroboration": _corroboration(
+                        False, silent_seconds, severity, params, interval
+                    ),
                     "scrape_interval": interval,
                 },
                 recommended_action=ACTION,
@@ -249,6 +315,18 @@ def detect(
     judged_lost = ~view.fleet_gap & ((silent & node_reports) | xid79)
     lost = judged_lost | (was_lost & (view.fleet_gap | ~node_reports))
     onset = np.where(lost, np.fmin(cur["onset"], now), np.nan)
+    wd_node = np.array(
+        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
+        + [np.nan],
+        dtype=np.float64,
+    )
+    wd_now = wd_node[np.where(has_node, g.node_index, len(snapshot.nodes))]
+    # The node's withdrawn count as of the GPU's newest sample: the device plugin reacts to the
+    # XID at once, a scrape or two before the GPU counts as silent, so only a new sample moves it.
+    with np.errstate(invalid="ignore"):
+        new_sample = (last > cur["last"]) | (np.isnan(cur["last"]) & np.isfinite(last))
+    wd_base = np.where(~lost.astype(bool) & new_sample, wd_now, cur["wd_base"])
+    withdrew = _plugin_withdrew(snapshot, lost, wd_now, wd_base, xid, gone)
 
     findings = [
         _present_finding(
@@ -262,6 +340,7 @@ def detect(
             now,
             interval,
             params,
+            _allocatable(snapshot, int(i)) if withdrew[i] else None,
         )
         for i in np.flatnonzero(lost)
     ]
@@ -275,6 +354,7 @@ def detect(
         last=np.fmax(cur["last"], last),
         onset=onset,
         xid_pre=xid_pre.astype(np.float32),
+        wd_base=wd_base.astype(np.float32),
     )
     if gone is None:
         gone = _departed(None, keys, None, now, params.forget_after_seconds)
@@ -284,11 +364,16 @@ def detect(
 NEEDS = Needs(
     ((ANY_GPU_SERIES,),),
     (XID,),
-    {XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals"},
+    {
+        XID: "no XID 79 corroboration: critical only after 3 silent scrape intervals (or on "
+        "the device plugin's withdrawal, where node allocatable GPUs are collected)"
+    },
     {XID: ()},
 )
 """The fields this detector reads, for detectors.coverage: what it needs to run at all,
-what full evidence is, and what it infers from when a field is missing."""
+what full evidence is, and what it infers from when a field is missing. Node allocatable GPUs
+are not listed: coverage is about dcgm-exporter fields (its remedy is a counters-CSV line), and
+the count comes from Kubernetes; without it only the earlier critical is lost."""
 
 
 SPEC = DetectorSpec(
@@ -299,5 +384,6 @@ SPEC = DetectorSpec(
     kinds=(FindingKind.GPU_LOST,),
     severities=(Severity.CRITICAL, Severity.WARNING),
     doc="A GPU's series go stale (or XID 79) while its node's other GPUs keep reporting; "
-    "critical on XID 79 or after 3 silent intervals, a warning before that.",
+    "critical on XID 79, on the device plugin's withdrawal (node allocatable GPUs) or after "
+    "3 silent intervals, a warning before that.",
 )

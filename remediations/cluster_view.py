@@ -32,7 +32,9 @@ class NodeView:
     boot_id: str = ""
     """`status.nodeInfo.bootID`: changes on every reboot (empty when unknown)."""
     gpu_capacity: int | None = None
-    """`status.capacity["nvidia.com/gpu"]`; None when only metrics were seen (no node object)."""
+    """`status.capacity["nvidia.com/gpu"]`; None when not collected (only metrics were seen).
+    From a snapshot it is the collector's copy; evict_gpu_pods' keep-schedulable guard still
+    reads the live node at write time (remediations.kube_actuator)."""
     gpu_allocatable: int | None = None
     """`status.allocatable["nvidia.com/gpu"]`: below capacity once the device plugin has marked
     a GPU Unhealthy (the kubelet then hands that GPU to no new pod)."""
@@ -136,6 +138,8 @@ class ClusterView:
                 unschedulable=not n.schedulable,
                 gpu_count=gpus,
                 ready=n.ready,
+                gpu_capacity=n.gpu_capacity,
+                gpu_allocatable=n.gpu_allocatable,
             )
         pods: dict[str, PodView] = {}
         for p in snap.pods:

@@ -212,6 +212,16 @@ class SimCluster:
         _, nodes = self.store.objects("nodes")
         return frozenset(n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable"))
 
+    def gpu_allocatable(self) -> dict[str, int]:
+        """Node -> allocatable `nvidia.com/gpu` as the device plugin left it."""
+        _, nodes = self.store.objects("nodes")
+        out: dict[str, int] = {}
+        for n in nodes:
+            v = str(n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu", ""))
+            if v.isdigit():
+                out[n["metadata"]["name"]] = int(v)
+        return out
+
     def pods_on(self, node: str) -> list[Obj]:
         _, pods = self.store.objects("pods")
         return [p for p in pods if p["spec"].get("nodeName") == node]

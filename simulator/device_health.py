@@ -65,6 +65,15 @@ def unhealthy_at(
     }
 
 
+def gpu_allocatable_at(faults: tuple[DeviceFault, ...], layout: Layout, t: float) -> dict[str, int]:
+    """Node -> allocatable `nvidia.com/gpu` at `t` (no repairs): capacity minus Unhealthy
+    devices, for the kube-state-metrics series of a backfill."""
+    bad: dict[str, int] = {}
+    for node, _ in unhealthy_at(faults, t):
+        bad[node] = bad.get(node, 0) + 1
+    return {n.name: max(0, n.gpus - bad.get(n.name, 0)) for n in layout.nodes}
+
+
 class DevicePlugin:
     """Keeps each node's allocatable `nvidia.com/gpu` and health events in step with faults."""
 

@@ -83,9 +83,13 @@ def kube_state_text(
     unschedulable: Collection[str] = (),
     cluster: str = "sim",
     pod_uids: Mapping[str, str] | None = None,
+    gpu_allocatable: Mapping[str, int] | None = None,
 ) -> str:
-    """kube-state-metrics /metrics for the live placement and cordon set."""
-    series = kube_state_series(sample, nodes, pods, unschedulable, cluster, pod_uids)
+    """kube-state-metrics /metrics for the live placement, cordon set and GPUs the device
+    plugin still advertises."""
+    series = kube_state_series(
+        sample, nodes, pods, unschedulable, cluster, pod_uids, gpu_allocatable
+    )
     parts = []
     for name, rows in series.items():
         lines = "".join(f"{name}{{{lab}}} {int(v)}\n" for lab, v in rows)

@@ -11,8 +11,9 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from simulator.engine import Sample
+from simulator.kube_api.objects import GPU, node_resources
 from simulator.layout import SimNode, SimPod
-from simulator.series import escape, label_key, node_ip, pod_ip, pod_uid
+from simulator.series import escape, label_key, node_ip, pod_ip, pod_uid, sanitize
 
 KUBE_HELP = {
     "kube_pod_info": "Information about pod.",
@@ -20,12 +21,38 @@ KUBE_HELP = {
     "kube_node_info": "Information about a cluster node.",
     "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
     "kube_node_spec_unschedulable": "Whether a node can schedule new pods.",
+    "kube_node_status_capacity": "The capacity for different resources of a node.",
+    "kube_node_status_allocatable": "The allocatable for different resources of a node that "
+    "are available for scheduling.",
 }
 STEPS_HELP = "Optimizer steps completed by this pod."
 
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> str:
     return ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
+
+
+_UNITS = {"cpu": "core", "memory": "byte", "ephemeral-storage": "byte", "pods": "integer"}
+"""kube-state-metrics' `unit` per resource; extended resources (`nvidia.com/gpu`) are
+`integer`, and the resource name is sanitised (`nvidia_com_gpu`, `ephemeral_storage`)."""
+_SUFFIX = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+def _quantity(q: str) -> float:
+    for suffix, factor in _SUFFIX.items():
+        if q.endswith(suffix):
+            return float(q[: -len(suffix)]) * factor
+    return float(q)
+
+
+def _resource_rows(node: str, resources: Mapping[str, str]) -> list[tuple[str, float]]:
+    rows = []
+    for r, q in resources.items():
+        unit = _UNITS.get(r, "integer")
+        rows.append(
+            (_labels([("node", node), ("resource", sanitize(r)), ("unit", unit)]), _quantity(q))
+        )
+    return rows
 
 
 def active_pods(pods: Sequence[SimPod], t: float) -> list[tuple[int, SimPod]]:
@@ -39,11 +66,14 @@ def kube_state_series(
     unschedulable: Collection[str] = (),
     cluster: str = "sim",
     pod_uids: Mapping[str, str] | None = None,
+    gpu_allocatable: Mapping[str, int] | None = None,
 ) -> dict[str, list[tuple[str, float]]]:
     """kube-state-metrics families -> [(label string, value)] for the pods active at sample.t.
 
     `pod_uids` (`namespace/name` -> uid) lets serve mode show the UIDs its Kubernetes API
     serves; without it a stable UID is derived from the pod (series.pod_uid).
+    `gpu_allocatable` (node -> allocatable `nvidia.com/gpu`): what the device plugin left after
+    withdrawing Unhealthy GPUs (serve mode passes its node objects'); default: every GPU.
     """
     pods = sample.pods if pods is None else pods
     node_pos = {n.name: i for i, n in enumerate(nodes)}
@@ -72,6 +102,11 @@ def kube_state_series(
         out["kube_node_spec_unschedulable"].append(
             (_labels([("node", n.name)]), 1.0 if n.name in unschedulable else 0.0)
         )
+        capacity, allocatable = node_resources(n)
+        if gpu_allocatable is not None and n.name in gpu_allocatable:
+            allocatable[GPU] = str(gpu_allocatable[n.name])
+        out["kube_node_status_capacity"] += _resource_rows(n.name, capacity)
+        out["kube_node_status_allocatable"] += _resource_rows(n.name, allocatable)
     for _, p in active_pods(pods, sample.t):
         uid = (pod_uids or {}).get(p.key) or pod_uid(cluster, p)
         base = [("namespace", p.namespace), ("pod", p.name), ("uid", uid)]

@@ -85,6 +85,7 @@ class LiveMetrics:
             self.cluster.unschedulable_nodes(),
             self.cluster.scenario.cluster,
             uids,
+            self.cluster.gpu_allocatable(),
         )
 
     def steps_page(self) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
+from simulator.device_health import DeviceFault, device_faults, gpu_allocatable_at, unhealthy_at
 from simulator.engine import FleetSimulator, Sample
 from simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
 from simulator.layout import SimPod
@@ -111,7 +112,8 @@ class OpenMetricsWriter:
             f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"{target(n.name)}'
             for n in sim.layout.nodes
         ]
-        self._kube_cache: tuple[tuple[int, ...], dict[str, list[str]]] | None = None
+        self._kube_cache: tuple[object, dict[str, list[str]]] | None = None
+        self._device_faults: tuple[DeviceFault, ...] | None = None
 
     def families(self) -> dict[str, _Family]:
         """Sample name -> family, in file order."""
@@ -204,11 +206,18 @@ class OpenMetricsWriter:
         return count + len(steps) + len(up_lines)
 
     def _kube_lines(self, s: Sample) -> dict[str, list[str]]:
-        """kube-state-metrics lines without timestamps, rebuilt only when the pod set changes."""
-        key = tuple(i for i, p in enumerate(s.pods) if p.start <= s.t < (p.end or math.inf))
+        """kube-state-metrics lines without timestamps, rebuilt only when the pod set or the
+        device plugin's allocatable GPUs change."""
+        if self._device_faults is None:
+            self._device_faults = device_faults(self.sim.scenario, self.sim.layout)
+        pods = tuple(i for i, p in enumerate(s.pods) if p.start <= s.t < (p.end or math.inf))
+        key = (pods, tuple(sorted(unhealthy_at(self._device_faults, s.t))))
         if self._kube_cache is None or self._kube_cache[0] != key:
             extra = f',job="{KSM_JOB}",instance="{KSM_INSTANCE}"'
-            series = kube_state_series(s, self.sim.layout.nodes, cluster=self.sim.scenario.cluster)
+            alloc = gpu_allocatable_at(self._device_faults, self.sim.layout, s.t)
+            series = kube_state_series(
+                s, self.sim.layout.nodes, cluster=self.sim.scenario.cluster, gpu_allocatable=alloc
+            )
             lines = {
                 name: [f"{name}{{{lab}{extra}}} {int(v)}" for lab, v in rows]
                 for name, rows in series.items()

@@ -44,7 +44,13 @@ def escape(value: str) -> str:
 
 def label_key(key: str) -> str:
     """kube-state-metrics' `label_<key>` name: every invalid character becomes `_`."""
-    return "label_" + _LABEL_KEY.sub("_", key)
+    return "label_" + sanitize(key)
+
+
+def sanitize(name: str) -> str:
+    """kube-state-metrics' sanitizeLabelName: every invalid character becomes `_`
+    (`nvidia.com/gpu` -> `nvidia_com_gpu`)."""
+    return _LABEL_KEY.sub("_", name)
 
 
 def pod_uid(cluster: str, pod: SimPod) -> str:

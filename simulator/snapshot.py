@@ -23,6 +23,7 @@ from observer.fleet.model import FleetSnapshot, FloatArray, Node, NodeName, Pod
 from observer.promql import DEFAULT_LOOKBACK, Semantics, fresh, increase_columns
 from observer.snapshot.builder import SnapshotBuilder
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from simulator.device_health import device_faults, gpu_allocatable_at, unhealthy_at
 from simulator.engine import FleetSimulator, Sample
 from simulator.layout import SimPod
 
@@ -58,10 +59,8 @@ class SimSnapshots:
         self._cache: OrderedDict[int, Sample] = OrderedDict()
         sc = self.sim.scenario
         lay = self.sim.layout
-        self._nodes = tuple(
-            Node(NodeName(n.name), labels=dict(n.labels), conditions={"Ready": "True"})
-            for n in lay.nodes
-        )
+        self._faults = device_faults(sc, lay)
+        self._nodes_at: tuple[tuple[tuple[str, int], ...], tuple[Node, ...]] | None = None
         self._node_names = np.array([n.name for n in lay.nodes], dtype=object)
         self._interval = float(sc.scrape_interval)
         self._builder = SnapshotBuilder(cluster=sc.cluster).with_pod_cache()
@@ -159,11 +158,30 @@ class SimSnapshots:
             t,
             gpus,
             metrics,
-            nodes=self._nodes,
+            nodes=self._nodes(t),
             pods=pod_records,
             steps=steps,
             exporters=exporters,
         )
+
+    def _nodes(self, t: float) -> tuple[Node, ...]:
+        """The nodes as kube-state-metrics shows them at `t`: GPU capacity, and allocatable
+        minus the devices the device plugin marked Unhealthy (rebuilt only when that changes)."""
+        key = tuple(sorted(unhealthy_at(self._faults, t)))
+        if self._nodes_at is None or self._nodes_at[0] != key:
+            alloc = gpu_allocatable_at(self._faults, self.sim.layout, t)
+            nodes = tuple(
+                Node(
+                    NodeName(n.name),
+                    labels=dict(n.labels),
+                    conditions={"Ready": "True"},
+                    gpu_capacity=n.gpus,
+                    gpu_allocatable=alloc[n.name],
+                )
+                for n in self.sim.layout.nodes
+            )
+            self._nodes_at = (key, nodes)
+        return self._nodes_at[1]
 
     def _steps(
         self, samples: list[Sample], times: FloatArray, t: float, pods: tuple[SimPod, ...]

@@ -67,6 +67,9 @@ class Fleet:
     source_ok: bool = True
     steps_increase: dict[str, float] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
+    allocatable: dict[int, int] = field(default_factory=dict)
+    """Node position -> allocatable `nvidia.com/gpu` (capacity: gpus_per_node); other nodes
+    carry no counts (not collected)."""
 
     def __post_init__(self) -> None:
         n = self.n
@@ -137,7 +140,13 @@ class Fleet:
         keep = np.array([i not in self.dropped for i in range(self.n)], dtype=bool)
         rows = np.flatnonzero(keep)
         nodes = tuple(
-            Node(NodeName(f"node-{i:03d}"), conditions={"Ready": "True"}) for i in range(self.nodes)
+            Node(
+                NodeName(f"node-{i:03d}"),
+                conditions={"Ready": "True"},
+                gpu_capacity=self.gpus_per_node if i in self.allocatable else None,
+                gpu_allocatable=self.allocatable.get(i),
+            )
+            for i in range(self.nodes)
         )
         job_keys = [k for k, _ in self.jobs]
         pods: list[Pod] = []

@@ -40,11 +40,14 @@ def test_summary_and_json_from_prometheus(
     assert "40 GPUs on 5 nodes, 6 pods, 2 jobs" in out
     assert "stale: a100-0001 (2.5m old, exporter down)" in out
     assert "default/train" in out and "24 queries" in out
+    assert "ALLOCATABLE" in out and "5/8" in out  # h100-0002: the device plugin withdrew 3
     assert "fields: " in out and " on full evidence" in out  # the coverage report
     dump = tmp_path / "snap.json"
     assert main(["collect", "--prometheus-url", prom.url, "--at", at, "-o", str(dump)]) == 0
     doc = json.loads(dump.read_text())
     assert len(doc["gpus"]["uuid"]) == 40 and doc["telemetry"]["scrape_interval"] == 30.0
+    alloc = {n["name"]: (n["gpu_allocatable"], n["gpu_capacity"]) for n in doc["nodes"]}
+    assert alloc["h100-0002"] == (5, 8) and alloc["h100-0000"] == (8, 8)
     stamps = doc["metrics"]["DCGM_FI_DEV_GPU_UTIL"]["timestamp"]
     old = [t for t in stamps if t is not None and t < doc["taken_at"] - 60]
     assert len(old) == 9  # 8 behind the down exporter + the XID 79 GPU, within the lookback

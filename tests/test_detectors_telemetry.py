@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from detectors.findings import FindingKind, Severity
 from detectors.monitoring_gap import Params as GapParams
@@ -43,6 +44,36 @@ def test_a_gpu_whose_series_stop_is_lost_within_two_scrapes() -> None:
     assert f.evidence["job"] == "ml/t"  # GPU kinds: entity is the GPU; the job is evidence
     assert "reboot" in f.recommended_action
     assert all_findings(replay("monitoring_gap", fleet, [T0 + 300])) == []
+
+
+@pytest.mark.parametrize(
+    ("case", "critical_early"),
+    [("withdrawn", True), ("old_withdrawal", False), ("xid48_elsewhere", False),
+     ("not_collected", False)],
+)  # fmt: skip
+def test_device_plugin_withdrawal_corroborates_only_when_it_covers_the_silent_gpu(
+    case: str, critical_early: bool
+) -> None:
+    fleet = Fleet(nodes=2)
+    gone = T0 + 95.0  # XID 79: the plugin withdraws the GPU; the scrape at T0 + 90 was its last
+
+    def change(f: Fleet, t: float) -> None:
+        f.age = np.full(f.n, (t - T0) % 30.0)
+        if t >= gone:
+            f.stale(t - (T0 + 90.0), gpu=(1, 5))
+        withdrawn = t >= gone or case == "old_withdrawal"
+        f.allocatable = {} if case == "not_collected" else {0: 8, 1: 7 if withdrawn else 8}
+        if case == "xid48_elsewhere" and t >= gone:
+            f.set("DCGM_FI_DEV_XID_ERRORS", 48.0, gpu=(1, 2))
+
+    cycles = replay("gpu_lost", fleet, steps(T0, T0 + 300, 15), change)
+    critical = first_fire(cycles, Severity.CRITICAL.rank)
+    assert critical is not None
+    assert (critical - gone < 60.0) is critical_early  # the time rule needs 90-120 s
+    first = next(f for f in all_findings(cycles) if f.severity is Severity.CRITICAL)
+    expected = "device plugin withdrew a GPU: allocatable 7/8"
+    assert (first.evidence["corroboration"] == expected) is critical_early
+    assert first.evidence["node_gpus_allocatable"] == (None if case == "not_collected" else "7/8")
 
 
 def test_one_missing_scrape_is_never_critical() -> None:

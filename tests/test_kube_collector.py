@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -122,3 +123,31 @@ def test_gpu_and_node_warning_events(sim: Sim, v1: client.CoreV1Api) -> None:
         for i in range(5):
             event("Node", "h100-0000", "default", "Warning", "NodeNotReady", f"n{i}", "kubelet")
         assert until(lambda: [e.message for e in kube.events()] == ["n2", "n3", "n4"])
+
+
+def test_gpu_capacity_and_allocatable_from_the_api_and_the_kube_state_page(tmp_path: Path) -> None:
+    """XID 79 on one GPU: the simulated device plugin withdraws it; the Kubernetes collector
+    and the serve-mode kube-state-metrics page (the scrape collector's parser) both see 7/8."""
+    from observer.scrape.exposition import parse_page
+    from observer.snapshot.kube_records import records_from_series
+    from simulator.engine import FleetSimulator
+    from simulator.metrics_server import LiveMetrics
+
+    fault = {"kind": "xid79_fallen_off_bus", "node": "h100-0003", "gpu": 0, "start": "5m"}
+    with running_sim(tmp_path, faults=[fault]) as sim, collector(sim) as kube:
+        assert kube.wait_synced(10)
+        assert {(n.gpu_allocatable, n.gpu_capacity) for n in kube.nodes()} == {(8, 8)}
+        sim.advance(6 * 60)
+        assert until(
+            lambda: {str(n.name): n for n in kube.nodes()}["h100-0003"].gpus_withdrawn == 1
+        )
+        page = LiveMetrics(FleetSimulator(sim.cluster.scenario, sim.cluster.layout), sim.cluster)
+        rows: list[dict[str, Any]] = [
+            {"metric": {"__name__": name, **labels}, "value": [0.0, str(v)]}
+            for name, labels, v in parse_page(page.kube_state_page()).kube
+        ]
+    gpu_rows = [r["metric"] for r in rows if r["metric"].get("resource") == "nvidia_com_gpu"]
+    assert gpu_rows[0]["unit"] == "integer"  # kube-state-metrics' extended-resource unit
+    nodes = {str(n.name): n for n in records_from_series(rows, [], ())[0]}
+    assert (nodes["h100-0003"].gpu_allocatable, nodes["h100-0003"].gpu_capacity) == (7, 8)
+    assert (nodes["h100-0001"].gpu_allocatable, nodes["h100-0001"].gpu_capacity) == (8, 8)

@@ -93,6 +93,9 @@ def test_snapshot_at_ten_minutes(prom: PrometheusHandle, scenario: Scenario) -> 
     train_gpus = s.gpus_of_job(0)
     assert len(train_gpus) == 16
     assert "job" not in s.pods[s.jobs[0].pod_indices[0]].labels  # Prometheus' target labels go
+    gpus = {str(n.name): (n.gpu_allocatable, n.gpu_capacity) for n in s.nodes}
+    assert gpus.pop("h100-0002") == (5, 8)  # XIDs 79, 48, 64: the device plugin withdrew three
+    assert set(gpus.values()) == {(8, 8)}  # kube_node_status_allocatable{resource="nvidia_com_gpu"}
 
 
 def test_exporter_down_and_lookback(

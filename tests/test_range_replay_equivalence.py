@@ -124,6 +124,8 @@ def test_replay_equals_instant_cycles(prom: PrometheusHandle, scenario: Scenario
     assert any(r.report.duplicate_identity_rows for _, r in pairs), "no lingering old pod series"
     lost = [s for s in snaps if np.isnan(s.metrics["DCGM_FI_DEV_FB_USED"].timestamp).any()]
     assert lost, "the XID 79 GPU is never a row without samples"
+    withdrawn = {max(n.gpus_withdrawn or 0 for n in s.nodes) for s in snaps}
+    assert withdrawn == {0, 3}, "the device plugin's withdrawals (XIDs at 5 min) never show"
     down = [s for s in snaps if s.telemetry is not None and not s.telemetry.node_up.all()]
     assert down, "the exporter outage never shows"
     reset = [s for s in snaps if 0 <= s.taken_at - scenario.start - RESET_AT < 2 * MIN]

@@ -56,6 +56,19 @@ class Node:
     """Condition type -> status ("True" / "False" / "Unknown"), e.g. {"Ready": "True"}."""
     in_kubernetes: bool = True
     """False for a node known only from GPU metrics (its `Hostname`), not from Kubernetes."""
+    gpu_capacity: int | None = None
+    """`status.capacity["nvidia.com/gpu"]` (Kubernetes API, or kube-state-metrics'
+    `kube_node_status_capacity{resource="nvidia_com_gpu"}`); None: not collected."""
+    gpu_allocatable: int | None = None
+    """`status.allocatable["nvidia.com/gpu"]`: below capacity once the NVIDIA device plugin has
+    marked a GPU Unhealthy (critical XIDs) and withdrawn it; None: not collected."""
+
+    @property
+    def gpus_withdrawn(self) -> int | None:
+        """Capacity minus allocatable GPUs; None when either count is unknown."""
+        if self.gpu_capacity is None or self.gpu_allocatable is None:
+            return None
+        return self.gpu_capacity - self.gpu_allocatable
 
     @property
     def ready(self) -> bool:

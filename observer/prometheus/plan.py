@@ -24,7 +24,9 @@ per metric", and the plan avoids reading any series twice where it can (Promethe
 - `xid_count` with its own sample times (the client drops counts older than the GPU's newest
   sample: dcgm-exporter drops the series when its window empties), training steps and their
   increase, `up`, the last time each exporter was up (`up_last`, cold start), the scrape interval
-  (sample spacing of one GPU per node, cold start) and kube-state-metrics (two queries).
+  (sample spacing of one GPU per node, cold start) and kube-state-metrics (two queries; the
+  first also carries each node's `nvidia.com/gpu` capacity and allocatable count, `or`-ed in
+  with a `resource` matcher so the other resources' series are never read: 2 series per node).
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ from observer.fleet.catalog import (
     Kind,
 )
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
-from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
+from observer.snapshot.kube_records import (
+    KSM_FAMILIES,
+    KSM_GPU_FAMILIES,
+    KSM_GPU_RESOURCE,
+    KSM_STATUS_FAMILIES,
+)
 
 TS_LABEL = "gf_ts"
 """Marks the `timestamp()` twin of a series in a query that returns both."""
@@ -278,7 +285,11 @@ def plan(s: PromSettings) -> tuple[Query, ...]:
             cold=True,
         ),
         Query("interval", interval_query(s), cold=True),
-        Query("kube", f'{{__name__=~"{_names(KSM_FAMILIES)}"{ksm}}}'),
+        Query(
+            "kube",
+            f'{{__name__=~"{_names(KSM_FAMILIES)}"{ksm}}} or '
+            f'{{__name__=~"{_names(KSM_GPU_FAMILIES)}",resource="{KSM_GPU_RESOURCE}"{ksm}}}',
+        ),
         Query("kube_status", f'{{__name__=~"{_names(KSM_STATUS_FAMILIES)}"{ksm}}} == 1'),
     ]
     return tuple(queries)

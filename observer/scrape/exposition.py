@@ -23,9 +23,9 @@ from observer.fleet.catalog import (
     STEPS_METRIC,
     canonical_name,
 )
-from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
+from observer.snapshot.kube_records import KSM_FAMILIES, KSM_GPU_FAMILIES, KSM_STATUS_FAMILIES
 
-KUBE_NAMES = frozenset((*KSM_FAMILIES, *KSM_STATUS_FAMILIES))
+KUBE_NAMES = frozenset((*KSM_FAMILIES, *KSM_STATUS_FAMILIES, *KSM_GPU_FAMILIES))
 DCGM_PREFIXES = ("DCGM_FI_", "DCGM_EXP_")
 
 

@@ -42,6 +42,8 @@ def snapshot_to_dict(s: FleetSnapshot) -> dict[str, Any]:
                 "name": n.name,
                 "in_kubernetes": n.in_kubernetes,
                 "schedulable": n.schedulable,
+                "gpu_capacity": n.gpu_capacity,
+                "gpu_allocatable": n.gpu_allocatable,
                 "conditions": dict(n.conditions),
                 "labels": dict(n.labels),
                 "taints": [{"key": x.key, "value": x.value, "effect": x.effect} for x in n.taints],

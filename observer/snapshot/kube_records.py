@@ -3,9 +3,11 @@
 The snapshot builder takes `Node` and `Pod` records; this module makes them, the same way for the
 Prometheus path (kube-state-metrics: `kube_pod_info`, `kube_pod_labels`,
 `kube_pod_status_phase`, `kube_node_info`, `kube_node_labels`, `kube_node_spec_unschedulable`,
-`kube_node_status_condition`, `kube_node_spec_taint`) and for the Kubernetes API path (pod and node
-objects as JSON dicts: a watch event's `object`, or `ApiClient().sanitize_for_serialization(obj)`
-in the one adapter that imports the client). Plain dicts in, frozen records out; no client here.
+`kube_node_status_condition`, `kube_node_spec_taint`, and `kube_node_status_capacity` /
+`kube_node_status_allocatable` for `resource="nvidia_com_gpu"`) and for the Kubernetes API
+path (pod and node objects as JSON dicts: a watch event's `object`, or
+`ApiClient().sanitize_for_serialization(obj)` in the one adapter that imports the client).
+Plain dicts in, frozen records out; no client here.
 
 kube-state-metrics exports labels sanitised (`label_nvidia_com_gpu_product`), which cannot be
 turned back into `nvidia.com/gpu.product`; records keep them as exported. Read labels with
@@ -16,6 +18,7 @@ so code works on snapshots from either path.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +42,12 @@ KSM_FAMILIES = (
 """kube-state-metrics families the collectors read."""
 KSM_STATUS_FAMILIES = ("kube_pod_status_phase", "kube_node_status_condition")
 """Status families; only their series equal to 1 count."""
+KSM_GPU_FAMILIES = ("kube_node_status_capacity", "kube_node_status_allocatable")
+"""Node resource families; only `resource="nvidia_com_gpu"` is read (GPU capacity and
+allocatable count)."""
+KSM_GPU_RESOURCE = "nvidia_com_gpu"
+"""kube-state-metrics' `resource` label for `nvidia.com/gpu` (sanitised; unit `integer`)."""
+GPU_RESOURCE = "nvidia.com/gpu"
 
 _SKIP_POD = frozenset({"namespace", "pod", "uid"})
 _STATUS = {"true": "True", "false": "False", "unknown": "Unknown"}
@@ -87,8 +96,12 @@ def nodes_from_kube_state_metrics(
     unschedulable: ValueRows = (),
     conditions: ValueRows = (),
     taints: LabelRows = (),
+    gpu_counts: Iterable[tuple[str, Mapping[str, str], float]] = (),
 ) -> list[Node]:
-    """Nodes of `kube_node_info` (or of any other family given, so none is lost)."""
+    """Nodes of `kube_node_info` (or of any other family given, so none is lost).
+
+    `gpu_counts`: (family, labels, value) of `kube_node_status_capacity` /
+    `kube_node_status_allocatable`; rows of other resources are ignored."""
     names: dict[str, None] = {}  # ordered set; kube_node_info's own labels (kernel, runtime
     for row in node_info:  # versions) are not part of the model
         names[row.get("node", "")] = None
@@ -110,6 +123,10 @@ def nodes_from_kube_state_metrics(
     for row in taints:
         taint = Taint(row.get("key", ""), row.get("value", ""), row.get("effect", ""))
         tnt.setdefault(row.get("node", ""), []).append(taint)
+    counts: dict[tuple[str, str], int] = {}
+    for fam, row, value in gpu_counts:
+        if row.get("resource") == KSM_GPU_RESOURCE and math.isfinite(value):
+            counts[(fam, row.get("node", ""))] = int(value)
     return [
         Node(
             name=NodeName(n),
@@ -117,6 +134,8 @@ def nodes_from_kube_state_metrics(
             taints=tuple(tnt.get(n, ())),
             schedulable=n not in cordoned,
             conditions=frozen_map(cond.get(n)),
+            gpu_capacity=counts.get((KSM_GPU_FAMILIES[0], n)),
+            gpu_allocatable=counts.get((KSM_GPU_FAMILIES[1], n)),
         )
         for n in names
         if n
@@ -171,6 +190,12 @@ def _gpu_request(spec: Mapping[str, Any]) -> int:
     return total
 
 
+def _gpu_count(resources: Mapping[str, Any] | None) -> int | None:
+    """`nvidia.com/gpu` of a capacity/allocatable map (a quantity string: "8"); None if absent."""
+    v = str((resources or {}).get(GPU_RESOURCE, ""))
+    return int(v) if v.isdigit() else None
+
+
 def node_from_api(obj: Mapping[str, Any]) -> Node:
     """A v1 Node (JSON dict, camelCase or snake_case)."""
     meta = _get(obj, "metadata") or {}
@@ -190,6 +215,8 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
         taints=taints,
         schedulable=not bool(_get(spec, "unschedulable")),
         conditions=frozen_map(conditions),
+        gpu_capacity=_gpu_count(_get(status, "capacity")),
+        gpu_allocatable=_gpu_count(_get(status, "allocatable")),
     )
 
 
@@ -223,5 +250,10 @@ def records_from_series(
         unsched_rows,
         [(row, 1.0) for row in fams.get("kube_node_status_condition", [])],
         fams.get("kube_node_spec_taint", []),
+        [
+            (str(r["metric"].get("__name__")), r["metric"], float(r["value"][1]))
+            for r in kube
+            if r["metric"].get("__name__") in KSM_GPU_FAMILIES
+        ],
     )
     return nodes, pods

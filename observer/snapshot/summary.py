@@ -43,7 +43,7 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
     if t is not None:
         state = "ok" if t.source_ok else f"DEGRADED: {t.degraded_reason}"
         lines.append(f"telemetry: scrape interval {t.scrape_interval:g}s; source {state}")
-    rows = [["NODE", "MODEL", "GPUS", "FRESH", "AGE", "EXPORTER", "K8S"]]
+    rows = [["NODE", "MODEL", "GPUS", "FRESH", "AGE", "EXPORTER", "K8S", "ALLOCATABLE"]]
     stale: list[str] = []
     for i, node in enumerate(s.nodes):
         on = g.node_index == i
@@ -58,6 +58,7 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
             node.name, ",".join(models) or "-", str(int(on.sum())),
             str(int((on & fresh).sum())), _age(age), "up" if up else "DOWN",
             k8s if node.in_kubernetes else "unknown",
+            "-" if node.gpus_withdrawn is None else f"{node.gpu_allocatable}/{node.gpu_capacity}",
         ])  # fmt: skip
     lines += _table(rows)
     if s.jobs:

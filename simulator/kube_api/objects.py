@@ -42,6 +42,19 @@ def node_ip(position: int) -> str:
     return f"10.0.{position // 250}.{position % 250 + 2}"
 
 
+def node_resources(n: SimNode) -> tuple[dict[str, str], dict[str, str]]:
+    """`status.capacity` and `status.allocatable` of a healthy node (the kubelet reserves some
+    CPU and memory; the device plugin advertises every GPU)."""
+    capacity = {
+        "cpu": "192",
+        "memory": "2113531604Ki",
+        "ephemeral-storage": "3750000000Ki",
+        "pods": "110",
+        GPU: str(n.gpus),
+    }
+    return capacity, {**capacity, "cpu": "190", "memory": "2100000000Ki"}
+
+
 def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
     cond_time = rfc3339(ts)
     conditions = [
@@ -50,13 +63,7 @@ def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
         ("PIDPressure", "False", "KubeletHasSufficientPID"),
         ("Ready", "True", "KubeletReady"),
     ]
-    resources = {
-        "cpu": "192",
-        "memory": "2113531604Ki",
-        "ephemeral-storage": "3750000000Ki",
-        "pods": "110",
-        GPU: str(n.gpus),
-    }
+    resources, allocatable = node_resources(n)
     meta = object_meta(n.name, ts, uid=new_uid(f"{cluster}/node/{n.name}"))
     meta["labels"] = {
         "kubernetes.io/os": "linux",
@@ -75,7 +82,7 @@ def node_object(n: SimNode, index: int, ts: float, cluster: str) -> Obj:
         },
         "status": {
             "capacity": resources,
-            "allocatable": {**resources, "cpu": "190", "memory": "2100000000Ki"},
+            "allocatable": allocatable,
             "conditions": [
                 {
                     "type": t,

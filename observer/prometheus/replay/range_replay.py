@@ -55,7 +55,12 @@ from observer.prometheus.replay.steps import Chunk, Selected
 from observer.prometheus.replay.workers import WorkerPool, fetch_block
 from observer.snapshot.cycle_stats import QueryStat
 from observer.snapshot.inputs import GpuColumns
-from observer.snapshot.kube_records import KSM_FAMILIES, KSM_STATUS_FAMILIES
+from observer.snapshot.kube_records import (
+    KSM_FAMILIES,
+    KSM_GPU_FAMILIES,
+    KSM_GPU_RESOURCE,
+    KSM_STATUS_FAMILIES,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,8 @@ class RawQuery:
 
 def raw_plan(s: PromSettings) -> tuple[RawQuery, ...]:
     """The selectors a chunk reads: the cycle's value groups (the inventory's is essential),
-    the error counters, XID counts, training steps, `up` and kube-state-metrics."""
+    the error counters, XID counts, training steps, `up` and kube-state-metrics (with each
+    node's `nvidia.com/gpu` capacity and allocatable, selected by `resource`)."""
     out: list[RawQuery] = []
     groups = [*value_groups(s), SPARSE_COUNTERS]
     if not any(s.inventory_metric in g for g in groups):
@@ -84,6 +90,10 @@ def raw_plan(s: PromSettings) -> tuple[RawQuery, ...]:
         RawQuery("raw:steps", STEPS_METRIC),
         RawQuery("raw:up", s.up_selector),
         RawQuery("raw:kube", f'{{__name__=~"{kube}"{ksm}}}'),
+        RawQuery(
+            "raw:kube_gpus",
+            f'{{__name__=~"{"|".join(KSM_GPU_FAMILIES)}",resource="{KSM_GPU_RESOURCE}"{ksm}}}',
+        ),
     ]
     return tuple(out)
 
@@ -232,7 +242,10 @@ class RawReplay:
         kube = small("raw:kube")
         kube_main = kube_status = None
         if kube is not None:
-            kube_main = _select(split_by_name(kube.block, _KUBE_MAIN), steps_ms, lb, lo)
+            main = split_by_name(kube.block, _KUBE_MAIN)
+            if (gpu_counts := f.blocks.get("raw:kube_gpus")) is not None:
+                main = RawBlock.concat([main, gpu_counts])
+            kube_main = _select(main, steps_ms, lb, lo)
             kube_status = _select(split_by_name(kube.block, _KUBE_STATUS), steps_ms, lb, lo)
         interval = (
             interval_from([{"value": [0, repr(memory.interval)]}]) if memory.interval else None

@@ -8,11 +8,14 @@ exporters report for that GPU, so a finding's GPU maps to exactly one device. A 
 selects devices by driver, pool and device name (every field that is set must match; an empty
 selector matches every device); its effect decides what the simulated scheduler and taint
 eviction controller do: `None` nothing, `NoSchedule` keep new pods off the device, `NoExecute`
-also evict the pods that hold it.
+also evict the pods that hold it. Which pods hold a device is what real clients read from
+ResourceClaims: each GPU pod gets one (`<pod>-gpu-<suffix>`, owned by the pod) allocated its
+devices and reserved for it, deleted when the pod is gone or done.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -152,7 +155,7 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 def claim_name(pod_name: str, pod_uid: str) -> str:
     """`<pod>-<claim>-<5 chars>`, as the ResourceClaim controller names a template's claim (the
     suffix derives from the pod's uid here, so a recreated pod of the same name gets a new one)."""
-    h = int(pod_uid.replace("-", "")[:12] or "0", 16)
+    h = zlib.crc32(pod_uid.encode())
     suffix = "".join(_NAME_CHARS[(h >> (5 * i)) % len(_NAME_CHARS)] for i in range(5))
     return f"{pod_name[: 63 - len(REQUEST) - 7]}-{REQUEST}-{suffix}"
 

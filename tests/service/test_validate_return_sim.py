@@ -386,6 +386,11 @@ def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     assert _diagnose(loop, diag, sim, lines, hide=frozenset({held})) == {}
     assert f"h100-0000 GPU 2: waits for {holder} (ResourceClaim) to release it" in lines, lines
     assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    act = loop.actuator
+    assert isinstance(act, KubeActuator)
+    assert [g.held_by for g in act.fenced_gpus()] == [(holder,)]
+    sim.api.faults.add("/resourceclaims$", status=404)  # no claims API: the exporter alone
+    assert [g.held_by for g in act.fenced_gpus()] == [()]
 
 
 def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(

@@ -84,6 +84,9 @@ class FencedGpu:
     effect: str
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    held_by: tuple[str, ...] = ()
+    """Who its ResourceClaims reserve it for (`namespace/pod`; empty: none, or the cluster serves
+    no ResourceClaims)."""
 
 
 @runtime_checkable

@@ -31,6 +31,7 @@ from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_times
+from remediations.playbooks.reset import UUID_LABEL
 from remediations.types import (
     ACTION_ANNOTATION,
     INCIDENT_ANNOTATION,
@@ -215,15 +216,25 @@ class KubeActuator:
         whose device no ResourceSlice publishes any more is left out)."""
         try:
             out = []
+            holders: dict[tuple[str, str, str], tuple[str, ...]] | None = None
             for r in self.dra.our_rules():
                 if r.driver is None or r.pool is None or r.device is None:
                     continue
                 found = self.dra.device_info(r.driver, r.pool, r.device)
                 if found is not None:
+                    if holders is None:  # one claims list per call, only when something is fenced
+                        holders = self.dra.device_holders() or {}
                     node, index, uuid = found
                     out.append(
                         FencedGpu(
-                            r.name, node, index, uuid, r.effect, dict(r.labels), dict(r.annotations)
+                            r.name,
+                            node,
+                            index,
+                            uuid,
+                            r.effect,
+                            dict(r.labels),
+                            dict(r.annotations),
+                            holders.get((r.driver, r.pool, r.device), ()),
                         )
                     )
             return out
@@ -299,9 +310,36 @@ class KubeActuator:
             )
         elif intent.op == "fence_device" and "device" not in a:
             self._pin_device(intent.target, a)
+        elif intent.op == "run_node_job" and UUID_LABEL in (a.get("labels") or {}):
+            a["claims"] = self._claims_free(intent.target, str(a["labels"][UUID_LABEL]))
         elif intent.op == "mark_reboot" and "boot_id" not in a:
             a["boot_id"] = self._read_node(intent.target).boot_id
         return Intent(intent.op, intent.target, a)
+
+    def _claims_free(self, node: str, uuid: str) -> str:
+        """Right before a GPU's repair Job: no ResourceClaim may reserve its DRA device (the
+        exporter's pod attribution, which planned the repair, can miss a DRA pod). Held: a
+        temporary error, so the step is pinned again next pass; checked or not, says which."""
+        try:
+            dev = self.dra.find_device(node, uuid)
+            holders = self.dra.device_holders() if dev is not None else None
+        except ApiException as exc:
+            if exc.status == 404:
+                return "not checked: no resource.k8s.io/v1 on this cluster"
+            raise _error(exc, f"read the ResourceClaims of GPU {uuid}") from exc
+        except HTTPError as exc:
+            raise _error(exc, f"read the ResourceClaims of GPU {uuid}") from exc
+        if dev is None:
+            return f"not checked: GPU {uuid} is no DRA device on {node}"
+        if holders is None:
+            return "not checked: the cluster serves no ResourceClaims"
+        held = holders.get((dev.driver, dev.pool, dev.device))
+        if held:
+            raise TemporaryError(
+                f"GPU {uuid} ({dev.driver}/{dev.pool}/{dev.device}) is reserved by a ResourceClaim "
+                f"for {', '.join(held)}: waits until it is released"
+            )
+        return f"free: no ResourceClaim reserves {dev.driver}/{dev.pool}/{dev.device}"
 
     def _pin_device(self, node: str, a: dict[str, Any]) -> None:
         """Resolve the GPU's UUID to its DRA device (driver, pool, device) before journaling."""

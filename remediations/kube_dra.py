@@ -1,9 +1,10 @@
 """The DRA adapter: GPUs from ResourceSlices, gpufleet's DeviceTaintRules (resource.k8s.io/v1).
 
-The one module that reads ResourceSlices and writes DeviceTaintRules (through the `kubernetes`
-client's `ResourceV1Api`). A finding names a GPU by UUID; the NVIDIA DRA driver publishes each
-GPU as a device of a ResourceSlice (driver `gpu.nvidia.com`, pool = node name) with a `uuid`
-attribute, so the UUID maps to exactly one (driver, pool, device). gpufleet's rules carry the
+The one module that reads ResourceSlices and ResourceClaims and writes DeviceTaintRules (through
+the `kubernetes` client's `ResourceV1Api`). A finding names a GPU by UUID; the NVIDIA DRA driver
+publishes each GPU as a device of a ResourceSlice (driver `gpu.nvidia.com`, pool = node name)
+with a `uuid` attribute, so the UUID maps to exactly one (driver, pool, device), and the
+ResourceClaims allocated that device say which pods hold it. gpufleet's rules carry the
 `app.kubernetes.io/managed-by: gpufleet` label and the action/incident annotations, and their names
 are derived from the GPU UUID, so re-creating one after a crash finds the earlier one (409) and
 deleting one never touches a rule someone else made.
@@ -107,6 +108,34 @@ class DraClient:
                     continue
                 return spec.node_name, int(idx.int), str(uuid.string)
         return None
+
+    def device_holders(self) -> dict[tuple[str, str, str], tuple[str, ...]] | None:
+        """(driver, pool, device) -> who holds it through a ResourceClaim: `namespace/pod` for
+        each pod in `status.reservedFor`, `resourceclaim namespace/name` for a claim allocated but
+        not (yet or any more) reserved. One list across namespaces (claims have no field selector
+        for a node); None when the cluster serves no `resource.k8s.io/v1` ResourceClaims (404)."""
+        try:
+            claims = self.resource.list_resource_claim_for_all_namespaces()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        out: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        for c in claims.items:
+            st, meta = c.status, c.metadata
+            if st is None or meta is None or st.allocation is None or not st.allocation.devices:
+                continue
+            ns = meta.namespace
+            who = tuple(
+                f"{ns}/{r.name}"
+                if r.resource == "pods" and not r.api_group
+                else f"{r.resource} {r.name}"
+                for r in st.reserved_for or ()
+            ) or (f"resourceclaim {ns}/{meta.name}",)
+            for r in st.allocation.devices.results or ():
+                key = (r.driver, r.pool, r.device)
+                out[key] = (*out.get(key, ()), *who)
+        return out
 
     def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Merge labels into gpufleet's rule (None removes one); the taint is left as it is."""

@@ -97,6 +97,7 @@ class SimCluster:
         )
         self.device_taints: dict[tuple[str, int], Obj] = {}
         """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
+        self._claims_seen_rv = -1
         self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
         self.repairs = Repairs(
             self.store,
@@ -162,6 +163,7 @@ class SimCluster:
             else:
                 self.controller.waiting.append(p)
         self._refresh_pdbs()
+        self._sync_claims()
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -175,6 +177,7 @@ class SimCluster:
             self.batch.tick(t, self.clock.now())
             self.repairs.tick()
             self._refresh_pdbs()
+            self._sync_claims()
 
     def _refresh_pdbs(self) -> None:
         seen = max(self.store.changed_at("pods"), self.store.changed_at("poddisruptionbudgets"))
@@ -297,20 +300,55 @@ class SimCluster:
         _, slices = self.store.objects(dra.SLICES)
         _, rules = self.store.objects(dra.RULES)
         self.device_taints = dra.device_taints(slices, rules)
-        for (node, device), taint in sorted(self.device_taints.items()):
-            if taint.get("effect") != "NoExecute":
+        self._sync_claims()
+        _, claims = self.store.objects(dra.CLAIMS)
+        victims: dict[tuple[str, str, str], str] = {}
+        for claim in claims:  # the controller finds pods through the claims allocated the device
+            for pool, device in dra.claimed_devices(claim):
+                taint = self.device_taints.get((pool, device))  # the pool is the node's name
+                if taint is None or taint.get("effect") != "NoExecute":
+                    continue
+                for ref in claim["status"].get("reservedFor") or ():
+                    key = (claim["metadata"]["namespace"], ref.get("name", ""), ref.get("uid", ""))
+                    victims.setdefault(
+                        key,
+                        f"device {dra.DRIVER}/{pool}/{dra.device_name(device)} has taint "
+                        f"{taint.get('key')}:NoExecute",
+                    )
+        for (ns, name, uid), why in sorted(victims.items()):
+            pod = self.store.get("pods", ns, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
                 continue
-            for pod in self.controller.pods_on_device(node, device):
-                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-                self._emit(
-                    pod,
-                    "DeviceTaintManagerEviction",
-                    f"Marking for deletion Pod {ns}/{name}: device {dra.DRIVER}/{node}/"
-                    f"{dra.device_name(device)} has taint {taint.get('key')}:NoExecute",
-                    component="device-taint-eviction-controller",
-                )
-                self.delete("pods", ns, name)
+            self._emit(
+                pod,
+                "DeviceTaintManagerEviction",
+                f"Marking for deletion Pod {ns}/{name}: {why}",
+                component="device-taint-eviction-controller",
+            )
+            self.delete("pods", ns, name)
         self.tick()
+
+    def _sync_claims(self) -> None:
+        """The ResourceClaim controller and scheduler on DRA nodes: every bound pod holding GPUs
+        has a claim allocated those devices and reserved for it; the claim of a pod that is gone
+        or done is deleted (a template's claim does not outlive its pod)."""
+        if not self.options.dra or self.store.changed_at("pods") == self._claims_seen_rv:
+            return
+        self._claims_seen_rv = self.store.changed_at("pods")
+        want = {p["metadata"]["uid"]: (p, gpus) for p, gpus in self.controller.allocations()}
+        _, claims = self.store.objects(dra.CLAIMS)
+        have: set[str] = set()
+        for c in claims:
+            owner = (c["metadata"].get("ownerReferences") or [{}])[0].get("uid", "")
+            if owner in want:
+                have.add(owner)
+            else:
+                self.store.delete(dra.CLAIMS, c["metadata"]["namespace"], c["metadata"]["name"])
+        wall = self.clock.now()
+        for uid, (pod, gpus) in want.items():
+            if uid not in have:
+                claim = dra.resource_claim(pod, pod["spec"]["nodeName"], gpus, wall)
+                self.store.put(dra.CLAIMS, claim)
 
     def _note_node_change(self, old: Obj, new: Obj) -> None:
         was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))

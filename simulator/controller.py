@@ -249,19 +249,26 @@ class JobController:
             self.slots.pop(uid, None)
             self.store.delete("pods", slot.template.namespace, slot.template.name)
 
-    def pods_on_device(self, node: str, device: int) -> list[Obj]:
-        """The live pods the scheduler gave GPU `device` of `node` (the kubelet's allocation)."""
+    def allocations(self) -> list[tuple[Obj, tuple[int, ...]]]:
+        """(pod, GPU indices) of every live pod bound to a node with GPUs (the scheduler's
+        allocation, which a ResourceClaim records on a DRA node)."""
         out = []
         for uid, slot in self.slots.items():
             pod = self._pod_by_uid(uid, slot)
             if (
                 pod is not None
-                and pod["spec"].get("nodeName") == node
-                and device in slot.gpus
+                and pod["spec"].get("nodeName")
+                and slot.gpus
                 and pod["status"].get("phase") not in TERMINAL
             ):
-                out.append(pod)
+                out.append((pod, slot.gpus))
         return out
+
+    def pods_on_device(self, node: str, device: int) -> list[Obj]:
+        """The live pods the scheduler gave GPU `device` of `node` (the kubelet's allocation)."""
+        return [
+            p for p, gpus in self.allocations() if p["spec"]["nodeName"] == node and device in gpus
+        ]
 
     def running(self) -> list[SimPod]:
         """Pods running now, where they run (`end` is the workload's planned end, if any)."""

@@ -8,11 +8,14 @@ exporters report for that GPU, so a finding's GPU maps to exactly one device. A 
 selects devices by driver, pool and device name (every field that is set must match; an empty
 selector matches every device); its effect decides what the simulated scheduler and taint
 eviction controller do: `None` nothing, `NoSchedule` keep new pods off the device, `NoExecute`
-also evict the pods that hold it.
+also evict the pods that hold it. Which pods hold a device is what real clients read from
+ResourceClaims: each GPU pod gets one (`<pod>-gpu-<suffix>`, owned by the pod) allocated its
+devices and reserved for it, deleted when the pod is gone or done.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -137,4 +140,73 @@ def device_taints(slices: Iterable[Obj], rules: Iterable[Obj]) -> dict[tuple[str
             new_rank = rank.get(str(taint.get("effect")), 0)
             if old is None or new_rank > rank.get(str(old.get("effect")), 0):
                 out[(node, idx)] = taint
+    return out
+
+
+# --- ResourceClaims -------------------------------------------------------------------------------
+
+CLAIMS = "resourceclaims"
+REQUEST = "gpu"
+"""The name of the pod's claim (`spec.resourceClaims[].name`) and of the claim's one request."""
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def claim_name(pod_name: str, pod_uid: str) -> str:
+    """`<pod>-<claim>-<5 chars>`, as the ResourceClaim controller names a template's claim (the
+    suffix derives from the pod's uid here, so a recreated pod of the same name gets a new one)."""
+    h = zlib.crc32(pod_uid.encode())
+    suffix = "".join(_NAME_CHARS[(h >> (5 * i)) % len(_NAME_CHARS)] for i in range(5))
+    return f"{pod_name[: 63 - len(REQUEST) - 7]}-{REQUEST}-{suffix}"
+
+
+def resource_claim(pod: Obj, node: str, devices: Iterable[int], ts: float) -> Obj:
+    """The ResourceClaim generated for `pod` from its claim template, allocated `devices` of
+    `node` by the scheduler and reserved for the pod (what `resource.k8s.io/v1` returns)."""
+    pm = pod["metadata"]
+    names = [device_name(d) for d in devices]
+    meta = ko.object_meta(claim_name(pm["name"], pm["uid"]), ts, pm["namespace"])
+    meta["annotations"] = {POD_CLAIM_ANNOTATION: REQUEST}
+    meta["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pm["name"],
+            "uid": pm["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    request = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": len(names)}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {
+        "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "metadata": meta,
+        "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": request}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": REQUEST, "driver": DRIVER, "pool": node, "device": n}
+                        for n in names
+                    ]
+                },
+                "nodeSelector": {"nodeSelectorTerms": [term]},
+                "allocationTimestamp": ko.rfc3339(ts),
+            },
+            "reservedFor": [{"resource": "pods", "name": pm["name"], "uid": pm["uid"]}],
+        },
+    }
+
+
+def claimed_devices(claim: Obj) -> list[tuple[str, int]]:
+    """(pool, device index) of every `gpu.nvidia.com` device allocated to `claim`."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    out = []
+    for r in (alloc.get("devices") or {}).get("results") or ():
+        idx = device_index(str(r.get("device", "")))
+        if r.get("driver") == DRIVER and idx is not None:
+            out.append((str(r.get("pool", "")), idx))
     return out

@@ -174,3 +174,12 @@ def test_get_resourceslices_and_devicetaintrules(sim: Sim, tmp_path: Path) -> No
     assert sim.cluster.device_taints[("h100-0001", 3)]["effect"] == "NoSchedule"
     kubectl(sim, "delete", "devicetaintrule", "fence-gpu3")
     assert not sim.cluster.device_taints
+    claims = [r.split() for r in kubectl(sim, "get", "resourceclaims", "-A").stdout.splitlines()]
+    assert claims[0] == ["NAMESPACE", "NAME", "STATE", "AGE"]
+    assert sorted((r[0], r[1].rsplit("-", 2)[0], r[2]) for r in claims[1:]) == [
+        ("ml", "big-worker-0", "allocated,reserved"),
+        ("ml", "train-worker-0", "allocated,reserved"),
+        ("ml", "train-worker-1", "allocated,reserved"),
+        ("serving", "serve-0", "allocated,reserved"),
+        ("serving", "serve-1", "allocated,reserved"),
+    ]

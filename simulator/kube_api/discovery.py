@@ -57,6 +57,7 @@ RESOURCES = (
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, READ, ("ds",)),
     Resource("batch", "v1", "jobs", "Job", True, (*READ, *WRITE)),
     Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, READ),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, READ),
     Resource(
         "resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False, (*READ, *WRITE)
     ),

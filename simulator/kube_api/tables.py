@@ -54,6 +54,7 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Age", "string", 0),
     ],
     "leases": [("Name", "string", 0), ("Holder", "string", 0), ("Age", "string", 0)],
+    "resourceclaims": [("Name", "string", 0), ("State", "string", 0), ("Age", "string", 0)],
     "resourceslices": [
         ("Name", "string", 0),
         ("Node", "string", 0),
@@ -176,6 +177,17 @@ def _cells(resource: str, o: Obj) -> list[Any]:
             spec.get("nodeName") or "",
             spec.get("driver", ""),
             (spec.get("pool") or {}).get("name", ""),
+            human_age(meta.get("creationTimestamp")),
+        ]
+    if resource == "resourceclaims":
+        status = o.get("status") or {}
+        state = [s for s, on in (("allocated", status.get("allocation")),
+                                 ("reserved", status.get("reservedFor"))) if on]  # fmt: skip
+        if meta.get("deletionTimestamp"):
+            state.append("deleted")
+        return [
+            meta["name"],
+            ",".join(state) or "pending",
             human_age(meta.get("creationTimestamp")),
         ]
     return [meta["name"], human_age(meta.get("creationTimestamp"))]

@@ -59,13 +59,15 @@ def actuator(sim: Sim) -> Iterator[KubeActuator]:
     act.close()
 
 
-def view(sim: Sim, act: KubeActuator) -> ClusterView:
-    """The live view plus what the exporters' pod mapping says: which pod holds which GPU."""
+def view(sim: Sim, act: KubeActuator, hide: frozenset[str] = frozenset()) -> ClusterView:
+    """The live view plus what the exporters' pod mapping says: which pod holds which GPU
+    (except the GPUs in `hide`, which the exporters attribute to no pod)."""
     v = act.cluster_view(sim.cluster.clock())
     held = {
         gpu_uuid("small", p.node, d): f"{p.namespace}/{p.name}"
         for p in sim.cluster.running_pods()
         for d in p.gpu_indices
+        if gpu_uuid("small", p.node, d) not in hide
     }
     index = {gpu_uuid("small", n, d): d for n in v.nodes for d in range(8)}
     return replace(v, pod_of_gpu=held, gpu_index=index)
@@ -99,10 +101,11 @@ class Loop:
         self.runner = Executor(
             policy, store, act, owner="t", open_incidents=self.journal.open_incident_ids
         )
+        self.hide: frozenset[str] = frozenset()
 
     def cycle(self, findings: list[Finding]) -> list[str]:
         now = self.sim.cluster.clock()
-        v = view(self.sim, self.act)
+        v = view(self.sim, self.act, self.hide)
         found = [replace(f, last_seen=now) for f in findings]
         reasons = [r for d in self.journal.cycle(found, v, now).decisions for r in d.reasons]
         self.runner.run(v, now)
@@ -112,7 +115,7 @@ class Loop:
         for _ in range(int(seconds / step)):
             self.sim.advance(step)
             now = self.sim.cluster.clock()
-            self.runner.run(view(self.sim, self.act), now)
+            self.runner.run(view(self.sim, self.act, self.hide), now)
         return self.store.actions()
 
 
@@ -150,6 +153,48 @@ def test_reset_waits_for_the_pod_then_resets_the_gpu(
     assert (node, gpu) not in sim.cluster.devices.unhealthy  # the reset cleared the fault
     assert sim.cluster.get("nodes", "", node)["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     loop.run(20)  # a later pass finds the same Job: nothing is reset twice
+    assert len(jobs(sim)) == 1
+
+
+def test_reset_waits_while_a_resource_claim_reserves_the_gpu_the_exporter_misses(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """On a DRA node the exporter may attribute the GPU to no pod (its DRA support off): the plan
+    goes ahead, but the claim that reserves the device holds the Job back until it is gone."""
+    node, gpu = FAULTY
+    uuid = gpu_uuid("small", node, gpu)
+    loop = Loop(live_policy(rules("reset_gpu")), store, actuator, sim)
+    loop.hide = frozenset({uuid})
+    f = finding(node, gpu, sim.cluster.clock())
+    loop.cycle([f])
+    (a,) = store.actions()
+    assert jobs(sim) == [] and a.progress == 0  # planned, pinned: held back, nothing created
+    (said,) = [e.message for e in store.audit_log() if "will be retried" in e.message]
+    assert f"GPU {uuid} (gpu.nvidia.com/{node}/gpu-0) is reserved by a ResourceClaim" in said
+    assert "for ml/big-worker-0" in said
+    loop.run(20)
+    assert jobs(sim) == []  # still reserved: still waiting
+
+    n = sim.cluster.get("nodes", "", node)  # the pod leaves (cordon, delete): its claim goes
+    sim.cluster.write("nodes", {**n, "spec": {**n["spec"], "unschedulable": True}})
+    sim.cluster.delete("pods", "ml", "big-worker-0")
+    (a,) = loop.run(40)
+    assert a.state is ActionState.DONE, a
+    (job,) = jobs(sim)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "0"
+    assert (
+        a.plan[0].args["claims"] == f"free: no ResourceClaim reserves gpu.nvidia.com/{node}/gpu-0"
+    )
+
+
+def test_without_the_claims_api_the_reset_relies_on_the_exporter(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    sim.api.faults.add("/resourceclaims$", status=404, count=100)  # a cluster before DRA's GA
+    loop = Loop(live_policy(rules("reset_gpu")), store, actuator, sim)
+    loop.cycle([finding(*FAILS, sim.cluster.clock())])
+    (a,) = store.actions()
+    assert a.plan[0].args["claims"] == "not checked: the cluster serves no ResourceClaims"
     assert len(jobs(sim)) == 1
 
 

@@ -98,6 +98,7 @@ def _diagnose(
     diag: KubeNodeJobs,
     sim: Sim,
     lines: list[str] | None = None,
+    hide: frozenset[str] = frozenset(),
     **params: object,
 ) -> dict[str, str]:
     def sleep(seconds: float) -> bool:
@@ -109,7 +110,7 @@ def _diagnose(
         clock=sim.cluster.clock,
         diagnostics=diag,
         sleep=sleep,
-        gpu_holders=lambda: _holders(sim),
+        gpu_holders=lambda: {g: k for g, k in _holders(sim).items() if g not in hide},
     )
     p = DiagnoseParams(wait=60, poll=0.01, max_nodes=4, **params)  # type: ignore[arg-type]
     out = run_diagnose(
@@ -362,7 +363,8 @@ def test_a_repair_in_flight_holds_the_diagnostic(
 def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
 ) -> None:
-    """NoSchedule leaves the running pod on the fenced GPU: the diagnostic waits for it."""
+    """NoSchedule leaves the running pod on the fenced GPU: the diagnostic waits for it, whether
+    the exporter or only the pod's ResourceClaim says it holds the GPU."""
     loop, diag = parts
     sim.advance(60)  # the workloads start
     held = gpu_uuid("small", "h100-0000", 2)
@@ -380,6 +382,15 @@ def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     assert _diagnose(loop, diag, sim, lines) == {}
     assert f"h100-0000 GPU 2: waits for {holder} to release it" in lines, lines
     assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    lines.clear()  # the exporter attributes it to no pod (no DRA support): the claim still does
+    assert _diagnose(loop, diag, sim, lines, hide=frozenset({held})) == {}
+    assert f"h100-0000 GPU 2: waits for {holder} (ResourceClaim) to release it" in lines, lines
+    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    act = loop.actuator
+    assert isinstance(act, KubeActuator)
+    assert [g.held_by for g in act.fenced_gpus()] == [(holder,)]
+    sim.api.faults.add("/resourceclaims$", status=404)  # no claims API: the exporter alone
+    assert [g.held_by for g in act.fenced_gpus()] == [()]
 
 
 def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(

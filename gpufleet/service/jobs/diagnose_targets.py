@@ -137,7 +137,8 @@ def gpu_targets(
     require_idle: bool,
 ) -> tuple[list[Target], list[str]]:
     """GPUs gpufleet's own DeviceTaintRules fence, not marked for replacement, that no pod holds
-    (per `holders`, GPU UUID -> pod; None: unknown, so none is diagnosed while `require_idle`)."""
+    (per `holders`, GPU UUID -> pod; None: unknown, so none is diagnosed while `require_idle`)
+    and no ResourceClaim reserves (`FencedGpu.held_by`)."""
     out: list[Target] = []
     notes: list[str] = []
     for g in sorted(fenced, key=lambda g: (g.node, g.index)):
@@ -150,6 +151,10 @@ def gpu_targets(
             continue
         if require_idle and holders is not None and g.uuid in holders:
             notes.append(f"{g.node} GPU {g.index}: waits for {holders[g.uuid]} to release it")
+            continue
+        if require_idle and g.held_by:
+            who = ", ".join(g.held_by)
+            notes.append(f"{g.node} GPU {g.index}: waits for {who} (ResourceClaim) to release it")
             continue
         subject = f"gpu/{g.uuid}"
         marker = since(store, subject, g.node)

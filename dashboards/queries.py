@@ -219,3 +219,14 @@ def usage_series(
         rows = conn.execute(q).all()
     cols = ["key", "t", "gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]
     return pd.DataFrame([tuple(r) for r in rows], columns=cols)
+
+
+def taken_out(engine: Engine, cluster: str | None, playbooks: Sequence[str]) -> pd.DataFrame:
+    """(cluster, target) of every target an action of `playbooks` started on."""
+    cols = (ActionRow.cluster, ActionRow.target)
+    q = select(*cols).where(
+        ActionRow.playbook.in_(list(playbooks)), ActionRow.started_at.is_not(None)
+    )
+    if cluster is not None:
+        q = q.where(ActionRow.cluster == cluster)
+    return _frame(engine, q.distinct().order_by(ActionRow.cluster, ActionRow.target), cols)

@@ -36,6 +36,7 @@ EMPTYING = frozenset({"drain", "evict_gpu_pods"})
 MARKED = "marked for replacement (needs a person)"
 STATES = (
     MARKED,
+    "taking out",
     "waiting for pods to leave",
     "repairing",
     "waiting for diagnostic",
@@ -120,7 +121,9 @@ def _state(
         return "returned"
     busy = in_flight(store, target, node or None)
     if busy is not None:
-        return "waiting for pods to leave" if busy.playbook in EMPTYING else "repairing"
+        if busy.playbook in EMPTYING:
+            return "waiting for pods to leave"
+        return "repairing" if busy.playbook in REPAIRS else "taking out"
     repaired_after = repair is not None and d is not None and _at(repair) > d.at
     if d is not None and d.outcome == "failed" and not repaired_after:
         return MARKED

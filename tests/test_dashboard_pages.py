@@ -13,7 +13,14 @@ from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.dashboard_seed import BROKEN, REPAIRED, seed_cluster, seed_repairs, write_settings
+from tests.dashboard_seed import (
+    BROKEN,
+    REPAIRED,
+    seed_cluster,
+    seed_fleet,
+    seed_repairs,
+    write_settings,
+)
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 PAGES = ("page_files/incidents.py", "page_files/remediation.py", "page_files/policy.py")
@@ -196,3 +203,7 @@ def test_out_of_service_shows_each_gpu_repair_and_the_one_a_person_must_replace(
     assert repaired["repair"].startswith("reset_gpu: done") and repaired["returned"] != "-"
     assert "Out of service (1)" in [h.value for h in at.subheader]
     assert any(f"gpu/{BROKEN}" in e.value and "a person must" in e.value for e in at.error)
+    seed_fleet(store, 64, cycles=1)
+    data.changed()  # the first run's Fleet page cached an empty fleet
+    at = app(settings, "page_files/fleet.py")
+    assert {m.label: m.value for m in at.metric}["GPUs out of service"] == "1 of 64"

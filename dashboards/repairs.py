@@ -31,6 +31,8 @@ TAKE_OUT = {
     "drain": "node",
 }
 """Playbooks that take capacity out of service, and the grain each takes."""
+WAITS = "to release GPU"
+"""The reset's plan while a pod holds the GPU (remediations.playbooks.reset)."""
 REPAIRS = frozenset({"reset_gpu", "reboot_node"})
 EMPTYING = frozenset({"drain", "evict_gpu_pods"})
 MARKED = "marked for replacement (needs a person)"
@@ -100,7 +102,7 @@ def one(store: Store, target: str) -> OutOfService | None:
         since=min(_at(a) for a in episode),
         repair="" if repair is None else _repair(repair),
         diagnostic=verdict,
-        state=_state(store, target, node, returned, repair, d),
+        state=_state(store, target, node, returned, repair, d, _waits_for_pod(store, episode)),
         returned_at=returned,
     )
 
@@ -116,6 +118,7 @@ def _state(
     returned: float | None,
     repair: ActionRecord | None,
     d: Diagnosis | None,
+    waits: float | None,
 ) -> str:
     if returned is not None:
         return "returned"
@@ -128,10 +131,23 @@ def _state(
     if d is not None and d.outcome == "failed" and not repaired_after:
         return MARKED
     change = last_change(store, scope(target, node or None))
+    if (
+        waits is not None
+        and (change is None or waits >= _at(change))
+        and (d is None or waits > d.at)
+    ):
+        return "waiting for pods to leave"
     fresh = d is not None and (change is None or d.at > _at(change) or _is_mark(change))
     if fresh and d is not None and d.outcome in ("passed", "waived"):
         return "returning (diagnostic passed)"
     return "waiting for diagnostic"
+
+
+def _waits_for_pod(store: Store, episode: list[ActionRecord]) -> float | None:
+    """When a repair of the take-out's incidents last waited for a pod to release the GPU (the
+    decision journal's `plan: waits for pod ... to release GPU ...`), if it did."""
+    rows = store.audit_of("decision", {f"incident/{a.incident_id}" for a in episode})
+    return max((r.at for r in rows if WAITS in str(r.detail.get("reasons"))), default=None)
 
 
 def _is_mark(a: ActionRecord) -> bool:

@@ -5,7 +5,8 @@ tests' in-memory cluster): incidents open, the default policy decides (quarantin
 and job restart wait for a person), one drain is approved and then refused by the runner's gate
 because its node became protected meanwhile (so it is shown as denied with that reason).
 `seed_repairs` runs one GPU's repair at the grain of one GPU (fence, reset, the real
-`diagnose_and_return` job) on two GPUs: one passes and returns, one fails and is marked.
+`diagnose_and_return` job) on three GPUs: one passes and returns, one fails and is marked, one
+still waits for its pod to leave.
 `bulk_incidents` adds a month of history quickly through the store's batch upsert.
 """
 
@@ -116,15 +117,18 @@ class _DraCluster(FakeCluster):
     node for the GPU-grain playbooks and `diagnose_and_return` to run as they do on a cluster.
     `diag` says what each GPU's diagnostic Job ends with."""
 
-    def __init__(self, diag: Mapping[str, str]) -> None:
-        super().__init__({"pool-c": 2})
+    def __init__(self, diag: Mapping[str, str], held: Mapping[str, str]) -> None:
+        super().__init__({"pool-c": 8})  # three faulty of eight: under the breaker's 50%
+        self.held = dict(held)
         self.rules: dict[str, _Rule] = {}
         self.jobs: dict[tuple[str, str], str] = {}
         self.diag = dict(diag)
         self.index = {u: i for i, u in enumerate(diag)}
 
     def view(self, now: float = 0.0) -> ClusterView:
-        return dataclasses.replace(super().view(now), gpu_index=dict(self.index))
+        return dataclasses.replace(
+            super().view(now), gpu_index=dict(self.index), pod_of_gpu=dict(self.held)
+        )
 
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
         return self.view(taken_at)
@@ -183,6 +187,8 @@ REPAIRED = "GPU-c0-3"
 """Fenced, reset, diagnosed (passed) and returned to service by `seed_repairs`."""
 BROKEN = "GPU-c1-5"
 """Fenced, reset, failed its diagnostic: marked for replacement, a person's."""
+HELD = "GPU-c2-0"
+"""Fenced; its pod has not left yet, so neither the reset nor the diagnostic has run."""
 _GPU_FAULT = {"kinds": ["gpu_xid"], "severities": ["critical"]}
 REPAIR_POLICY: dict[str, Any] = {
     "version": 1,
@@ -204,26 +210,34 @@ def seed_repairs(store: Store, now: float | None = None) -> None:
     """Two GPUs through the GPU-grain lifecycle, written by the real engine, executor and
     `diagnose_and_return` job: XID 48 on REPAIRED and BROKEN; each is fenced and reset
     (automatic rules), then diagnosed: REPAIRED passes and its rule is deleted, BROKEN fails,
-    its rule is labelled for replacement and a `needs_person` row names it."""
+    its rule is labelled for replacement and a `needs_person` row names it. HELD is fenced too,
+    but a pod still holds it: its reset waits (journaled), and so does its diagnostic."""
     t = (time.time() if now is None else now) - 900
-    cluster = _DraCluster({REPAIRED: "passed", BROKEN: "failed"})
+    cluster = _DraCluster(
+        {REPAIRED: "passed", BROKEN: "failed", HELD: "passed"}, {HELD: "serving/serve-0"}
+    )
+    cluster.add_pod("serving", "serve-0", "pool-c-0002", owner_kind="StatefulSet")
     policy = policy_from_dict(REPAIR_POLICY, "seed-gpu-grain")
     clock = [t]
     loop = RemediationCycle(policy, store, cluster, "seed", started_at=t - 600,
                             clock=lambda: clock[0])  # fmt: skip
     findings = [
         _finding(FindingKind.GPU_XID, Severity.CRITICAL, t, node=node, gpu_uuid=uuid)
-        for node, uuid in (("pool-c-0000", REPAIRED), ("pool-c-0001", BROKEN))
+        for node, uuid in (
+            ("pool-c-0000", REPAIRED),
+            ("pool-c-0001", BROKEN),
+            ("pool-c-0002", HELD),
+        )
     ]
     for k in range(3):  # fence, then the reset once the fence is done
         clock[0] = t + 30 * k
         loop.tick(findings, clock[0], cluster.view(clock[0]))
         loop.act(clock[0], cluster.view(clock[0]))
     clock[0] = t + 300
-    loop.tick([], clock[0], cluster.view(clock[0]))  # the fault is gone after the reset
+    loop.tick(findings[2:], clock[0], cluster.view(clock[0]))  # reset clears the others
     clock[0] = t + 360
     ctx = JobContext(loop, lambda: clock[0], diagnostics=cluster, lock=threading.Lock(),
-                     gpu_holders=lambda: {})  # fmt: skip
+                     gpu_holders=lambda: dict(cluster.held))  # fmt: skip
     p = DiagnoseParams(wait=0, poll=0.01)
     out = run_diagnose(ctx, JobRequest("diag", "diagnose_and_return", t, p, t, clock[0]))
     assert out.ok, out

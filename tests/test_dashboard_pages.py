@@ -15,6 +15,7 @@ from remediations.store import Store
 from remediations.types import ActionState
 from tests.dashboard_seed import (
     BROKEN,
+    HELD,
     REPAIRED,
     seed_cluster,
     seed_fleet,
@@ -186,7 +187,7 @@ def test_two_clusters_have_a_selector_and_an_all_clusters_view(
     assert set(at.dataframe[0].value["cluster"]) == {"beta"}
 
 
-def test_out_of_service_shows_each_gpu_repair_and_the_one_a_person_must_replace(
+def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_replace(
     journal: tuple[str, Store], tmp_path: Path
 ) -> None:
     url, store = journal
@@ -201,9 +202,15 @@ def test_out_of_service_shows_each_gpu_repair_and_the_one_a_person_must_replace(
     assert broken["repair"].startswith("reset_gpu: done")
     assert repaired["state"] == "returned" and repaired["diagnostic"] == "passed"
     assert repaired["repair"].startswith("reset_gpu: done") and repaired["returned"] != "-"
-    assert "Out of service (1)" in [h.value for h in at.subheader]
+    held = out.loc[f"gpu/{HELD}"]
+    assert (held["state"], held["repair"], held["diagnostic"]) == (
+        "waiting for pods to leave",
+        "",
+        "",
+    )
+    assert "Out of service (2)" in [h.value for h in at.subheader]
     assert any(f"gpu/{BROKEN}" in e.value and "a person must" in e.value for e in at.error)
     seed_fleet(store, 64, cycles=1)
     data.changed()  # the first run's Fleet page cached an empty fleet
     at = app(settings, "page_files/fleet.py")
-    assert {m.label: m.value for m in at.metric}["GPUs out of service"] == "1 of 64"
+    assert {m.label: m.value for m in at.metric}["GPUs out of service"] == "2 of 64"

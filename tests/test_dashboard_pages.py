@@ -213,4 +213,4 @@ def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_r
     seed_fleet(store, 64, cycles=1)
     data.changed()  # the first run's Fleet page cached an empty fleet
     at = app(settings, "page_files/fleet.py")
-    assert {m.label: m.value for m in at.metric}["GPUs out of service"] == "2 of 64"
+    assert {m.label: m.value for m in at.metric}["GPUs out of service (of 64)"] == "2"

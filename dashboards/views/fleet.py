@@ -36,8 +36,8 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     c[5].metric("Busy", f"{100.0 * busy / n:.0f}%" if n else "-")
     c[6].metric("Idle allocated GPU-h today", f"{idle:,.1f}")
     c[7].metric(
-        "GPUs out of service",
-        f"{out:,} of {n:,}",
+        f"GPUs out of service (of {n:,})",
+        f"{out:,}",
         help="fenced, evicted, quarantined or drained by gpufleet and not yet returned "
         "(Remediation page, Out of service)",
     )

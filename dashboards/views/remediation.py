@@ -123,8 +123,8 @@ def out_of_service(ctx: Context) -> None:
         returned=out["returned_at"].map(when),
     )
     st.dataframe(
-        table[["target", "node", "cluster", "grain", "taken_by", "since", "repair", "diagnostic",
-               "state", "returned"]],
+        table[["state", "target", "node", "grain", "since", "diagnostic", "repair", "taken_by",
+               "returned", "cluster"]],
         hide_index=True,
         width="stretch",
     )  # fmt: skip

@@ -20,6 +20,7 @@ import streamlit as st
 import metering
 from dashboards import queries, repairs
 from remediations.store import Store
+from remediations.validation import RETURN_PLAYBOOKS
 
 TTL = 10.0
 """Seconds a query's answer is reused (the live cycle runs every 15-30 s)."""
@@ -92,9 +93,12 @@ def engine_states(url: str, cluster: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def out_of_service(url: str, cluster: str) -> pd.DataFrame:
-    """What gpufleet took out of service and where its repair stands (dashboards.repairs)."""
-    taken = queries.taken_out(_engine(url), scope(cluster), list(repairs.TAKE_OUT))
+def out_of_service(url: str, cluster: str, since: float) -> pd.DataFrame:
+    """What gpufleet holds out of service, and what it returned since `since`, with where each
+    repair stands (dashboards.repairs)."""
+    taken = queries.taken_out(
+        _engine(url), scope(cluster), list(repairs.TAKE_OUT), sorted(RETURN_PLAYBOOKS), since
+    )
     rows = []
     for c, group in taken.groupby("cluster", sort=True):
         for r in repairs.out_of_service(store(url, str(c)), list(group["target"])):

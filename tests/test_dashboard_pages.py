@@ -210,6 +210,8 @@ def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_r
     )
     assert "Out of service (2)" in [h.value for h in at.subheader]
     assert any(f"gpu/{BROKEN}" in e.value and "a person must" in e.value for e in at.error)
+    later = data.out_of_service(url, "alpha", data.now() + 3600)  # the return is older: not read
+    assert set(later["target"]) == {f"gpu/{BROKEN}", f"gpu/{HELD}"}
     seed_fleet(store, 64, cycles=1)
     data.changed()  # the first run's Fleet page cached an empty fleet
     at = app(settings, "page_files/fleet.py")

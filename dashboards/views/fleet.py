@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.shell import Context, ago, live
+from dashboards.views.remediation import HISTORY
 
 HEALTH = ["healthy", "no_data", "degraded", "quarantined"]
 HEALTH_COLORS = ["#2ca02c", "#bdbdbd", "#ff7f0e", "#d62728"]
@@ -46,7 +47,7 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
 def out_of_service(ctx: Context, gpus: pd.DataFrame) -> int:
     """GPUs gpufleet holds out of service: each fenced GPU, and every GPU of a node it took out
     (the node's GPUs as metering last saw them)."""
-    out = data.out_of_service(ctx.url, ctx.cluster)
+    out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)
     if out.empty:
         return 0
     away = out[out["state"] != "returned"]["target"]

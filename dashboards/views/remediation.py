@@ -102,9 +102,7 @@ def _decided(result: control.Outcome) -> None:
 def out_of_service(ctx: Context) -> None:
     """Each GPU or node gpufleet took out: grain, since when, latest repair and diagnostic,
     and its state; the ones a person must act on first, as errors."""
-    out = data.out_of_service(ctx.url, ctx.cluster)
-    if not out.empty:  # returned ones for a week, as the History
-        out = out[out["returned_at"].isna() | (out["returned_at"] >= data.now() - HISTORY)]
+    out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)  # returns: a week
     away = out[out["state"] != "returned"] if not out.empty else out
     st.subheader(f"Out of service ({len(away)})")
     if out.empty:

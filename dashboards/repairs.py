@@ -127,7 +127,9 @@ def _state(
         if busy.playbook in EMPTYING:
             return "waiting for pods to leave"
         return "repairing" if busy.playbook in REPAIRS else "taking out"
-    repaired_after = repair is not None and d is not None and _at(repair) > d.at
+    repaired_after = (
+        repair is not None and _started(repair) and d is not None and _at(repair) > d.at
+    )
     if d is not None and d.outcome == "failed" and not repaired_after:
         return MARKED
     change = last_change(store, scope(target, node or None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from remediations.store import Store
 from remediations.types import ActionState
+from remediations.validation import record_diagnosis
 from tests.dashboard_seed import (
     BROKEN,
     HELD,
@@ -212,6 +214,14 @@ def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_r
     assert any(f"gpu/{BROKEN}" in e.value and "a person must" in e.value for e in at.error)
     later = data.out_of_service(url, "alpha", data.now() + 3600)  # the return is older: not read
     assert set(later["target"]) == {f"gpu/{BROKEN}", f"gpu/{HELD}"}
+    record_diagnosis(store, time.time(), f"gpu/{HELD}", "waived", node="pool-c-0002",
+                     actor="erin", note="checked by hand")  # fmt: skip
+    data.changed()
+    held = data.out_of_service(url, "alpha", 0.0).set_index("target").loc[f"gpu/{HELD}"]
+    assert (held["state"], held["diagnostic"]) == (
+        "returning (diagnostic passed)",
+        "waived by erin",
+    )
     seed_fleet(store, 64, cycles=1)
     data.changed()  # the first run's Fleet page cached an empty fleet
     at = app(settings, "page_files/fleet.py")

@@ -5,7 +5,8 @@ SQLite file (WAL, as the store opens it) holding: metering's latest state of 10k
 pools and a few live cycles (recorded by the real Meter on the detector benchmark's fleet), a
 month of 5-minute and hourly rollups for the fleet, pool, namespace and team dimensions (copied
 from a recorded bucket) and a day of them for nodes and jobs, 30,000 resolved incidents
-over 30 days plus the engine-written incidents, actions and audit of tests/dashboard_seed. Each
+over 30 days plus the engine-written incidents, actions and audit of tests/dashboard_seed (with
+its GPU repairs, so Remediation shows Out of service and Fleet counts them). Each
 page is run through Streamlit's AppTest (the script as a browser session runs it, without the
 browser's drawing): *cold* after clearing the query caches (the first visitor after the TTL),
 *warm* with them (everyone else within the TTL).
@@ -75,12 +76,19 @@ def _history(store: Store, now: float, days: int) -> int:
 
 
 def seed(url: str, n_gpus: int, incidents: int, days: int) -> int:
-    from tests.dashboard_seed import bulk_incidents, seed_cluster, seed_fleet, seed_straggler
+    from tests.dashboard_seed import (
+        bulk_incidents,
+        seed_cluster,
+        seed_fleet,
+        seed_repairs,
+        seed_straggler,
+    )
 
     store = Store.open(url, cluster="bench")
     try:
         now = time.time()
         seed_fleet(store, n_gpus, cycles=3, now=now)
+        seed_repairs(store, now)
         seed_cluster(store, now)
         seed_straggler(store, now)
         bulk_incidents(store, incidents, days=days, now=now)

@@ -7,6 +7,7 @@ sees the change at once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import fields
@@ -17,8 +18,9 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 import metering
-from dashboards import queries
+from dashboards import queries, repairs
 from remediations.store import Store
+from remediations.validation import RETURN_PLAYBOOKS
 
 TTL = 10.0
 """Seconds a query's answer is reused (the live cycle runs every 15-30 s)."""
@@ -88,6 +90,21 @@ def audit(
 @st.cache_data(ttl=TTL, show_spinner=False)
 def engine_states(url: str, cluster: str) -> pd.DataFrame:
     return queries.engine_states(_engine(url), scope(cluster))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def out_of_service(url: str, cluster: str, since: float) -> pd.DataFrame:
+    """What gpufleet holds out of service, and what it returned since `since`, with where each
+    repair stands (dashboards.repairs)."""
+    taken = queries.taken_out(
+        _engine(url), scope(cluster), list(repairs.TAKE_OUT), sorted(RETURN_PLAYBOOKS), since
+    )
+    rows = []
+    for c, group in taken.groupby("cluster", sort=True):
+        for r in repairs.out_of_service(store(url, str(c)), list(group["target"])):
+            rows.append({"cluster": c, **dataclasses.asdict(r)})
+    cols = ["cluster", *(f.name for f in fields(repairs.OutOfService))]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def changed() -> None:

@@ -219,3 +219,39 @@ def usage_series(
         rows = conn.execute(q).all()
     cols = ["key", "t", "gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]
     return pd.DataFrame([tuple(r) for r in rows], columns=cols)
+
+
+def taken_out(
+    engine: Engine,
+    cluster: str | None,
+    playbooks: Sequence[str],
+    returns: Sequence[str],
+    since: float,
+) -> pd.DataFrame:
+    """(cluster, target) of every target an action of `playbooks` started on and that no
+    finished action of `returns` gave back after, or gave back at `since` or later (the table
+    keeps returns a while; older ones are not read at all)."""
+    a = ActionRow
+    outs = (
+        select(a.cluster, a.target, func.max(a.started_at).label("out"))
+        .where(a.playbook.in_(list(playbooks)), a.started_at.is_not(None))
+        .group_by(a.cluster, a.target)
+    )
+    if cluster is not None:
+        outs = outs.where(a.cluster == cluster)
+    o = outs.subquery()
+    backs = (
+        select(
+            a.cluster, a.target, func.max(func.coalesce(a.started_at, a.created_at)).label("back")
+        )
+        .where(a.playbook.in_(list(returns)), a.state == "done")
+        .group_by(a.cluster, a.target)
+        .subquery()
+    )
+    q = (
+        select(o.c.cluster, o.c.target)
+        .outerjoin(backs, (backs.c.cluster == o.c.cluster) & (backs.c.target == o.c.target))
+        .where(backs.c.back.is_(None) | (backs.c.back < o.c.out) | (backs.c.back >= since))
+        .order_by(o.c.cluster, o.c.target)
+    )
+    return _frame(engine, q, (o.c.cluster, o.c.target))

@@ -4,6 +4,9 @@
 tests' in-memory cluster): incidents open, the default policy decides (quarantine runs, drain
 and job restart wait for a person), one drain is approved and then refused by the runner's gate
 because its node became protected meanwhile (so it is shown as denied with that reason).
+`seed_repairs` runs one GPU's repair at the grain of one GPU (fence, reset, the real
+`diagnose_and_return` job) on three GPUs: one passes and returns, one fails and is marked, one
+still waits for its pod to leave.
 `bulk_incidents` adds a month of history quickly through the store's batch upsert.
 """
 
@@ -11,18 +14,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dashboards.settings import DashboardConfig, DashboardSettings
 from detectors.findings import Finding, FindingKind, Severity
+from gpufleet.service.context import JobContext, JobRequest
+from gpufleet.service.jobs.diagnose import DiagnoseParams, run_diagnose
+from gpufleet.service.jobs.diagnose_targets import DIAG_GPU_LABEL
 from metering import Meter
 from observer.fleet.model import frozen_map
+from remediations.actuator_api import FencedGpu, WriteContext
+from remediations.cluster_view import ClusterView
+from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.policy import Policy, load_policy
+from remediations.policy import Policy, load_policy, policy_from_dict
 from remediations.store import IncidentRecord, Store
-from remediations.types import Actuation, IncidentId, IncidentStatus
+from remediations.types import ACTION_ANNOTATION, Actuation, IncidentId, IncidentStatus, Intent
 from tests.remediations.fake_cluster import FakeCluster
 
 PROTECTED = {"gpufleet.io/protected": "true"}
@@ -77,6 +90,157 @@ def seed_cluster(store: Store, now: float | None = None) -> dict[str, str]:
         "denied": denied.id,
         "hang": pending["job/ml/train"].id,
     }
+
+
+@dataclass
+class _Rule:
+    """gpufleet's DeviceTaintRule on one GPU, as `fence_gpu`'s verification reads it."""
+
+    uuid: str
+    node: str
+    effect: str
+    key: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    ours: bool = True
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    outcome: str | None
+    detail: str = ""
+
+
+class _DraCluster(FakeCluster):
+    """FakeCluster with DRA DeviceTaintRules, reset Jobs and diagnostic Jobs: enough of a GPU
+    node for the GPU-grain playbooks and `diagnose_and_return` to run as they do on a cluster.
+    `diag` says what each GPU's diagnostic Job ends with."""
+
+    def __init__(self, diag: Mapping[str, str], held: Mapping[str, str]) -> None:
+        super().__init__({"pool-c": 8})  # three faulty of eight: under the breaker's 50%
+        self.held = dict(held)
+        self.rules: dict[str, _Rule] = {}
+        self.jobs: dict[tuple[str, str], str] = {}
+        self.diag = dict(diag)
+        self.index = {u: i for i, u in enumerate(diag)}
+
+    def view(self, now: float = 0.0) -> ClusterView:
+        return dataclasses.replace(
+            super().view(now), gpu_index=dict(self.index), pod_of_gpu=dict(self.held)
+        )
+
+    def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
+        return self.view(taken_at)
+
+    def apply(self, intent: Intent, ctx: WriteContext) -> str:
+        a = intent.args
+        if intent.op == "fence_device":
+            self.rules[str(a["rule"])] = _Rule(
+                str(a["uuid"]), intent.target, str(a["effect"]), str(a["key"]),
+                annotations={ACTION_ANNOTATION: ctx.action_id},
+            )  # fmt: skip
+        elif intent.op == "unfence_device":
+            self.rules.pop(str(a["rule"]), None)
+        elif intent.op == "label_device_rule":
+            self.rules[str(a["rule"])].labels.update(a["labels"])
+        elif intent.op == "run_node_job":
+            self.jobs[(str(a["namespace"]), str(a["name"]))] = "passed"
+        else:
+            return super().apply(intent, ctx)
+        return "ok"
+
+    def device_taint_rule(self, name: str) -> _Rule | None:
+        return self.rules.get(name)
+
+    def node_job(self, namespace: str, name: str) -> _Job | None:
+        got = self.jobs.get((namespace, name))
+        return None if got is None else _Job(got, f"job {got}")
+
+    def fenced_gpus(self) -> list[FencedGpu]:
+        return [
+            FencedGpu(name, r.node, self.index[r.uuid], r.uuid, r.effect, dict(r.labels),
+                      dict(r.annotations))
+            for name, r in self.rules.items()
+        ]  # fmt: skip
+
+    # ---- NodeJobs: the diagnostic Jobs -------------------------------------------------------
+
+    def ensure(
+        self, namespace: str, node: str, name: str, image: str, command: list[str],
+        labels: dict[str, str], gpus: int = 0,
+    ) -> str:  # fmt: skip
+        if (namespace, name) in self.jobs:
+            return "exists"
+        uuid = next(u for u in self.diag if u.lower()[:63] == labels[DIAG_GPU_LABEL])
+        self.jobs[(namespace, name)] = self.diag[uuid]
+        return "created"
+
+    def outcome(self, namespace: str, name: str) -> str | None:
+        return self.jobs.get((namespace, name))
+
+    def exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.jobs
+
+
+REPAIRED = "GPU-c0-3"
+"""Fenced, reset, diagnosed (passed) and returned to service by `seed_repairs`."""
+BROKEN = "GPU-c1-5"
+"""Fenced, reset, failed its diagnostic: marked for replacement, a person's."""
+HELD = "GPU-c2-0"
+"""Fenced; its pod has not left yet, so neither the reset nor the diagnostic has run."""
+_GPU_FAULT = {"kinds": ["gpu_xid"], "severities": ["critical"]}
+REPAIR_POLICY: dict[str, Any] = {
+    "version": 1,
+    "actuation": "live",
+    "gates": {"blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100},
+              "attempts": {"cooldown": "1m"}},
+    "hysteresis": {"open_after": 1, "resolve_after": 2},
+    "rules": [
+        {"name": "fence-faulty-gpu", "match": _GPU_FAULT, "playbook": "fence_gpu",
+         "mode": "auto", "params": {"effect": "NoExecute"}},
+        {"name": "reset-faulty-gpu", "match": _GPU_FAULT, "playbook": "reset_gpu",
+         "mode": "auto"},
+    ],
+}  # fmt: skip
+"""The GPU-grain rules of the lifecycle test (tests/remediations/test_gpu_lifecycle_sim.py)."""
+
+
+def seed_repairs(store: Store, now: float | None = None) -> None:
+    """Two GPUs through the GPU-grain lifecycle, written by the real engine, executor and
+    `diagnose_and_return` job: XID 48 on REPAIRED and BROKEN; each is fenced and reset
+    (automatic rules), then diagnosed: REPAIRED passes and its rule is deleted, BROKEN fails,
+    its rule is labelled for replacement and a `needs_person` row names it. HELD is fenced too,
+    but a pod still holds it: its reset waits (journaled), and so does its diagnostic."""
+    t = (time.time() if now is None else now) - 900
+    cluster = _DraCluster(
+        {REPAIRED: "passed", BROKEN: "failed", HELD: "passed"}, {HELD: "serving/serve-0"}
+    )
+    cluster.add_pod("serving", "serve-0", "pool-c-0002", owner_kind="StatefulSet")
+    policy = policy_from_dict(REPAIR_POLICY, "seed-gpu-grain")
+    clock = [t]
+    loop = RemediationCycle(policy, store, cluster, "seed", started_at=t - 600,
+                            clock=lambda: clock[0])  # fmt: skip
+    findings = [
+        _finding(FindingKind.GPU_XID, Severity.CRITICAL, t, node=node, gpu_uuid=uuid)
+        for node, uuid in (
+            ("pool-c-0000", REPAIRED),
+            ("pool-c-0001", BROKEN),
+            ("pool-c-0002", HELD),
+        )
+    ]
+    for k in range(3):  # fence, then the reset once the fence is done
+        clock[0] = t + 30 * k
+        loop.tick(findings, clock[0], cluster.view(clock[0]))
+        loop.act(clock[0], cluster.view(clock[0]))
+    clock[0] = t + 300
+    loop.tick(findings[2:], clock[0], cluster.view(clock[0]))  # reset clears the others
+    clock[0] = t + 360
+    ctx = JobContext(loop, lambda: clock[0], diagnostics=cluster, lock=threading.Lock(),
+                     gpu_holders=lambda: dict(cluster.held))  # fmt: skip
+    p = DiagnoseParams(wait=0, poll=0.01)
+    out = run_diagnose(ctx, JobRequest("diag", "diagnose_and_return", t, p, t, clock[0]))
+    assert out.ok, out
 
 
 def bulk_incidents(store: Store, n: int, days: float = 30.0, now: float | None = None) -> None:

@@ -22,7 +22,13 @@ from dashboards.launcher import Dashboard, start
 from dashboards.settings import DashboardConfig, DashboardSettings
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.dashboard_seed import bulk_incidents, seed_cluster, seed_fleet, seed_straggler
+from tests.dashboard_seed import (
+    bulk_incidents,
+    seed_cluster,
+    seed_fleet,
+    seed_repairs,
+    seed_straggler,
+)
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
@@ -50,6 +56,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, di
     tmp = tmp_path_factory.mktemp("browser")
     store = Store.open(f"sqlite:///{tmp / 'journal.db'}", cluster="alpha")
     seed_fleet(store, 2048)
+    seed_repairs(store)  # the Out of service table in the Remediation screenshots
     ids = seed_cluster(store)
     seed_straggler(store)  # after the engine's cycles (they resolve what they do not see)
     bulk_incidents(store, 300, days=2)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -12,7 +14,16 @@ from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.dashboard_seed import seed_cluster, write_settings
+from remediations.validation import record_diagnosis
+from tests.dashboard_seed import (
+    BROKEN,
+    HELD,
+    REPAIRED,
+    seed_cluster,
+    seed_fleet,
+    seed_repairs,
+    write_settings,
+)
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 PAGES = ("page_files/incidents.py", "page_files/remediation.py", "page_files/policy.py")
@@ -54,6 +65,11 @@ def texts(at: AppTest) -> str:
     return "\n".join(str(p) for p in parts)
 
 
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The page's first table with this column (the History table has `outcome`)."""
+    return next(f.value for f in at.dataframe if column in f.value.columns)
+
+
 def test_every_page_renders_an_empty_journal(journal: tuple[str, Store], tmp_path: Path) -> None:
     url, _ = journal
     settings = write_settings(tmp_path / "s.json", url, "alpha")
@@ -90,7 +106,7 @@ def test_an_approval_the_gate_refused_shows_as_denied_with_its_reason(
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
     at = app(settings, "page_files/remediation.py")
-    history = at.dataframe[0].value
+    history = frame_with(at, "outcome")
     row = history[history["id"] == ids["denied"]].iloc[0]
     assert row["state"] == "expired"
     assert row["outcome"] == (
@@ -171,3 +187,42 @@ def test_two_clusters_have_a_selector_and_an_all_clusters_view(
     at.switch_page("page_files/remediation.py").run()
     assert at.toggle(key="pause_beta").value is True
     assert set(at.dataframe[0].value["cluster"]) == {"beta"}
+
+
+def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_replace(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = journal
+    seed_repairs(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/remediation.py")
+    out = frame_with(at, "diagnostic").set_index("target")
+    assert list(out.index[:1]) == [f"gpu/{BROKEN}"]  # a person's first
+    broken, repaired = out.loc[f"gpu/{BROKEN}"], out.loc[f"gpu/{REPAIRED}"]
+    assert broken["state"] == "marked for replacement (needs a person)"
+    assert (broken["grain"], broken["diagnostic"]) == ("GPU", "failed")
+    assert broken["repair"].startswith("reset_gpu: done")
+    assert repaired["state"] == "returned" and repaired["diagnostic"] == "passed"
+    assert repaired["repair"].startswith("reset_gpu: done") and repaired["returned"] != "-"
+    held = out.loc[f"gpu/{HELD}"]
+    assert (held["state"], held["repair"], held["diagnostic"]) == (
+        "waiting for pods to leave",
+        "",
+        "",
+    )
+    assert "Out of service (2)" in [h.value for h in at.subheader]
+    assert any(f"gpu/{BROKEN}" in e.value and "a person must" in e.value for e in at.error)
+    later = data.out_of_service(url, "alpha", data.now() + 3600)  # the return is older: not read
+    assert set(later["target"]) == {f"gpu/{BROKEN}", f"gpu/{HELD}"}
+    record_diagnosis(store, time.time(), f"gpu/{HELD}", "waived", node="pool-c-0002",
+                     actor="erin", note="checked by hand")  # fmt: skip
+    data.changed()
+    held = data.out_of_service(url, "alpha", 0.0).set_index("target").loc[f"gpu/{HELD}"]
+    assert (held["state"], held["diagnostic"]) == (
+        "returning (diagnostic passed)",
+        "waived by erin",
+    )
+    seed_fleet(store, 64, cycles=1)
+    data.changed()  # the first run's Fleet page cached an empty fleet
+    at = app(settings, "page_files/fleet.py")
+    assert {m.label: m.value for m in at.metric}["GPUs out of service (of 64)"] == "2"

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboards import data
 from dashboards.shell import Context, ago, live
+from dashboards.views.remediation import HISTORY
 
 HEALTH = ["healthy", "no_data", "degraded", "quarantined"]
 HEALTH_COLORS = ["#2ca02c", "#bdbdbd", "#ff7f0e", "#d62728"]
@@ -26,7 +27,8 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     start = now - now % DAY
     today = data.usage(ctx.url, ctx.cluster, start, data.bucket_now(), "fleet")
     idle = float(today["idle_gpu_hours"].sum()) if not today.empty else 0.0
-    c = st.columns(7)
+    out = out_of_service(ctx, gpus)
+    c = st.columns(8)
     c[0].metric("GPUs", f"{n:,}")
     c[1].metric("Healthy", f"{int(counts.get('healthy', 0)):,}")
     c[2].metric("Degraded", f"{int(counts.get('degraded', 0)):,}")
@@ -34,6 +36,25 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     c[4].metric("Allocated", f"{100.0 * allocated / n:.0f}%" if n else "-")
     c[5].metric("Busy", f"{100.0 * busy / n:.0f}%" if n else "-")
     c[6].metric("Idle allocated GPU-h today", f"{idle:,.1f}")
+    c[7].metric(
+        f"GPUs out of service (of {n:,})",
+        f"{out:,}",
+        help="fenced, evicted, quarantined or drained by gpufleet and not yet returned "
+        "(Remediation page, Out of service)",
+    )
+
+
+def out_of_service(ctx: Context, gpus: pd.DataFrame) -> int:
+    """GPUs gpufleet holds out of service: each fenced GPU, and every GPU of a node it took out
+    (the node's GPUs as metering last saw them)."""
+    out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)
+    if out.empty:
+        return 0
+    away = out[out["state"] != "returned"]["target"]
+    uuids = {t[4:] for t in away if t.startswith("gpu/")}
+    nodes = {t[5:] for t in away if t.startswith("node/")}
+    uuids.update(gpus[gpus["node"].isin(nodes)]["uuid"])
+    return len(uuids)
 
 
 def pool_table(gpus: pd.DataFrame) -> pd.DataFrame:

@@ -1,12 +1,13 @@
-"""Remediation: the approval queue (Approve/Reject for approvers), breaker and pause, history
-and the audit trail. Every button goes through dashboards.control, i.e. the engine."""
+"""Remediation: the approval queue (Approve/Reject for approvers), breaker and pause, what is
+out of service and where its repair stands, history and the audit trail. Every button goes
+through dashboards.control, i.e. the engine."""
 
 from __future__ import annotations
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from dashboards import control, data
+from dashboards import control, data, repairs
 from dashboards.shell import Context, ago, live, when
 
 HISTORY = 7 * 86400.0
@@ -98,6 +99,35 @@ def _decided(result: control.Outcome) -> None:
     st.rerun()
 
 
+def out_of_service(ctx: Context) -> None:
+    """Each GPU or node gpufleet took out: grain, since when, latest repair and diagnostic,
+    and its state; the ones a person must act on first, as errors."""
+    out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)  # returns: a week
+    away = out[out["state"] != "returned"] if not out.empty else out
+    st.subheader(f"Out of service ({len(away)})")
+    if out.empty:
+        st.caption("gpufleet has taken no GPU or node out of service.")
+        return
+    out = out.assign(order=out["state"].map(repairs.STATES.index)).sort_values(
+        ["order", "since", "target"]
+    )
+    for _, r in out[out["state"] == repairs.MARKED].iterrows():
+        st.error(
+            f"**{r['target']}** on {r['node']} ({r['cluster']}): diagnostic {r['diagnostic']}, "
+            "marked for hardware replacement: a person must replace or re-test it"
+        )
+    table = out.assign(
+        since=out["since"].map(when),
+        returned=out["returned_at"].map(when),
+    )
+    st.dataframe(
+        table[["state", "target", "node", "grain", "since", "diagnostic", "repair", "taken_by",
+               "returned", "cluster"]],
+        hide_index=True,
+        width="stretch",
+    )  # fmt: skip
+
+
 def history(ctx: Context) -> None:
     acts = data.actions(ctx.url, ctx.cluster, since=data.now() - HISTORY)
     st.subheader("History (7 days)")
@@ -138,5 +168,6 @@ def render(ctx: Context) -> None:
         st.success(done)
     controls(ctx)
     live(ctx, queue)
+    out_of_service(ctx)
     history(ctx)
     trail(ctx)

@@ -6,7 +6,7 @@ import numpy as np
 
 from detectors.anomaly import Params as AnomalyParams
 from detectors.findings import FindingKind, Severity
-from detectors.signals import GPU_TEMP, GR_ACTIVE, POWER, TENSOR_ACTIVE, UTIL
+from detectors.signals import GPU_TEMP, GR_ACTIVE, POWER, SM_CLOCK, TENSOR_ACTIVE, UTIL
 from detectors.straggler import Params as StragglerParams
 from tests.detector_replay import all_findings, first_fire, replay, steps
 from tests.fleet import Fleet
@@ -261,6 +261,31 @@ def test_anomaly_flags_a_gpu_unlike_its_peers_as_info() -> None:
     found = all_findings(replay("anomaly", fleet, steps(T0, T0 + 300), change, params))
     assert found and {f.gpu_uuid for f in found} == {"GPU-004-4"}
     assert {f.severity for f in found} == {Severity.INFO}
+
+
+def test_idle_serving_replicas_are_not_anomalies_but_a_sick_busy_one_is() -> None:
+    """Serving replicas without traffic (utilisation 0, clocks and power at idle) sit in the same
+    namespace as busy ones; they are gpu_idle's to report, not the anomaly detector's."""
+    fleet = Fleet(nodes=8)
+    for node in range(8):
+        fleet.pod(f"serving/replica-{node}", node)
+    rng = np.random.default_rng(2)
+
+    def change(f: Fleet, t: float) -> None:
+        f.set(POWER, rng.normal(600, 5, f.n)).set(GPU_TEMP, rng.normal(65, 1, f.n))
+        f.set(UTIL, rng.normal(70, 2, f.n)).set(GR_ACTIVE, rng.normal(0.6, 0.02, f.n))
+        for node in (6, 7):  # two replicas without traffic
+            f.set(UTIL, 0.0, node=node).set(GR_ACTIVE, 0.0, node=node).set(
+                TENSOR_ACTIVE, 0.0, node=node
+            )
+            f.set(POWER, 70.0, node=node).set(GPU_TEMP, 35.0, node=node).set(
+                SM_CLOCK, 345.0, node=node
+            )
+        f.set(POWER, 380.0, gpu=(4, 4)).set(GPU_TEMP, 88.0, gpu=(4, 4))  # busy and sick
+
+    params = AnomalyParams(min_seconds=60.0)
+    found = all_findings(replay("anomaly", fleet, steps(T0, T0 + 300), change, params))
+    assert {f.gpu_uuid for f in found} == {"GPU-004-4"}
 
 
 def test_straggler_seen_on_the_tensor_pipe_when_waiting_ranks_spin_in_nccl() -> None:

@@ -2,8 +2,10 @@
 
 Which series to read comes from the detectors' own metadata: the registry says which detector
 reports a finding kind, and its `Needs` (the same declaration detectors.coverage uses) say which
-DCGM fields it reads. For each field, the incident's GPU and the median of every other GPU
-(its peers) over a window around the incident's start, through the observer's Prometheus client.
+DCGM fields it reads. For each field, the incident's GPU and the median of the other GPUs of its
+model (its peers: the detectors compare like with like; an A100 beside H100s would otherwise
+read as slow) over a window around the incident's start, through the observer's Prometheus
+client.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import streamlit as st
 from detectors.base import ANY_GPU_SERIES
 from detectors.coverage import NEEDS
 from detectors.registry import registry
-from observer.fleet.catalog import LABEL_UUID
+from observer.fleet.catalog import LABEL_MODEL, LABEL_UUID
 from observer.prometheus.client import PrometheusClient
 from observer.prometheus.plan import PromSettings
 
@@ -57,6 +59,15 @@ def _frame(result: list[dict[str, object]], series: str, field: str) -> pd.DataF
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _peer_selector(mine: list[dict[str, object]], uuid: str) -> str:
+    """Every other GPU of the same model as the incident's GPU (its `modelName` label), or every
+    other GPU when its series carry no model."""
+    labels = mine[0].get("metric") if mine else None
+    model = labels.get(LABEL_MODEL) if isinstance(labels, dict) else None
+    others = f'{LABEL_UUID}!="{uuid}"'
+    return f'{LABEL_MODEL}="{_quote(str(model))}",{others}' if model else others
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
 def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataFrame:
     """Columns t, value, series ("this GPU" | "peers' median"), field: every field `kind`'s
@@ -71,7 +82,7 @@ def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataF
         for f in fields_for(kind):
             mine, _ = client.range(f'{f}{{{LABEL_UUID}="{uuid}"}}', start, end, step)
             peers, _ = client.range(
-                f'quantile(0.5, {f}{{{LABEL_UUID}!="{uuid}"}})', start, end, step
+                f"quantile(0.5, {f}{{{_peer_selector(mine, uuid)}}})", start, end, step
             )
             frames += [_frame(mine, "this GPU", f), _frame(peers, "peers' median", f)]
     finally:

@@ -89,6 +89,26 @@ def test_incident_shows_its_gpu_and_peers_around_its_start(
     assert len(at.get("vega_lite_chart")) == 2 + len(fields)
 
 
+@pytest.mark.prometheus
+def test_an_a100s_peers_are_the_other_a100s_not_the_h100_majority(
+    prom: PrometheusHandle, scenario: Scenario
+) -> None:
+    a100 = gpu_uuid(scenario.cluster, "a100-0000", 0)
+    at = scenario.start + 900
+    frame = history.around(prom.url, a100, "gpu_throttle", at)
+    clock = frame[frame["field"] == "DCGM_FI_DEV_SM_CLOCK"]
+    peers = clock[clock["series"] == "peers' median"]["value"]
+    model = str(prom.query(f'DCGM_FI_DEV_SM_CLOCK{{UUID="{a100}"}}', at)[0]["metric"]["modelName"])
+    a100s = [
+        float(r["value"][1]) for r in prom.query(f'DCGM_FI_DEV_SM_CLOCK{{modelName="{model}"}}', at)
+    ]
+    fleet = prom.query(f'quantile(0.5, DCGM_FI_DEV_SM_CLOCK{{UUID!="{a100}"}})', at)
+    fleet_median = float(fleet[0]["value"][1])
+    # Like with like: the peers' median is an A100 clock, never the H100 majority's.
+    assert len(peers) and not min(a100s) <= fleet_median <= max(a100s)
+    assert peers.between(min(a100s), max(a100s)).all()
+
+
 def test_without_prometheus_it_says_why_there_are_no_charts(tmp_path: Path) -> None:
     url = _seed(tmp_path, "GPU-x", 1_767_225_900.0)
     settings = write_settings(tmp_path / "s.json", url, "alpha")

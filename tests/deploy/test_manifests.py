@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpufleet.config import GpufleetConfig, load_config
+from gpufleet.config import load_config
 from remediations.policy import load_policy
 from tests.deploy.rbac_calls import ROOT, Rule, code_rules
 
@@ -114,20 +114,11 @@ def test_config_and_policy_in_the_configmap_load(tmp_path: Path) -> None:
     cm = one(objs, "ConfigMap")
     for name, text in cm["data"].items():
         (tmp_path / name).write_text(text, encoding="utf-8")
-    data = yaml.safe_load(cm["data"]["config.yaml"])
-    # `service:` (gpufleet run, branch svc) and `alerts:` (branch alerts) are validated by their
-    # models once merged; until then the rest of the file is (both were checked against those
-    # branches' models when written)
-    pending = {k for k in data if k not in GpufleetConfig.model_fields}
-    assert pending <= {"service", "alerts"}, pending
-    (tmp_path / "config.yaml").write_text(
-        yaml.safe_dump({k: v for k, v in data.items() if k not in pending}), encoding="utf-8"
-    )
-    cfg, _ = load_config(tmp_path / "config.yaml", environ={})
+    cfg, _ = load_config(tmp_path / "config.yaml", environ={})  # every section, validated
     assert cfg.policy == "policy.yaml"
-    service = getattr(cfg, "service", None) or data["service"]
-    http = service["http"] if isinstance(service, dict) else service.http.model_dump()
-    assert http == {"host": "0.0.0.0", "port": 8080}  # the probes' port, reachable in the pod
+    assert cfg.service.http.model_dump() == {"host": "0.0.0.0", "port": 8080}  # the probes' port
+    # Nothing gpufleet takes out of service stays out for want of the job that gives it back.
+    assert "diagnose_and_return" in {e.kind for e in cfg.service.schedule}
     load_policy(tmp_path / cfg.policy)
     shipped = yaml.safe_load((ROOT / "remediations/policies/default.yaml").read_text())
     assert yaml.safe_load(cm["data"]["policy.yaml"]) == shipped, (

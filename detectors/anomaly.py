@@ -99,10 +99,15 @@ def features(
     group = np.where(job >= 0, job + 1, 0)
     no_job_held = (job < 0) & (pod >= 0) & (pod < len(pod_ns))
     group[no_job_held] = n_jobs + 1 + pod_ns[pod[no_job_held]]
+    readings: list[tuple[str, float, FloatArray | None, bool]] = [
+        (name, floor, value(snapshot, name, now, max_age), True)
+        for name, floor in zip(FEATURES, FLOOR, strict=True)
+    ]
+    readings += [(name, floor, rate(snapshot, name, now, max_age), False) for name, floor in RATES]
     # Outside jobs, idle GPUs are their own peers: a serving replica without traffic is gpu_idle's
     # business, not an anomaly (measured: the 10k-GPU bench fleet's idle serving GPUs were 431
     # of 433 anomaly findings, z -54 on SM clock against their busy namespace peers).
-    util = value(snapshot, UTIL, now, max_age)
+    util = readings[FEATURES.index(UTIL)][2]
     idle = (job < 0) & (np.nan_to_num(util, nan=np.inf) <= IDLE_UTIL) if util is not None else None
     peer = group * n_models + g.model_index
     if idle is not None:
@@ -113,11 +118,6 @@ def features(
     cols = []
     names: list[str] = []
     ok = np.ones(n, dtype=bool)
-    readings: list[tuple[str, float, FloatArray | None, bool]] = [
-        (name, floor, value(snapshot, name, now, max_age), True)
-        for name, floor in zip(FEATURES, FLOOR, strict=True)
-    ]
-    readings += [(name, floor, rate(snapshot, name, now, max_age), False) for name, floor in RATES]
     for name, floor, x, required in readings:
         if x is None or np.all(np.isnan(x)):
             continue

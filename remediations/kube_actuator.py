@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -26,7 +26,7 @@ from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
-from remediations.kube_jobs import JobStatus, KubeNodeJobs
+from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
 from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.gpu_drain import keep_schedulable
@@ -140,14 +140,7 @@ class KubeActuator:
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path | None = None, **kw: Any) -> KubeActuator:
-        cfg = client.Configuration()
-        if path is None:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(path), client_configuration=cfg
-            )
-        return cls(client.ApiClient(cfg), **kw)
+        return cls(api_client(path), **kw)
 
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]

@@ -29,7 +29,7 @@ from remediations.playbooks.base import (
     Subject,
     Verification,
     VerifyStatus,
-    node_of,
+    gpu_of,
 )
 from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
 from remediations.playbooks.fence import RuleView
@@ -90,12 +90,10 @@ class EvictGpuPods(Playbook):
 
     def plan(self, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | NoPlan:
         assert isinstance(params, GpuDrainParams)
-        node = node_of(subject, view)
-        if isinstance(node, NoPlan):
-            return node
-        uuid = subject.gpu_uuid
-        if not uuid:
-            return NoPlan(f"{subject.kind} incident names no GPU: drain the node instead")
+        found = gpu_of(subject, view)
+        if isinstance(found, NoPlan):
+            return found
+        node, uuid = found
         if subject.kind in NODE_LEVEL_KINDS:
             return NoPlan(f"{subject.kind} is a node-level fault: drain the node instead")
         action = str(subject.evidence.get("nvidia_action") or "")

@@ -5,14 +5,31 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages the tests need: real Prometheus and VictoriaMetrics for the collectors, the real
-# Alertmanager for alerts/, headless Chromium and its driver for the dashboard's browser test.
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics chromium chromium-driver
+# Alertmanager for alerts/, headless Chromium and its driver for the dashboard's browser test,
+# openssl for the TLS tests' certificates and the simulated API server's (kubectl sends credentials
+# over TLS only), buildah and mmdebstrap to build the image for real.
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics chromium chromium-driver \
+  openssl buildah mmdebstrap
 # The suite waits on real servers and processes much of the time, so it runs on two pytest-xdist
 # workers; `worksteal` hands each worker a contiguous half (module-scoped servers start once) and
 # lets an idle worker take over the rest of the other's queue: see README.
 PYTEST_ARGS ?= -n 2 --dist worksteal
 
-.PHONY: help demo test unit lint typecheck importlint bench system-deps clean
+# The image: `make image` builds the Dockerfile with buildah (no Docker daemon needed) over a
+# Debian base made by mmdebstrap from Debian's repositories (no registry needed). The base's
+# tarball is cached outside the repo, so only the first build pays for it (docs/performance.md).
+IMAGE ?= localhost/gpufleet:dev
+DEBIAN_SUITE ?= bookworm
+IMAGE_CACHE ?= $(HOME)/.cache/gpufleet
+BASE_TAR := $(IMAGE_CACHE)/debian-$(DEBIAN_SUITE)-python3.tar
+BASE_IMAGE := localhost/gpufleet-base:$(DEBIAN_SUITE)
+# The build's RUN steps trust the host's CA bundle (a TLS-intercepting proxy's CA, if any): it is
+# mounted for the build only and handed to pip as PIP_CERT; the image does not keep it.
+BUILD_CA ?= $(firstword $(wildcard $(SSL_CERT_FILE) /etc/ssl/certs/ca-certificates.crt))
+export STORAGE_DRIVER ?= vfs
+export BUILDAH_ISOLATION ?= chroot
+
+.PHONY: help demo test unit lint typecheck importlint bench system-deps clean image
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -54,6 +71,19 @@ test: $(STAMP) system-deps lint typecheck importlint  ## everything CI runs
 
 bench: $(STAMP) system-deps  ## benchmarks (slow; figures go to docs/performance.md)
 	$(BIN)/python -m bench
+
+$(BASE_TAR):
+	@mkdir -p $(IMAGE_CACHE)
+	mmdebstrap --variant=minbase --format=tar --include=python3,python3-venv,ca-certificates \
+	  $(DEBIAN_SUITE) $@.part && mv $@.part $@
+
+image: system-deps $(BASE_TAR)  ## build the image with buildah over a local Debian base (IMAGE=...)
+	@buildah inspect --type image $(BASE_IMAGE) >/dev/null 2>&1 || { \
+	  c=$$(buildah from scratch) && buildah add $$c $(BASE_TAR) / >/dev/null \
+	  && buildah commit -q $$c $(BASE_IMAGE) >/dev/null && buildah rm $$c >/dev/null; }
+	buildah bud --isolation chroot --layers --build-arg BASE=$(BASE_IMAGE) \
+	  $(if $(BUILD_CA),--volume $(BUILD_CA):/run/build-ca.crt:ro --build-arg PIP_CERT=/run/build-ca.crt) \
+	  -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

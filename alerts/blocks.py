@@ -4,6 +4,10 @@ One message per group (the incidents of one node, one job, or a fleet-wide storm
 whole every time it changes so `chat.update` replaces it in place; short thread lines for the
 timeline; an approval prompt with Approve/Reject buttons bound to the action id, and the same
 prompt once decided (who and when, no buttons).
+
+Everything that came from outside gpufleet (alert annotations and labels, node, pod, job and
+GPU names, journal messages quoting them) goes through `esc` before it lands in mrkdwn, so
+`<!channel>` or `<https://evil|runbook>` in an alert's summary is shown, never obeyed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ SHOWN = 10
 """Incidents listed in one message; the rest are counted (Block Kit allows 50 blocks)."""
 
 
+def esc(text: object) -> str:
+    """Slack's escaping of `&`, `<` and `>` (the only control characters of its text)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def worst(severities: Sequence[str]) -> str:
     return max(severities, key=lambda s: RANK.get(s, 0), default="info")
 
@@ -42,18 +51,20 @@ def _link(dashboard: str | None, incident_id: str) -> str:
 
 def _evidence(ev: Mapping[str, Any], limit: int = 4) -> str:
     parts = [f"{k}={v}" for k, v in list(ev.items())[:limit] if not isinstance(v, dict | list)]
-    return ", ".join(parts)
+    return esc(", ".join(parts))
 
 
 def _incident_block(i: IncidentRecord, dashboard: str | None) -> list[dict[str, Any]]:
     state = ":white_check_mark: resolved" if i.status.value == "resolved" else "open"
-    entity = i.gpu_uuid or i.node or i.job or "fleet"
-    text = f"{SEVERITY_ICON.get(i.severity, '')} *{i.kind}* on `{entity}` ({state})\n{i.summary}"
+    entity = esc(i.gpu_uuid or i.node or i.job or "fleet")
+    text = (
+        f"{SEVERITY_ICON.get(i.severity, '')} *{i.kind}* on `{entity}` ({state})\n{esc(i.summary)}"
+    )
     fields = [f"*severity* {i.severity}", f"*incident* {_link(dashboard, i.id)}"]
     if i.job:
-        fields.append(f"*job* {i.job}")
+        fields.append(f"*job* {esc(i.job)}")
     if i.node:
-        fields.append(f"*node* {i.node}")
+        fields.append(f"*node* {esc(i.node)}")
     blocks: list[dict[str, Any]] = [
         {
             "type": "section",
@@ -80,7 +91,7 @@ def group_message(
         head = f":white_check_mark: {title}: all {len(incidents)} resolved"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"cluster *{cluster}*"}]},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"cluster *{esc(cluster)}*"}]},
     ]
     shown = sorted(incidents, key=lambda i: (i.status.value != "open", -RANK.get(i.severity, 0)))
     for i in shown[:SHOWN]:
@@ -88,7 +99,7 @@ def group_message(
     if len(shown) > SHOWN:
         more = f"… and {len(shown) - SHOWN} more incidents"
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": more}]})
-    return {"text": head, "blocks": blocks}
+    return {"text": esc(head), "blocks": blocks}  # `text` (notifications) is mrkdwn
 
 
 def storm_message(
@@ -105,13 +116,13 @@ def storm_message(
         else f":white_check_mark: Fleet-wide storm over: {len(incidents)} incidents resolved"
     )
     lines = [f"• {k}: {n}" for k, n in kinds.most_common(8)]
-    top = ", ".join(f"`{n}` ({c})" for n, c in nodes.most_common(10))
+    top = ", ".join(f"`{esc(n)}` ({c})" for n, c in nodes.most_common(10))
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
         {
             "type": "context",
             "elements": [
-                {"type": "mrkdwn", "text": f"cluster *{cluster}* · worst severity *{sev}*"}
+                {"type": "mrkdwn", "text": f"cluster *{esc(cluster)}* · worst severity *{sev}*"}
             ],
         },
     ]
@@ -135,10 +146,10 @@ def thread_reply(lines: Sequence[str]) -> dict[str, Any]:
 def prompt_message(action: ActionRecord, expires_at: float) -> dict[str, Any]:
     """Approve/Reject buttons bound to the action id."""
     text = (
-        f":raising_hand: Approve *{action.playbook}* on `{action.target}`? "
-        f"(incident `{action.incident_id}`, rule `{action.rule}`)"
+        f":raising_hand: Approve *{action.playbook}* on `{esc(action.target)}`? "
+        f"(incident `{action.incident_id}`, rule `{esc(action.rule)}`)"
     )
-    reasons = "; ".join(action.reasons)[:500] or "-"
+    reasons = esc("; ".join(action.reasons)[:500] or "-")
     about = f"action `{action.id}` · reasons: {reasons} · expires {when(expires_at)}"
     return {
         "text": text,
@@ -189,7 +200,9 @@ def decided_prompt(
 ) -> dict[str, Any]:
     """The prompt once decided: who and when, no buttons left to press."""
     who = f" by {by}" if by else ""
-    text = f"{DECIDED_ICON.get(state, '')} *{playbook}* on `{target}` {state}{who} at {when(at)}"
+    text = (
+        f"{DECIDED_ICON.get(state, '')} *{playbook}* on `{esc(target)}` {state}{who} at {when(at)}"
+    )
     return {
         "text": text,
         "blocks": [

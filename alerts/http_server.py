@@ -2,12 +2,16 @@
 
     POST /slack/interactions     signed (v0), form field `payload` = block_actions JSON
     POST /slack/commands         signed (v0), form-encoded slash command
-    POST /alertmanager/webhook   Alertmanager webhook v4 (optional bearer token)
+    POST /alertmanager/webhook   Alertmanager webhook v4 (bearer token; its own listener)
     GET  /healthz
+
+The Slack endpoints (reached from the internet) and the webhook (in-cluster only) are served on
+separate listeners, so each can be exposed on its own.
 
 A Slack request is refused with 401 before anything is parsed unless its signature over the raw
 body verifies, its timestamp is within five minutes, and it was not seen before (replay); a
-malformed one gets 400. Neither changes anything.
+malformed one gets 400. Neither changes anything. The server itself (body cap, timeouts,
+connection bound, header limits) is `alerts.bounded_http`.
 """
 
 from __future__ import annotations
@@ -16,14 +20,21 @@ import hashlib
 import hmac
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from alerts.am_intake import BadPayload, Intake
+from alerts.am_intake import BadPayload, Intake, TooManyAlerts
+from alerts.bounded_http import (
+    BoundedHttpServer,
+    Handler,
+    Limits,
+    OnRefused,
+    Request,
+    Response,
+    error,
+)
 from alerts.interactions import BadRequest, Interactions
 from alerts.signature import WINDOW, Refused, verify
 from alerts.store import AlertsStore
@@ -75,8 +86,8 @@ class Endpoints:
             if not isinstance(payload, dict):
                 raise BadRequest("payload is not an object")
             return 200, self.interactions.on_block_action(payload, now)
-        except (BadRequest, ValueError, KeyError, UnicodeDecodeError) as exc:
-            log.warning("slack %s: malformed request: %s", path, exc)
+        except (BadRequest, ValueError, KeyError, RecursionError) as exc:
+            log.warning("slack %s: malformed request: %s", path, type(exc).__name__)
             return 400, {"error": "malformed request"}
 
     def alertmanager(self, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
@@ -85,68 +96,64 @@ class Endpoints:
             if not hmac.compare_digest(auth.encode(), f"Bearer {self.bearer}".encode()):
                 return 401, {"error": "missing or wrong bearer token"}
         try:
-            n = self.intake.receive(json.loads(body), self.clock())
-        except (BadPayload, ValueError) as exc:
-            return 400, {"error": str(exc)}
-        return 200, {"received": n}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    endpoints: Endpoints
-    server_version = "gpufleet-alerts"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http: " + format, *args)
-
-    def _reply(self, status: int, data: Any) -> None:
-        raw = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._reply(200, {"ok": True})
-        else:
-            self._reply(404, {"error": "not found"})
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._reply(413, {"error": "too large"})
-            return
-        body = self.rfile.read(length)
-        headers = {k: v for k, v in self.headers.items()}
-        path = self.path.split("?", 1)[0]
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            return 400, {"error": "expected a JSON body"}
         try:
-            if path in ("/slack/interactions", "/slack/commands"):
-                self._reply(*self.endpoints.slack(path, headers, body))
-            elif path == "/alertmanager/webhook":
-                self._reply(*self.endpoints.alertmanager(headers, body))
-            else:
-                self._reply(404, {"error": "not found"})
-        except Exception:
-            log.exception("alerts endpoint %s failed", path)
-            self._reply(500, {"error": "internal error"})
+            got = self.intake.receive(payload, self.clock())
+        except TooManyAlerts as exc:
+            return 413, {"error": str(exc)}
+        except BadPayload as exc:
+            return 400, {"error": str(exc)}
+        if got.refused:
+            return 429, {"received": got.kept, "refused": got.refused, "error": "intake full"}
+        return 200, {"received": got.kept}
+
+
+SLACK_PATHS = frozenset({"/slack/interactions", "/slack/commands"})
+WEBHOOK_PATHS = frozenset({"/alertmanager/webhook"})
+
+
+def _handler(endpoints: Endpoints, paths: frozenset[str]) -> Handler:
+    def handle(req: Request) -> Response:
+        if req.path == "/healthz":
+            if req.method != "GET":
+                return error(405, "method not allowed")
+            return Response.json(200, {"ok": True})
+        if req.path in paths:
+            if req.method != "POST":
+                return error(405, "method not allowed")
+            if req.path == "/alertmanager/webhook":
+                return Response.json(*endpoints.alertmanager(dict(req.headers), req.body))
+            return Response.json(*endpoints.slack(req.path, dict(req.headers), req.body))
+        return error(404, "not found")
+
+    return handle
 
 
 class AlertsServer:
-    """The endpoints on host:port (port 0: a free one), served from a daemon thread."""
+    """One listener (`paths`: the Slack endpoints, or the webhook) on host:port (port 0: a free
+    one), served by alerts.bounded_http; other paths get 404 there."""
 
-    def __init__(self, endpoints: Endpoints, host: str, port: int) -> None:
-        handler = type("Handler", (_Handler,), {"endpoints": endpoints})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.host, self.port = str(self.httpd.server_address[0]), int(self.httpd.server_address[1])
-        self.url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        host: str,
+        port: int,
+        limits: Limits | None = None,
+        paths: frozenset[str] = SLACK_PATHS | WEBHOOK_PATHS,
+        name: str = "alerts",
+        on_refused: OnRefused | None = None,
+    ) -> None:
+        self.server = BoundedHttpServer(
+            _handler(endpoints, paths),
+            host,
+            port,
+            limits or Limits(max_body=MAX_BODY),
+            name=name,
+            on_refused=on_refused,
         )
-        self._thread.start()
+        self.host, self.port, self.url = self.server.host, self.server.port, self.server.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=5)
+        self.server.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from alerts.blocks import APPROVE, REJECT, when
+from alerts.blocks import APPROVE, REJECT, esc, when
 from alerts.config import AlertsConfig
 from alerts.notify import Notifier
 from alerts.store import AlertsStore
@@ -143,7 +143,11 @@ class Interactions:
             self.notifier.timeline.settle_prompt(
                 s, a.id, done.state.value, f"<@{uid}>", now, a.playbook, a.target, now
             )
-        return f"{a.playbook} on `{a.target}`: {done.state.value} by <@{uid}>."
+        if done.state is ActionState.EXPIRED:
+            return (
+                f"{a.playbook} on `{esc(a.target)}`: not approved, {done.result}; nothing changed."
+            )
+        return f"{a.playbook} on `{esc(a.target)}`: {done.state.value} by <@{uid}>."
 
     # ---- /gpufleet ---------------------------------------------------------------------------
 
@@ -180,9 +184,9 @@ class Interactions:
         waiting = len(self.journal.actions([ActionState.AWAITING_APPROVAL]))
         running = len(self.journal.actions([ActionState.EXECUTING, ActionState.VERIFYING]))
         auto = f"paused by {actor_label(st.paused_by)}" if st.paused else "running"
-        breaker = f"TRIPPED ({st.breaker_reason})" if st.breaker_tripped else "closed"
+        breaker = f"TRIPPED ({esc(st.breaker_reason)})" if st.breaker_tripped else "closed"
         return (
-            f"cluster *{self.journal.cluster}*: automation {auto}; breaker {breaker}; "
+            f"cluster *{esc(self.journal.cluster)}*: automation {auto}; breaker {breaker}; "
             f"{open_n} open incidents; {waiting} awaiting approval; {running} executing"
         )
 
@@ -191,5 +195,5 @@ class Interactions:
         if not acts:
             return "No active actions."
         return "\n".join(
-            f"`{a.id[:12]}` {a.state.value} {a.playbook} on `{a.target}`" for a in acts[:30]
+            f"`{a.id[:12]}` {a.state.value} {a.playbook} on `{esc(a.target)}`" for a in acts[:30]
         )

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def _entity(i: IncidentRecord) -> str:
-    return i.gpu_uuid or i.node or i.job or "fleet"
+    return blocks.esc(i.gpu_uuid or i.node or i.job or "fleet")
 
 
 class Notifier:
@@ -69,12 +69,13 @@ class Notifier:
                 i = c.incident
                 if c.change is Change.OPENED:
                     lines[mid].append(
-                        f":mag: {i.kind} on `{_entity(i)}` opened ({i.severity}): {i.summary}"
+                        f":mag: {i.kind} on `{_entity(i)}` opened ({i.severity}): "
+                        f"{blocks.esc(i.summary)}"
                     )
                 elif c.change is Change.UPDATED:
                     lines[mid].append(
                         f":arrows_counterclockwise: {i.kind} on `{_entity(i)}` now {i.severity}: "
-                        f"{i.summary}"
+                        f"{blocks.esc(i.summary)}"
                     )
                 elif c.change is Change.RESOLVED:
                     lines[mid].append(f":heavy_check_mark: {i.kind} on `{_entity(i)}` resolved")

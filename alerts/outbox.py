@@ -25,6 +25,9 @@ from alerts.store import AlertsStore, Outgoing
 from errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
+LOG_ONLY = logging.getLogger("alerts.slack.log_only")
+"""Messages that would have gone to Slack (no token): their own logger, so a deployment (or the
+demo, which writes them to slack.log) can keep them apart from the service's story."""
 EVENT_TYPE = "gpufleet_outbox"
 BACKOFF_MAX = 300.0
 LEASE = 120.0
@@ -45,7 +48,7 @@ class LogTransport:
         if method.startswith("conversations."):
             return {"ok": True, "messages": []}
         n = next(self._n)
-        log.info("slack (log only) %s %s: %s", method, payload.get("channel", ""), payload["text"])
+        LOG_ONLY.info("%s %s: %s", method, payload.get("channel", ""), payload["text"])
         return {"ok": True, "channel": str(payload.get("channel", "log")), "ts": f"0.{n:06d}"}
 
 

@@ -1,11 +1,12 @@
 """`AlertsRuntime`: the one object the service (`gpufleet run`) drives.
 
-    rt = AlertsRuntime(config.alerts, store, loop.engine)
+    rt = AlertsRuntime(config.alerts, store, loop.engine, started_at=loop.engine.started_at)
     findings = [*detected, *rt.intake_findings(now)]    # before a cycle
     result, _ = loop.tick(findings, now)
     rt.on_cycle(result, now)                            # after it: messages -> outbox
     rt.run_outbox(now)                                  # a job every ~2 s (leader only)
-    server = rt.serve()                                 # Slack + Alertmanager endpoints
+    server = rt.serve()                                 # Slack endpoints (signed)
+    webhook = rt.serve_webhook()                        # Alertmanager webhook (bearer token)
     link = rt.socket_mode()                             # or Socket Mode instead of serve()
 
 Without a Slack token the outbox is still written and "sent" to the log, so the demo and the
@@ -21,8 +22,9 @@ from typing import Any, Protocol
 
 from alerts.am_intake import Intake
 from alerts.am_output import AmOutput
+from alerts.bounded_http import OnRefused
 from alerts.config import AlertsConfig
-from alerts.http_server import AlertsServer, Endpoints
+from alerts.http_server import SLACK_PATHS, WEBHOOK_PATHS, AlertsServer, Endpoints
 from alerts.interactions import BadRequest, Interactions
 from alerts.notify import Notifier
 from alerts.outbox import LogTransport, OutboxWorker, Transport
@@ -53,6 +55,7 @@ class AlertsRuntime:
         *,
         transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
+        started_at: float | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -71,7 +74,12 @@ class AlertsRuntime:
         self.interactions = Interactions(
             config, store, engine, self.astore, self.notifier, self._group_members
         )
-        self.intake = Intake(config.alertmanager.intake, store)
+        self.intake = Intake(
+            config.alertmanager.intake,
+            store,
+            started_at=clock() if started_at is None else started_at,
+            allows=engine.policy.intake.allows,
+        )
         self.am_output = AmOutput(config.alertmanager, store, config.slack.dashboard_url)
 
     # ---- the service's calls ------------------------------------------------------------------
@@ -98,17 +106,47 @@ class AlertsRuntime:
         """Outbox health: `unsent`, `dead` (refused for good) and `oldest_unsent_seconds`."""
         return self.astore.backlog(now)
 
-    def serve(self, host: str | None = None, port: int | None = None) -> AlertsServer:
-        endpoints = Endpoints(
+    def _endpoints(self) -> Endpoints:
+        return Endpoints(
             self.interactions,
             self.intake,
             self.astore,
             self.config.secret("signing_secret"),
-            self.config.alertmanager.intake.bearer_token,
+            self.config.webhook_token(),
             self.clock,
         )
+
+    def serve(
+        self, host: str | None = None, port: int | None = None, on_refused: OnRefused | None = None
+    ) -> AlertsServer:
+        """The Slack listener (interactivity, slash command) on `host` (default
+        `alerts.http.host`): signed requests only, the one listener to expose for Slack."""
         h = self.config.http
-        return AlertsServer(endpoints, host or h.host, h.port if port is None else port)
+        return AlertsServer(
+            self._endpoints(),
+            host or h.host,
+            h.port if port is None else port,
+            paths=SLACK_PATHS,
+            name="slack",
+            on_refused=on_refused,
+        )
+
+    def serve_webhook(
+        self, host: str | None = None, port: int | None = None, on_refused: OnRefused | None = None
+    ) -> AlertsServer:
+        """The Alertmanager webhook's listener (default `alerts.webhook_http`); anything but
+        loopback without the bearer token is refused with a ConfigError before a port opens."""
+        h = self.config.webhook_http
+        host = host or h.host
+        self.config.check_exposure(host)
+        return AlertsServer(
+            self._endpoints(),
+            host,
+            h.port if port is None else port,
+            paths=WEBHOOK_PATHS,
+            name="alertmanager",
+            on_refused=on_refused,
+        )
 
     def socket_mode(self) -> SocketLink:
         app_token = self.config.secret("app_token")

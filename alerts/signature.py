@@ -38,10 +38,9 @@ def verify(secret: str | None, headers: Mapping[str, str], body: bytes, now: flo
     given = _header(headers, "X-Slack-Signature")
     if not ts or not given:
         raise Refused("unsigned request")
-    try:
-        t = float(int(ts))
-    except ValueError:
-        raise Refused("malformed timestamp") from None
+    if not ts.isascii() or not ts.isdigit() or len(ts) > 12:
+        raise Refused("malformed timestamp")  # seconds since 1970; a 400-digit one overflows
+    t = float(ts)
     if abs(now - t) > WINDOW:
         raise Refused("timestamp outside the 5-minute window")
     if not hmac.compare_digest(sign(secret, ts, body).encode(), given.encode()):

@@ -31,7 +31,7 @@ Enqueue = Callable[..., None]
 def actor_label(actor: str) -> str:
     """`slack:U123 (alice)` -> a Slack mention; anything else as it is."""
     m = re.match(r"slack:([UW][A-Z0-9]+)", actor)
-    return f"<@{m.group(1)}>" if m else actor
+    return f"<@{m.group(1)}>" if m else blocks.esc(actor)
 
 
 class Timeline:
@@ -106,7 +106,7 @@ class Timeline:
     ) -> None:
         if r.kind in ("control", "breaker", "needs_person"):
             icon = ":wrench:" if r.kind == "needs_person" else ":octagonal_sign:"
-            text = f"{icon} {r.message} ({actor_label(r.actor)}, {blocks.when(r.at)})"
+            text = f"{icon} {blocks.esc(r.message)} ({actor_label(r.actor)}, {blocks.when(r.at)})"
             self.astore.enqueue(
                 s,
                 now,
@@ -121,13 +121,14 @@ class Timeline:
         if mid is None or r.kind == "k8s_write":
             return
         who = actor_label(r.actor)
+        message = blocks.esc(r.message)  # journal messages quote alert text and names
         if r.kind == "decision":
             if not r.action_id:
-                lines[mid].append(f":no_entry_sign: {r.message}")
+                lines[mid].append(f":no_entry_sign: {message}")
                 return
             state = str(r.detail.get("state", ""))
             dry = " (dry-run, not executed)" if r.detail.get("dry_run") else ""
-            lines[mid].append(f":hammer_and_wrench: action proposed: {r.message}{dry}")
+            lines[mid].append(f":hammer_and_wrench: action proposed: {message}{dry}")
             if state == "awaiting_approval":
                 if mid in self._storms:
                     # no wall of buttons in a storm: a person looks at the whole first
@@ -135,19 +136,20 @@ class Timeline:
                 else:
                     self._prompt(s, r.action_id, mid, now)
         elif r.kind == "approval":
-            lines[mid].append(f":bust_in_silhouette: {r.message.replace(r.actor, who)}")
+            label = message.replace(blocks.esc(r.actor), who) if r.actor else message
+            lines[mid].append(f":bust_in_silhouette: {label}")
             a = self.journal.get_action(r.action_id or "")
             if a is not None:  # the decision as audited (the action may have moved on since)
                 state = "rejected" if r.message.startswith("rejected") else "approved"
                 self.settle_prompt(s, a.id, state, who, r.at, a.playbook, a.target, now)
         elif r.kind == "transition":
-            lines[mid].append(f":gear: `{r.target}`: {r.message}")
+            lines[mid].append(f":gear: `{blocks.esc(r.target)}`: {message}")
             if "-> expired" in r.message and r.action_id:
                 a = self.journal.get_action(r.action_id)
                 if a is not None:
                     self.settle_prompt(s, a.id, "expired", "", r.at, a.playbook, a.target, now)
         else:
-            lines[mid].append(f"{r.kind}: {r.message}")
+            lines[mid].append(f"{r.kind}: {message}")
 
     def _prompt(self, s: Session, action_id: str, mid: str, now: float) -> None:
         if s.get(PromptRow, action_id) is not None:

@@ -1,10 +1,12 @@
-"""`python -m bench._anomaly_flags SCENARIO.yaml`: the anomaly detector's flags and CPU cost.
+"""`python -m bench._anomaly_flags SCENARIO.yaml|SEED [--alone]`: the anomaly detector's flags.
 
-Replays one scenario on the simulated path with the default detectors (anomaly on, at info)
-and prints, as JSON: anomaly episodes on a faulty GPU (any fault kind), on a faulty job's other
-GPUs, and elsewhere (false flags); warning/critical episodes of any detector; wall seconds
-spent in each detector and the process CPU seconds of the whole run. Heavy at 512+ GPUs (the
-forest is refitted every cycle): run one at a time, by hand, not in `make test` or `make bench`.
+Replays one scenario (a suite file, or a held-out seed of tests/scenario_gen.py) on the
+simulated path with the default detectors (anomaly on, at info; `--alone`: the anomaly detector
+only, whose findings do not depend on the others) and prints, as JSON: anomaly episodes on a
+faulty GPU (any fault kind), on a faulty job's other GPUs, and elsewhere (false flags), each
+anomaly episode (GPU, onset, end, class), warning/critical episodes of any detector, wall seconds
+spent in each detector and the process CPU seconds of the whole run. By hand, one at a time,
+not in `make test` or `make bench`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,19 @@ from simulator.scenario import load_scenario
 from simulator.truth import ground_truth
 
 
-def main(path: str) -> dict[str, object]:
+def main(path: str, alone: bool = False) -> dict[str, object]:
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    sc = load_scenario(Path(path))
+    if path.isdigit():
+        from tests.scenario_gen import random_scenario  # held-out seeds, as bench._heldout
+
+        sc = random_scenario(int(path))
+    else:
+        sc = load_scenario(Path(path))
     sim = FleetSimulator(sc)
     truth = ground_truth(sc, sim.layout)
     faulty_gpus = {f["gpu_uuid"]: f["kind"] for f in truth["faults"] if f["gpu_uuid"]}
     faulty_jobs = {f["job"] for f in truth["faults"] if f["job"]}
-    rep = Replayer(DetectorSuite.default())
+    rep = Replayer(DetectorSuite.default(["anomaly"]) if alone else DetectorSuite.default())
     per_det: Counter[str] = Counter()
     for now, snap in frames(sim, sc.scrape_interval, 120.0, DEFAULT_LOOKBACK):
         res = rep.step(now, snap)
@@ -40,6 +47,7 @@ def main(path: str) -> dict[str, object]:
     result = rep.result()
     job_of = {str(u): j for u, j in zip(sim.layout.gpu_uuid, _gpu_jobs(sim), strict=True)}
     on_fault = on_job = elsewhere = 0
+    episodes: list[list[object]] = []
     kinds: Counter[str] = Counter()
     loud: Counter[str] = Counter()
     for ep in result.episodes:
@@ -50,10 +58,14 @@ def main(path: str) -> dict[str, object]:
         if ep.gpu_uuid in faulty_gpus:
             on_fault += 1
             kinds[faulty_gpus[ep.gpu_uuid]] += 1
+            where = f"fault {faulty_gpus[ep.gpu_uuid]}"
         elif job_of.get(str(ep.gpu_uuid)) in faulty_jobs:
             on_job += 1
+            where = "faulty job's peer"
         else:
             elsewhere += 1
+            where = "false flag"
+        episodes.append([ep.gpu_uuid, ep.first_seen, ep.last_seen, where])
     return {
         "scenario": sc.name,
         "gpus": len(sim.layout.gpu_uuid),
@@ -62,6 +74,7 @@ def main(path: str) -> dict[str, object]:
         "anomaly_on_fault_kinds": dict(kinds),
         "anomaly_on_faulty_job_peer": on_job,
         "anomaly_false_flags": elsewhere,
+        "anomaly_episodes": episodes,
         "warning_critical_episodes": dict(loud),
         "detector_seconds": {k: round(v, 1) for k, v in sorted(per_det.items())},
         "process_cpu_s": round(time.process_time() - cpu0, 1),
@@ -80,4 +93,4 @@ def _gpu_jobs(sim: FleetSimulator) -> list[str | None]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1]), indent=1))
+    print(json.dumps(main(sys.argv[1], "--alone" in sys.argv[2:]), indent=1))

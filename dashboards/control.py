@@ -16,6 +16,7 @@ from dashboards import data
 from dashboards.shell import Context
 from remediations.decision_journal import DecisionJournal
 from remediations.policy import load_policy
+from remediations.types import ActionState
 
 
 class NotAllowed(Exception):
@@ -47,6 +48,8 @@ def decide(ctx: Context, cluster: str, action_id: str, approve: bool, reason: st
         return Outcome(False, str(exc))
     finally:
         data.changed()
+    if done.state is ActionState.EXPIRED:
+        return Outcome(False, f"{done.id}: not approved, {done.result}")
     return Outcome(True, f"{done.id}: {done.state.value} by {ctx.actor}")
 
 

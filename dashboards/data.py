@@ -19,6 +19,7 @@ import streamlit as st
 
 import metering
 from dashboards import queries, repairs
+from remediations.staleness import stale_reason
 from remediations.store import Store
 from remediations.validation import RETURN_PLAYBOOKS
 
@@ -31,6 +32,15 @@ ALL = "All clusters"
 def store(url: str, cluster: str) -> Store:
     """One open store per (URL, cluster) per process (migrated to the current schema)."""
     return Store.open(url, cluster=cluster)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def stale(url: str, cluster: str, action_id: str) -> str | None:
+    """Why an action awaiting approval no longer fits the journal (approving it would expire
+    it: `remediations.staleness`), or None."""
+    s = store(url, cluster)
+    a = s.get_action(action_id)
+    return None if a is None else stale_reason(s, a)
 
 
 def _engine(url: str) -> Any:
@@ -72,6 +82,11 @@ def actions(
 ) -> pd.DataFrame:
     st_list = list(states) if states is not None else None
     return queries.actions(_engine(url), scope(cluster), since, st_list, incident_id)
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def job_runs(url: str, cluster: str) -> pd.DataFrame:
+    return queries.job_runs(_engine(url), scope(cluster))
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)

@@ -1,7 +1,8 @@
 """Starting the dashboard: Streamlit as a child process bound to the loopback interface.
 
 `start(settings, port)` writes the settings file, starts `streamlit run dashboards/app.py`
-on 127.0.0.1 (headless, no usage statistics, no file watcher) and returns at once with the URL;
+on 127.0.0.1 (headless, no usage statistics, no file watcher, a minimal toolbar: no Deploy
+button) and returns at once with the URL;
 `wait_ready` polls Streamlit's health endpoint; `stop` ends the child (SIGTERM, then SIGKILL
 after a grace period). `gpufleet dashboard` and `gpufleet demo` both use it.
 """
@@ -96,6 +97,7 @@ def command(settings_file: Path, port: int) -> list[str]:
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",
         "--global.showWarningOnDirectExecution", "false",
+        "--client.toolbarMode", "minimal",  # no Deploy button: this is an app, not a sketch
         "--", "--settings", str(settings_file),
     ]  # fmt: skip
 

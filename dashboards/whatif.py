@@ -1,5 +1,6 @@
 """The what-if run behind the dashboard page: `gpufleet backtest` over a window of Prometheus
-history with a chosen policy, reporting progress and an estimate of the time left.
+history with a chosen policy, reporting progress, an estimate of the time left and the episodes
+found so far (a long replay shows its first findings within seconds).
 
 Same code path as the CLI (evaluation.backtest: the Prometheus collector's range replay, the
 detector suite, the policy in dry-run), so the page shows what the detectors would have found
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from detectors.findings import Finding
 from detectors.suite import DetectorSuite
 from evaluation.backtest import Backtest, backtest, step_count
 from observer.prometheus.collector import PrometheusCollector
@@ -31,6 +33,8 @@ class Eta:
     total: int
     began: float = field(default_factory=time.monotonic)
     done: int = 0
+    episodes: list[Finding] = field(default_factory=list)
+    """Finding episodes found so far (ended and still open)."""
 
     def update(self, done: int) -> None:
         self.done = done
@@ -88,9 +92,15 @@ def run(
         if on_progress is not None:
             on_progress(eta)
 
+    def found(so_far: list[Finding]) -> None:
+        eta.episodes = so_far
+        if on_progress is not None:
+            on_progress(eta)
+
     settings = PromSettings(prometheus_url, timeout=30.0, cluster=cluster)
     with PrometheusCollector(settings) as c:
-        result = backtest(c, start, end, step, DetectorSuite.default(), 0, policy, progress)
+        suite = DetectorSuite.default()
+        result = backtest(c, start, end, step, suite, 0, policy, progress, found)
     eta.update(total)
     if on_progress is not None:
         on_progress(eta)

@@ -3,7 +3,8 @@
 Each GPU's gauges are normalised against its peers (same GPU model and same job; without a job,
 same model and namespace of the pod holding it, or free) by robust z-scores (median, MAD), so
 a job's phase or a model's clocks do not look anomalous by themselves. An IsolationForest
-(scikit-learn) fitted per cycle on a fixed-seed subsample scores every GPU; a GPU whose score
+(scikit-learn), fitted on a fixed-seed subsample every `refit_seconds` of fleet time or when the
+peer population changes (detectors.anomaly_model), scores every GPU every cycle; a GPU whose score
 stays beyond `score_threshold` (or with one gauge beyond `z_limit` peer spreads) for
 `min_seconds` is reported as info. On by default since issue 15: on
 eval/suite/novel-faults-30s it finds 4 of 8 faults no rule names (3 that nothing else finds),
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from detectors.anomaly_model import FittedForest, due, fit
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import (
@@ -34,11 +36,10 @@ from detectors.signals import (
     group_median,
     hysteresis,
     persist,
-    rate,
     scrape_interval,
     value,
 )
-from detectors.state import GpuCycleState, align, gpu_keys
+from detectors.state import KeyedArrays, align, gpu_keys
 from observer.fleet.model import FleetSnapshot, FloatArray
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -49,9 +50,10 @@ FLOOR = (2.0, 0.02, 0.02, 0.02, 30.0, 10.0, 2.0, 2.0, 512.0)
 """Smallest spread per feature (its measurement noise), so identical peers do not divide by 0."""
 IDLE_UTIL = 2.0
 """Utilisation at or below which a GPU outside a job counts as idle (gpu_idle's `idle_util`)."""
-RATES = ((NVLINK_BW, 1e9),)
-"""Counters read as per-second rates (bytes/s) with their floor; unknown rates read as typical
-(z = 0) rather than dropping the GPU, since a rate needs two samples."""
+RATES = ((NVLINK_BW, 1000.0),)
+"""Throughputs with their floor: NVLink in MiB/s (DCGM field 449, a rate that dcgm-exporter
+types as a counter; 1000 MiB/s is ~1 GB/s). Unknown throughputs read as typical (z = 0) rather
+than dropping the GPU: many fleets do not collect them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +72,25 @@ class Params:
     """Persistence: five minutes, as for stragglers."""
     seed: int = 0
     max_age_intervals: float = 2.5
+    refit_seconds: float = 600.0
+    """Fleet seconds between fits, on boundaries aligned to the epoch (issue 25: fitting every
+    cycle was ~45 ms of a 1k-GPU cycle's ~48; docs/backtest.md has the findings side by side)."""
+    refit_population_change: float = 0.1
+    """Refit early when the GPUs it may be fitted on change by more than this share."""
 
 
-State = GpuCycleState
+@dataclass(frozen=True, slots=True)
+class State:
+    """Per-GPU persistence, and the forest in force with what it was fitted on."""
+
+    gpus: KeyedArrays
+    last_now: float
+    model: FittedForest | None = None
+    fits: int = 0
+    """Forests fitted since the first cycle (for tests and self-telemetry)."""
+
+    def nbytes(self) -> int:
+        return self.gpus.nbytes()
 
 
 _SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}
@@ -103,7 +121,7 @@ def features(
         (name, floor, value(snapshot, name, now, max_age), True)
         for name, floor in zip(FEATURES, FLOOR, strict=True)
     ]
-    readings += [(name, floor, rate(snapshot, name, now, max_age), False) for name, floor in RATES]
+    readings += [(name, floor, value(snapshot, name, now, max_age), False) for name, floor in RATES]
     # Outside jobs, idle GPUs are their own peers: a serving replica without traffic is gpu_idle's
     # business, not an anomaly (measured: the 10k-GPU bench fleet's idle serving GPUs were 431
     # of 433 anomaly findings, z -54 on SM clock against their busy namespace peers).
@@ -137,8 +155,6 @@ def features(
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
-    from sklearn.ensemble import IsolationForest  # heavy import only when enabled
-
     g = snapshot.gpus
     interval = scrape_interval(snapshot)
     cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
@@ -146,13 +162,16 @@ def detect(
     x, ok, names = features(snapshot, now, params.max_age_intervals * interval, params.min_peers)
     flagged = np.zeros(len(g), dtype=bool)
     scores = np.zeros(len(g))
-    if x.shape[1] and int(ok.sum()) >= params.max_samples // 4:
-        forest = IsolationForest(
-            n_estimators=params.n_estimators,
-            max_samples=min(params.max_samples, int(ok.sum())),
-            random_state=params.seed,
-        ).fit(x[ok])
-        scores[ok] = forest.score_samples(x[ok])
+    model = state.model if state else None
+    fits = state.fits if state else 0
+    population = int(ok.sum())
+    if x.shape[1] and population >= params.max_samples // 4:
+        cols = tuple(names)
+        if model is None or due(
+            model, cols, population, now, params.refit_seconds, params.refit_population_change
+        ):
+            model, fits = fit(x[ok], cols, now, params), fits + 1
+        scores[ok] = model.score(x[ok])
         extreme = np.max(np.abs(np.nan_to_num(x)), axis=1) >= params.z_limit
         flagged = ok & ((scores < params.score_threshold) | extreme)
     acc = np.where(ok, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
@@ -183,7 +202,7 @@ def detect(
                 recommended_action="look at the GPU's dashboards; run DCGM diag if it persists",
             )
         )
-    return findings, State(cur.replace(acc=acc, onset=onset), now)
+    return findings, State(cur.replace(acc=acc, onset=onset), now, model, fits)
 
 
 NEEDS = Needs(

@@ -31,6 +31,11 @@ class Severity(StrEnum):
         return {"critical": 2, "warning": 1, "info": 0}[self.value]
 
 
+INTAKE_DETECTOR = "alertmanager"
+"""The `detector` of findings made from alerts delivered to gpufleet (the Alertmanager webhook):
+evidence from outside, with its own breaker and blast-radius budget."""
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One detector's statement about one entity at one moment.
@@ -54,6 +59,10 @@ class Finding:
     """The evidence was already there when gpufleet started watching (an XID held in the
     last-XID gauge at first sight, a counter total with no earlier value): reported, but never
     a reason for an automatic action."""
+
+    @property
+    def from_intake(self) -> bool:
+        return self.detector == INTAKE_DETECTOR
 
     @property
     def entity(self) -> tuple[str, str | None, str | None, str | None]:

@@ -231,6 +231,17 @@ def _allocatable(snapshot: FleetSnapshot, i: int) -> str | None:
     return f"{node.gpu_allocatable}/{node.gpu_capacity}"
 
 
+def _sibling_reports(uuid: np.ndarray, mig: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """Per row: a MIG instance whose physical GPU (same UUID) still reports on another row.
+    Re-partitioning a GPU replaces its instances; the GPU is not lost while any instance of it
+    reports (dcgm-exporter's flex mode writes only per-instance series for a MIG GPU)."""
+    sliced = mig != ""
+    if not bool(sliced.any()):
+        return np.zeros(uuid.shape[0], dtype=bool)
+    out: np.ndarray = sliced & np.isin(uuid, uuid[fresh & sliced])
+    return out
+
+
 def _departed_findings(
     snapshot: FleetSnapshot,
     gone: KeyedArrays,
@@ -312,8 +323,9 @@ def detect(
 
     # Decision. Blind (fleet gap, node exporter down): keep what we knew, judge nothing new.
     was_lost = ~np.isnan(cur["onset"])
-    judged_lost = ~view.fleet_gap & ((silent & node_reports) | xid79)
-    lost = judged_lost | (was_lost & (view.fleet_gap | ~node_reports))
+    repartitioned = silent & _sibling_reports(g.uuid, g.mig_instance, ~silent)
+    judged_lost = ~view.fleet_gap & ((silent & node_reports & ~repartitioned) | xid79)
+    lost = judged_lost | (was_lost & (view.fleet_gap | ~node_reports) & ~repartitioned)
     onset = np.where(lost, np.fmin(cur["onset"], now), np.nan)
     wd_node = np.array(
         [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
@@ -345,6 +357,13 @@ def detect(
         for i in np.flatnonzero(lost)
     ]
     if gone is not None and len(gone):
+        mig_gone = np.array(["/" in str(k) for k in gone.keys], dtype=bool)
+        if mig_gone.any():  # an instance a re-partition removed: its GPU still reports
+            reporting = set(g.uuid[~silent].tolist())
+            keep = ~(mig_gone & np.array([str(k).split("/")[0] in reporting for k in gone.keys]))
+            gone = KeyedArrays(
+                gone.keys[keep], MappingProxyType({c: gone[c][keep] for c in gone.cols})
+            )
         departed, gone = _departed_findings(
             snapshot, gone, view.node_up, view.fleet_gap, now, interval, params
         )

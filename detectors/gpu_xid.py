@@ -12,14 +12,22 @@ unless they repeat.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
-from detectors.state import GpuCycleState, align, gpu_keys
-from observer.fleet.catalog import XID_COUNT_METRIC, XIDS, XidAction, xid_info
+from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
+from observer.fleet.catalog import (
+    XID_COUNT_METRIC,
+    XID_FOLLOWERS,
+    XIDS,
+    XidAction,
+    xid_column_code,
+    xid_info,
+)
 from observer.fleet.model import FleetSnapshot
 
 CRITICAL_ACTIONS = frozenset(
@@ -87,6 +95,7 @@ State = GpuCycleState
 
 
 _SPEC = {
+    "gauge": (np.float32, np.nan),
     "code": (np.float32, np.nan),
     "onset": (np.float64, np.nan),
     "last_event": (np.float64, np.nan),
@@ -95,6 +104,58 @@ _SPEC = {
     # 1 once the episode has an occurrence gpufleet saw happen (not only held at first sight)
     "watched": (np.float32, 0.0),
 }
+_CODE_COL = "count:"
+FOLLOWER_NOTE = (
+    "XID {code} usually follows another XID ({leaders}) that the last-XID gauge no longer "
+    "shows; turn on DCGM_EXP_XID_ERRORS_COUNT or read the node's kernel log for the first one"
+)
+
+
+def _severity_of(codes: np.ndarray) -> np.ndarray:
+    """Severity rank of plain occurrences per (integer) code; codes past the table: warning."""
+    out: np.ndarray = np.where(
+        codes >= _TABLE_SIZE, Severity.WARNING.rank, _SEVERITY[np.clip(codes, 0, _TABLE_SIZE - 1)]
+    )
+    return out
+
+
+def _rank(codes: np.ndarray) -> np.ndarray:
+    """Which code of a GPU's XIDs names the fault: the most severe, and of equal severity
+    a code that follows no other (43/45 never hide the 48, 95 or 13 they follow)."""
+    c = np.nan_to_num(codes, nan=0.0).astype(np.int64)
+    sev = _severity_of(c)
+    follower = np.isin(c, _FOLLOWER_CODES)
+    out: np.ndarray = np.where(np.isnan(codes), -1, 2 * sev.astype(np.int64) + ~follower)
+    return out
+
+
+_FOLLOWER_CODES = np.array(sorted(XID_FOLLOWERS), dtype=np.int64)
+
+
+def _code_counts(
+    snapshot: FleetSnapshot, now: float, max_age: float, gauge: np.ndarray
+) -> tuple[dict[int, np.ndarray], np.ndarray | None]:
+    """Code -> per-GPU count within the exporter's window, and the total (None: the count is
+    not collected). Per-code columns when the collector kept the `xid` label; otherwise the
+    total is read as the count of the code the gauge shows."""
+    total = value(snapshot, XID_COUNT_METRIC, now, max_age)
+    if total is None:
+        return {}, None
+    reporting = ~np.isnan(total)
+    out: dict[int, np.ndarray] = {}
+    for name in snapshot.metrics:
+        code = xid_column_code(name)
+        if code is None:
+            continue
+        col = value(snapshot, name, now, max_age)
+        if col is not None:
+            out[code] = np.where(reporting, np.nan_to_num(col, nan=0.0), np.nan)
+    if out:
+        return out, total
+    shown = ~np.isnan(gauge) & (gauge > 0)
+    for code in np.unique(gauge[shown]).astype(np.int64).tolist():
+        out[code] = np.where(gauge == code, total, np.where(reporting, 0.0, np.nan))
+    return out, total
 
 
 def detect(
@@ -103,85 +164,148 @@ def detect(
     g = snapshot.gpus
     interval = scrape_interval(snapshot)
     max_age = params.max_age_intervals * interval
-    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    keys = gpu_keys(snapshot)
+    prev_codes = [] if state is None else [c for c in state.gpus.cols if c.startswith(_CODE_COL)]
+    spec = {**_SPEC, **{c: (np.float32, np.nan) for c in prev_codes}}
+    cur = align(state.gpus if state else None, keys, spec)
     gauge = value(snapshot, XID, now, max_age)
     if gauge is None:
         return [], State(cur, now)
-    code = np.where(np.isnan(gauge), cur["code"], gauge).astype(np.float32)
-    prev = cur["code"]
-    known = ~np.isnan(prev)
+    n = len(keys)
+    prev_gauge = cur["gauge"]
+    known = ~np.isnan(prev_gauge)
     nonzero = ~np.isnan(gauge) & (gauge > 0)
-    idx = np.clip(np.nan_to_num(code, nan=0.0).astype(np.int64), 0, _TABLE_SIZE - 1)
-    sev_rank = np.where(code >= _TABLE_SIZE, Severity.WARNING.rank, _SEVERITY[idx])
-    unknown = ~np.isin(np.nan_to_num(code, nan=0.0).astype(np.int64), _KNOWN_CODES)
-    changed = nonzero & known & (gauge != prev)
+    # Occurrences this cycle, per code: rises of the code's count within the exporter's window
+    # (a count on first sight is a recent XID whatever its class, not one gpufleet saw happen),
+    # and a change of the last-XID gauge. A gauge value unchanged since the last look (or since
+    # the exporter restarted, which empties it) is not new evidence.
+    counts, total = _code_counts(snapshot, now, max_age, gauge)
+    prev_total = cur["count"]
+    new: dict[int, np.ndarray] = {}
+    seen_happen = np.zeros(n, dtype=bool)
+    cols: dict[str, np.ndarray] = {}
+    for code, cnt in counts.items():
+        name = f"{_CODE_COL}{code}"
+        prev = cur[name] if name in cur.cols else np.where(np.isnan(prev_total), np.nan, 0.0)
+        rise = np.where(np.isnan(prev), cnt, cnt - prev)
+        hit = ~np.isnan(cnt) & ~np.isnan(rise) & (rise > 0)
+        new[code] = np.where(hit, rise, 0.0)
+        seen_happen |= hit & ~np.isnan(prev)
+        kept = np.where(np.isnan(cnt), prev, cnt).astype(np.float32)
+        if bool(np.any(kept > 0)):
+            cols[name] = kept
+    unknown_count = np.ones(n, dtype=bool) if total is None else np.isnan(total)
+    for name in prev_codes:  # codes no longer counted: 0 where the count is known, else kept
+        if name not in cols and name not in {f"{_CODE_COL}{c}" for c in counts}:
+            kept = np.where(unknown_count, cur[name], 0.0).astype(np.float32)
+            if bool(np.any(kept > 0)):
+                cols[name] = kept
+    changed = nonzero & known & (gauge != prev_gauge)
+    g_code = np.nan_to_num(gauge, nan=0.0).astype(np.int64)
+    unknown_g = ~np.isin(g_code, _KNOWN_CODES)
+    sev_g = np.where(
+        g_code >= _TABLE_SIZE, Severity.WARNING.rank, _SEVERITY[np.clip(g_code, 0, 255)]
+    )
     # Cold start: a critical (or unknown) code already held in the gauge when gpufleet first
     # sees the GPU is reported, marked pre-existing; other classes held then are old news.
-    cold = nonzero & ~known & ((sev_rank == Severity.CRITICAL.rank) | unknown)
-    new_events = (changed | cold).astype(np.float32)
-    seen_happen = changed.copy()
-    # dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT is a gauge: XIDs within its last window
-    # (--xid-count-window-size, 5 min). A rise is a new XID, even of the same code; a count
-    # on first sight is a recent XID whatever its class.
-    count = value(snapshot, XID_COUNT_METRIC, now, max_age)
-    prev_count = cur["count"]
-    if count is not None:
-        rise = np.where(np.isnan(prev_count), count, count - prev_count)
-        rise = np.where(nonzero & ~np.isnan(rise) & (rise > 0), rise, 0.0).astype(np.float32)
-        new_events = np.maximum(new_events, rise)
-        seen_happen |= (rise > 0) & ~np.isnan(prev_count)  # a first count predates gpufleet
-        prev_count = np.where(np.isnan(count), prev_count, count).astype(np.float32)
-    event = new_events > 0
+    cold = nonzero & ~known & ((sev_g == Severity.CRITICAL.rank) | unknown_g)
+    for code in np.unique(g_code[changed | cold]).tolist():
+        mine = (changed | cold) & (g_code == code)
+        new[code] = np.maximum(new.get(code, np.zeros(n)), mine.astype(np.float64))
+    seen_happen |= changed
+    # The cycle's code per GPU: the highest-ranked code with an occurrence.
+    best = np.full(n, np.nan)
+    for code, k in new.items():
+        better = (k > 0) & (_rank(np.full(n, float(code))) > _rank(best))
+        best = np.where(better, float(code), best)
+    event = ~np.isnan(best)
+    was_active = ~np.isnan(cur["onset"])
+    ep_code = np.where(was_active, cur["code"], np.nan)
+    ep_code = np.where(event & (_rank(best) > _rank(ep_code)), best, ep_code).astype(np.float32)
     last_event = np.where(event, now, cur["last_event"])
+    code_i = np.nan_to_num(ep_code, nan=0.0).astype(np.int64)
+    sev_rank = np.where(
+        code_i >= _TABLE_SIZE, Severity.WARNING.rank, _SEVERITY[np.clip(code_i, 0, 255)]
+    )
+    unknown = ~np.isin(code_i, _KNOWN_CODES)
     held_critical = nonzero & (sev_rank == Severity.CRITICAL.rank) & ~np.isnan(last_event)
     recent = (now - last_event) <= params.hold_seconds
-    active = nonzero & (held_critical | recent)
-    was_active = ~np.isnan(cur["onset"])
-    events = np.where(active, np.where(was_active, cur["events"], 0.0) + new_events, 0.0)
-    if count is not None:
-        events = np.where(active, np.fmax(events, np.nan_to_num(count, nan=0.0)), events)
+    active = nonzero & ~np.isnan(ep_code) & (held_critical | recent)
+    same = was_active & (cur["code"] == ep_code)
+    mine_new = np.zeros(n)
+    mine_count = np.zeros(n)
+    for code, k in new.items():
+        mine_new = np.where(code_i == code, k, mine_new)
+    for code, cnt in counts.items():
+        mine_count = np.where(code_i == code, np.nan_to_num(cnt, nan=0.0), mine_count)
+    events = np.where(active, np.where(same, cur["events"], 0.0) + mine_new, 0.0)
+    events = np.where(active, np.fmax(events, mine_count), events)
     onset = np.where(active, np.where(was_active, cur["onset"], now), np.nan)
     prior_watched = np.where(was_active, cur["watched"], 0.0) > 0
     watched = active & (prior_watched | seen_happen)
     repeat = events >= params.repeat_warning
     sev_rank = np.where(repeat & (sev_rank == Severity.INFO.rank), Severity.WARNING.rank, sev_rank)
+    # Without the per-code count, a follower in the gauge may hide the XID it followed: the
+    # finding says so (the leading ECC XIDs also show in gpu_memory's remapped-row counters).
+    gauge_only = total is None
     # IGNORE-class codes stay info even when they repeat (NVIDIA: no action).
     findings: list[Finding] = []
+    # MIG (flex mode): XIDs are device fields, repeated on every instance's row. One finding per
+    # physical GPU, its instances as evidence.
+    instances: dict[str, list[str]] = {}
+    for row in np.flatnonzero(active).tolist():
+        if g.mig_instance[row]:
+            instances.setdefault(str(g.uuid[row]), []).append(str(g.mig_instance[row]))
+    reported: set[str] = set()
     for i in np.flatnonzero(active):
-        c = int(code[i])
+        uuid = str(g.uuid[i])
+        if uuid in reported:
+            continue
+        reported.add(uuid)
+        c = int(ep_code[i])
         info = xid_info(c)
         sev = _BY_RANK[int(sev_rank[i])]
         if info.action == XidAction.IGNORE:
             sev = Severity.INFO
+        leaders = XID_FOLLOWERS.get(c) if gauge_only else None
         node = node_name(snapshot, int(g.node_index[i]))
         ctx = gpu_context(snapshot, int(i))
-        n = round(float(events[i]))
+        occ = round(float(events[i]))
         pre_existing = not bool(watched[i])
         is_unknown = bool(unknown[i])
         notes = [UNKNOWN_NOTE] if is_unknown else []
         notes += [PRE_EXISTING_NOTE] if pre_existing else []
+        window = {str(k): int(cnt[i]) for k, cnt in sorted(counts.items()) if cnt[i] > 0}
+        follower_note = (
+            FOLLOWER_NOTE.format(code=c, leaders=", ".join(map(str, sorted(leaders))))
+            if leaders
+            else None
+        )
         findings.append(
             Finding(
                 kind=FindingKind.GPU_XID,
                 severity=sev,
                 summary=f"XID {c} ({info.name}) on GPU {g.device_index[i]} of {node}"
-                + (f", {n} occurrences" if n > 1 else "")
+                + (f", {occ} occurrences" if occ > 1 else "")
                 + (f" ({'; '.join(notes)})" if notes else ""),
                 first_seen=float(onset[i]),
                 last_seen=now,
                 node=node,
-                gpu_uuid=str(g.uuid[i]),
+                gpu_uuid=uuid,
                 evidence={
                     **ctx,
                     "xid": c,
                     "xid_name": info.name,
                     "nvidia_action": info.action.value,
                     "hardware": info.hardware,
-                    "occurrences": n,
+                    "occurrences": occ,
                     "last_occurrence": float(last_event[i]),
-                    "note": UNKNOWN_NOTE if is_unknown else info.note,
+                    "xids_in_window": window,
+                    "last_xid_gauge": int(gauge[i]),
+                    "note": UNKNOWN_NOTE if is_unknown else (follower_note or info.note),
                     "unknown_xid": is_unknown,
                     "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
+                    **({"mig_instances": sorted(instances[uuid])} if uuid in instances else {}),
                 },
                 recommended_action=(
                     f"look the code up ({UNKNOWN_NOTE}) and decide"
@@ -191,15 +315,17 @@ def detect(
                 pre_existing=pre_existing,
             )
         )
-    new = cur.replace(
-        code=code,
-        onset=onset,
-        last_event=last_event,
-        events=events,
-        count=prev_count,
-        watched=watched.astype(np.float32),
-    )
-    return findings, State(new, now)
+    prev_total = prev_total if total is None else np.where(np.isnan(total), prev_total, total)
+    base = {
+        "gauge": np.where(np.isnan(gauge), prev_gauge, gauge).astype(np.float32),
+        "code": np.where(active, ep_code, np.nan).astype(np.float32),
+        "onset": onset,
+        "last_event": last_event,
+        "events": events.astype(np.float32),
+        "count": prev_total.astype(np.float32),
+        "watched": watched.astype(np.float32),
+    }
+    return findings, State(KeyedArrays(keys, MappingProxyType({**base, **cols})), now)
 
 
 NEEDS = Needs(

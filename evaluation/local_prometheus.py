@@ -137,10 +137,12 @@ def start_prometheus(
     workdir: Path,
     lookback_delta: str | None = None,
     data_dir: Path | None = None,
+    config: str = CONFIG,
 ) -> PrometheusHandle:
     """Backfill `openmetrics_path` (if given) into a fresh directory under `workdir` (or into
     `data_dir`, e.g. one backfilled part by part with `backfill`) and start Prometheus on a
-    free loopback port (retried when another process takes the port first)."""
+    free loopback port (retried when another process takes the port first). `config`: the
+    prometheus.yml text (default: no scrape jobs; tests pass one that scrapes a simulator)."""
     _, prometheus = require_binaries()
     base = Path(workdir) / f"prom-{free_port()}"
     base.mkdir(parents=True)
@@ -149,14 +151,14 @@ def start_prometheus(
         data_dir.mkdir()
     if openmetrics_path is not None:
         backfill(Path(openmetrics_path), data_dir)
-    config = base / "prometheus.yml"
-    config.write_text(CONFIG)
+    config_path = base / "prometheus.yml"
+    config_path.write_text(config)
     log_path = base / "prometheus.log"
     for _attempt in range(3):
         port = free_port()
         cmd = [
             prometheus,
-            f"--config.file={config}",
+            f"--config.file={config_path}",
             f"--storage.tsdb.path={data_dir}",
             f"--storage.tsdb.retention.time={RETENTION}",
             f"--web.listen-address=127.0.0.1:{port}",

@@ -40,6 +40,25 @@ def frames(
         t += step
 
 
+@dataclass(frozen=True, slots=True)
+class SimulatedFrames:
+    """A scenario's snapshots on the simulated path at any steps (evaluation.sharded's source:
+    picklable, each worker builds its own simulator)."""
+
+    scenario: Scenario
+    window: float = 120.0
+    lookback: float = DEFAULT_LOOKBACK
+
+    def frames(
+        self, start: float, end: float, step: float
+    ) -> Iterator[tuple[float, FleetSnapshot]]:
+        snaps = SimSnapshots(FleetSimulator(self.scenario), self.window, self.lookback)
+        t = start
+        while t <= end:
+            yield t, snaps.snapshot(t)
+            t += step
+
+
 def evaluate(
     scenario: Scenario,
     suite: DetectorSuite | None = None,

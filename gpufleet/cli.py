@@ -22,15 +22,18 @@ COMMAND_MODULES = (
     "gpufleet.commands.demo",
     "gpufleet.commands.collect",
     "gpufleet.commands.actions",
+    "gpufleet.commands.incidents",
     "gpufleet.commands.pause",
     "gpufleet.commands.diagnostics",
     "gpufleet.commands.breaker",
+    "gpufleet.commands.alerts",
     "gpufleet.commands.audit",
     "gpufleet.commands.detect",
     "gpufleet.commands.backtest",
     "gpufleet.commands.eval",
     "gpufleet.commands.policy",
     "gpufleet.commands.run",
+    "gpufleet.commands.doctor",
     "gpufleet.commands.dashboard",
 )
 

@@ -2,8 +2,9 @@
 
 Loaded once at start through `errors.config_files`, so a mistake exits with code 2 and names
 the file, the field path and what was expected; then passed down (no module-level environment
-reads). A missing `--config` means the defaults: a SQLite journal `gpufleet.db` in the working
-directory, cluster `default`, the shipped conservative policy.
+reads). The file is `--config`, else `$GPUFLEET_CONFIG`, else `./.gpufleet/config.yaml` when it
+exists (`config_path`); none of them means the defaults: a SQLite journal `gpufleet.db` in the
+working directory, cluster `default`, the shipped conservative policy.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alerts.config import AlertsConfig
+from alerts.config import WEBHOOK_TOKEN_ENV, AlertsConfig, refuse_file_secrets
 from dashboards.settings import DashboardConfig
 from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
@@ -26,6 +28,12 @@ from gpufleet.service.config import ServiceConfig
 from metering.config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
+
+PLACEHOLDER_PASSWORDS = frozenset(
+    {"change-me", "changeme", "change_me", "replace-me", "replaceme", "password", "secret",
+     "example", "xxx", "xxxx", "todo", "admin"}
+)  # fmt: skip
+"""Passwords of examples and templates: a database URL with one is refused (exit 2)."""
 
 
 class GpufleetConfig(BaseModel):
@@ -55,6 +63,15 @@ class GpufleetConfig(BaseModel):
     def _url(cls, v: str) -> str:
         if not v.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:")):
             raise ValueError("a SQLAlchemy URL starting sqlite:/// or postgresql://")
+        try:
+            password = urlsplit(v).password
+        except ValueError:
+            password = None
+        if password is not None and password.lower() in PLACEHOLDER_PASSWORDS:
+            raise ValueError(
+                f"a real database password, not the placeholder {password!r} (the examples "
+                "ship one, e.g. deploy/overlays/postgresql/database.env: set your own)"
+            )
         return v
 
 
@@ -62,6 +79,9 @@ ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "DATABASE_URL": ("store_url",),
     "SLACK_BOT_TOKEN": ("alerts", "slack", "token"),
     "SLACK_SIGNING_SECRET": ("alerts", "slack", "signing_secret"),
+    "SLACK_APP_TOKEN": ("alerts", "slack", "app_token"),
+    "PROMETHEUS_PASSWORD": ("service", "source", "prometheus", "basic_auth", "password"),
+    WEBHOOK_TOKEN_ENV: ("alerts", "alertmanager", "intake", "bearer_token"),
 }
 """Secrets a deployment passes as environment variables (deploy/base: from Kubernetes Secrets):
 each one that is set and not empty overrides its config key, so no secret sits in a ConfigMap.
@@ -95,6 +115,7 @@ def load_config(
     data = load_yaml_file(path) if path is not None else {}
     if data is None:
         data = {}
+    refuse_file_secrets(data, source)
     overridden = with_environment(data, env)
     try:
         cfg = validate(GpufleetConfig, overridden, source)
@@ -112,15 +133,57 @@ def load_config(
     return cfg, Path(path) if path is not None else None
 
 
+CONFIG_ENV = "GPUFLEET_CONFIG"
+LOCAL_CONFIG = Path(".gpufleet") / "config.yaml"
+
+
+def config_path(
+    given: str | Path | None, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> Path | None:
+    """Which config file a command reads: `--config`, else `$GPUFLEET_CONFIG`, else
+    `./.gpufleet/config.yaml` if there is one; None: the defaults."""
+    if given:
+        return Path(given)
+    env = os.environ if environ is None else environ
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    local = (cwd or Path.cwd()) / LOCAL_CONFIG
+    return local if local.is_file() else None
+
+
+def require_journal(cfg: GpufleetConfig, source: Path | None) -> None:
+    """A command that reads the journal refuses to create a new, empty one (a SQLite file that
+    does not exist yet): it would list nothing and look like a quiet fleet."""
+    url = cfg.store_url
+    if not url.startswith("sqlite:///") or url.endswith(":memory:"):
+        return
+    db = Path(url.removeprefix("sqlite:///"))
+    if db.exists():
+        return
+    where = str(source) if source is not None else "(no config: the defaults)"
+    raise ConfigError(
+        where,
+        [
+            f"store_url: no journal at {db} (expected an existing gpufleet journal; pass "
+            f"--config, set {CONFIG_ENV}, or run where {LOCAL_CONFIG} is; the demo writes "
+            ".gpufleet/demo-config.yaml)"
+        ],
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`--config` and `--policy`, shared by every command that touches the journal."""
-    p.add_argument("--config", metavar="FILE", help="gpufleet config (YAML)")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"gpufleet config (YAML; default ${CONFIG_ENV}, else ./{LOCAL_CONFIG} if present)",
+    )
     p.add_argument("--policy", metavar="FILE", help="remediation policy (YAML); default shipped")
 
 
 def load_all(args: argparse.Namespace) -> tuple[GpufleetConfig, Policy]:
     """Validate config and policy up front (ConfigError -> exit 2), before opening anything."""
-    cfg, cfg_path = load_config(getattr(args, "config", None))
+    cfg, cfg_path = load_config(config_path(getattr(args, "config", None)))
     policy_path: str | Path | None = getattr(args, "policy", None)
     if policy_path is None and cfg.policy is not None:
         base = cfg_path.parent if cfg_path is not None else Path.cwd()
@@ -130,6 +193,13 @@ def load_all(args: argparse.Namespace) -> tuple[GpufleetConfig, Policy]:
 
 def open_store(cfg: GpufleetConfig) -> Store:
     return Store.open(cfg.store_url, cluster=cfg.cluster)
+
+
+def open_journal(args: argparse.Namespace) -> tuple[GpufleetConfig, Policy, Store]:
+    """Config, policy and the existing journal of a reading command (`require_journal`)."""
+    cfg, policy = load_all(args)
+    require_journal(cfg, config_path(getattr(args, "config", None)))
+    return cfg, policy, open_store(cfg)
 
 
 def detector_suite(cfg: GpufleetConfig, source: str) -> tuple[DetectorSuite, int]:

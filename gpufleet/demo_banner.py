@@ -8,10 +8,10 @@ does about each kind, so a person knows what to wait for and can check the produ
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 from gpufleet.demo_log import clock_label
+from gpufleet.executables import command
 from simulator.scenario import Fault, FaultKind
 from simulator.serve import SimulationHandle
 
@@ -62,16 +62,18 @@ def timeline(handle: SimulationHandle) -> list[str]:
 
 
 def kubectl() -> str:
-    venv = Path(sys.executable).parent / "kubectl"
-    if shutil.which("kubectl") is None and venv.exists():
-        return str(venv)
-    return "kubectl"
+    return command("kubectl") if shutil.which("kubectl") is None else "kubectl"
 
 
 def banner(
-    handle: SimulationHandle, config: Path | None, *, shadow: bool = False, dry_run: bool = False
+    handle: SimulationHandle,
+    config: Path | None,
+    *,
+    shadow: bool = False,
+    dry_run: bool = False,
+    collect: str = "scrape exporters",
 ) -> str:
-    """`dry_run` is the deprecated name of `shadow`."""
+    """`dry_run` is the deprecated name of `shadow`; `collect` says where metrics come from."""
     shadow = shadow or dry_run
     kc = handle.kubeconfig
     sc, clock = handle.scenario, handle.clock
@@ -84,6 +86,7 @@ def banner(
         "",
     ]
     if config is not None:
+        gf = command("gpufleet")
         policy = config.with_name("demo-policy.yaml")
         mode = (
             "SHADOW (actuation: shadow, as a fresh install): decisions are journaled as "
@@ -97,7 +100,7 @@ def banner(
         )
         lines += [
             f"every {sc.scrape_interval:g} s of fleet time (~{sc.scrape_interval / clock.speed:.1f}"
-            " s here): scrape exporters + Kubernetes API -> detectors -> incidents -> policy ->",
+            f" s here): {collect} + Kubernetes API -> detectors -> incidents -> policy ->",
             f"actions -> Kubernetes. {mode}.",
             f"Fleet time now {clock_label(clock() - sc.start)}; the scenario runs to "
             f"{clock_label(sc.duration)} (~{max(length, 0) / 60:.0f} min here), then the fleet "
@@ -107,10 +110,10 @@ def banner(
             *(timeline(handle) or ["  nothing scheduled: this scenario has no faults"]),
             "",
             "look and act (another terminal, same directory):",
-            f"  gpufleet actions list --config {config}",
-            f"  gpufleet actions approve ID --config {config}",
-            f"  gpufleet audit --config {config}",
-            f"  gpufleet policy explain --config {config}",
+            f"  {gf} actions list --config {config}",
+            f"  {gf} actions approve ID --config {config}",
+            f"  {gf} audit --config {config}",
+            f"  {gf} policy explain --config {config}",
         ]
     k = kubectl()
     lines += [

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from detectors.findings import Finding
+from gpufleet.executables import command
 from gpufleet.live_cycle import CycleReport
 from remediations.incidents import Change, IncidentChange
 from remediations.store import AuditRecord
@@ -141,15 +142,23 @@ class DemoLog:
             text = f"{ident} {playbook} {a.target}: {state.replace('_', ' ')} ({mode})"
             self.line(now, "action", text + _reasons(d.get("reasons") or ()))
             if state == "awaiting_approval":
-                self.line(now, "", f"  approve: gpufleet actions approve {ident} "
+                self.line(now, "", f"  approve: {command('gpufleet')} actions approve {ident} "
                           f"{self.config_hint}".rstrip())  # fmt: skip
         elif a.kind == "decision":
             reasons = d.get("reasons") or ()
             times = f" (x{n})" if n > 1 else ""
-            self.line(now, "policy", a.message + times + _reasons(reasons))
+            notify = [str(r) for r in reasons if str(r).endswith(": notify only")]
+            if notify:  # a notify rule's finding is told to people; no action was refused
+                rule = notify[0].removeprefix("rule ").removesuffix(": notify only")
+                self.line(now, "notify", f"{a.target}{times}: rule {rule} tells people; "
+                          "nothing is changed in the cluster")  # fmt: skip
+            else:
+                self.line(now, "policy", a.message + times + _reasons(reasons))
         elif a.kind == "k8s_write":
             if not a.message.startswith("about to"):
                 self.line(now, "k8s", f"{ident} {a.message}")
+        elif not a.action_id and a.kind in ("leader", "schedule", "control", "breaker"):
+            self.line(now, a.kind, a.message)  # the service's own events, not an action's
         else:  # transitions, approvals, resumes: the journal's own words
             self.line(now, "action", f"{ident} {self._name(a)}: {a.message}")
 
@@ -170,6 +179,7 @@ class DemoLog:
             f"{r.open_incidents} open incident(s), cycle {r.seconds:.2f}s"
         )
         if r.awaiting_approval:
-            text += f"; {r.awaiting_approval} action(s) await approval: gpufleet actions list"
+            gf = command("gpufleet")
+            text += f"; {r.awaiting_approval} action(s) await approval: {gf} actions list"
             text += f" {self.config_hint}".rstrip()
         self.line(r.now, "fleet", text)

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import yaml
 
+from dashboards.settings import DashboardConfig
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from errors.config_files import load_yaml_file
 from gpufleet.config import GpufleetConfig
 from gpufleet.demo_log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
-from metering import Meter
+from metering import Meter, MeteringConfig
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationCycle
@@ -101,6 +102,8 @@ def write_config(
     *,
     actuation: Actuation = Actuation.LIVE,
     dry_run: bool = False,
+    metering: MeteringConfig | None = None,
+    prometheus_url: str | None = None,
 ) -> Path:
     """The config `gpufleet actions|audit|policy --config` read (validated by the model it
     feeds), and the demo policy it names (`write_policy`). `dry_run=True` (deprecated, kept for
@@ -111,6 +114,8 @@ def write_config(
         store_url=files.store_url,
         policy=str(files.policy.resolve()),
         kubeconfig=str(kubeconfig.resolve()),
+        metering=metering or MeteringConfig(),
+        dashboard=DashboardConfig(prometheus_url=prometheus_url),
     )
     body = cfg.model_dump(mode="json", exclude={"detectors", "service"})
     header = "# written by `gpufleet demo` (rewritten at each start)\n"

@@ -1,7 +1,7 @@
 """One live cycle, collectors to Kubernetes: what `gpufleet demo` runs every scrape interval and
 what a long-running `gpufleet run` will run on its scheduler.
 
-    collect() -> FleetSnapshot            (direct scrape + Kubernetes API here; Prometheus later)
+    collect() -> FleetSnapshot            (Prometheus or direct scrape, + the Kubernetes API)
     coverage_report(fields)               (when the set of fields changes: logged; detectors
                                            that cannot run give info monitoring_gap findings
                                            every cycle, so none goes silent)
@@ -27,20 +27,23 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from detectors.coverage import notices
-from detectors.findings import Finding
+from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
+from errors.outages import OutageLog
 from evaluation.episodes import EntityKey, EpisodeTracker
 from gpufleet.coverage import CoverageReport, coverage_report
 from metering import Meter
 from observer.fleet.coverage import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
+from observer.prometheus.collector import PrometheusCollector
 from observer.scrape.collector import ScrapeCollector
 from remediations.cycle import RemediationCycle
+from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
 from remediations.incidents import IncidentChange
 from remediations.store import ActionRecord, AuditRecord
@@ -106,6 +109,37 @@ def scrape_source(scrape: ScrapeCollector, kube: KubeCollector | None = None) ->
     return collect
 
 
+def monitoring_gap(cause: str, since: float, now: float) -> Finding:
+    """The fleet-level finding of a cycle that collected nothing (a warning: the whole fleet
+    is unwatched, which a person must hear about)."""
+    return Finding(
+        kind=FindingKind.MONITORING_GAP,
+        severity=Severity.WARNING,
+        summary=f"no telemetry from the fleet: {cause}"[:500],
+        first_seen=since,
+        last_seen=now,
+        evidence={"reason": cause, "source": "collect", "outage_seconds": round(now - since, 1)},
+        recommended_action="check the metrics source (exporters, Prometheus) and the network; "
+        "GPU health is unknown, not bad, and nothing acts on it meanwhile",
+    )
+
+
+def prometheus_source(
+    prom: PrometheusCollector, kube: KubeCollector | None = None
+) -> SnapshotSource:
+    """One instant cycle of the Prometheus collector at its clock's now (the same cycles as
+    `gpufleet detect`), with nodes, pods and events from the Kubernetes API once it has synced
+    (before that, kube-state-metrics' series in Prometheus stand in). An unreachable or
+    rejecting Prometheus raises: the cycle is a monitoring gap, never an empty fleet."""
+
+    def collect() -> FleetSnapshot:
+        if kube is None or not kube.wait_synced(0):
+            return prom.collect().snapshot
+        return prom.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+
+    return collect
+
+
 class LiveCycle:
     """Feed `run_once(now)` in time order; it carries detector and episode state between calls."""
 
@@ -139,19 +173,35 @@ class LiveCycle:
         self.fields: frozenset[str] | None = None
         """The fields of the last successful collection."""
         self.coverage: CoverageReport | None = None
+        self.blind_since: float | None = None
+        """Cycle time of the first of the current run of cycles that collected nothing."""
+        self.outages = OutageLog(log)
+        self.first_look: float | None = None
+        """When this process first collected the fleet."""
+        self.looked_noted = False
 
-    def run_once(self, now: float) -> CycleReport:
+    def observe(self, now: float) -> CycleReport:
+        """Collect and detect only (a standby): detector state stays warm, so the process that
+        takes over knows which faults began while the fleet was watched; nothing is decided,
+        metered or written."""
+        return self.run_once(now, act=False)
+
+    def run_once(self, now: float, act: bool = True) -> CycleReport:
         began = time.perf_counter()
         self.cycles += 1
         try:
             with self.span("collect"):
                 snapshot = self.collect()
         except GpufleetError as exc:
-            return self._failed(now, began, "collect", exc.render())
+            return self._blind(now, began, exc.render(), exc, act)
         except Exception as exc:  # isolation: the next cycle must run
-            log.exception("collection failed")
-            return self._failed(now, began, "collect", f"{type(exc).__name__}: {exc}")
+            return self._blind(now, began, f"{type(exc).__name__}: {exc}", exc, act)
+        if len(snapshot.gpus) == 0:
+            return self._blind(now, began, "the source answered with no GPUs", None, act)
+        self.outages.recovered("collect")
+        self.blind_since = None
         self.latest = snapshot
+        self._note_first_look(now)
         errors: list[CycleError] = []
         changed = self._cover(snapshot)
         try:
@@ -165,7 +215,7 @@ class LiveCycle:
         findings = result.findings
         if self.coverage is not None:
             findings = (*findings, *notices(self.coverage.detectors, now))
-        if self.extra_findings is not None:
+        if self.extra_findings is not None and act:
             try:
                 findings = (*findings, *self.extra_findings(now))
             except Exception as exc:  # an intake failure must not stop detection
@@ -175,7 +225,7 @@ class LiveCycle:
         changes: tuple[IncidentChange, ...] = ()
         decisions: tuple[ActionDecision, ...] = ()
         touched: tuple[ActionRecord, ...] = ()
-        if self.remediation is not None:
+        if self.remediation is not None and act:
             try:
                 with self.span("remediate"):
                     outcome, acted = self.remediation.tick(findings, now)
@@ -185,15 +235,15 @@ class LiveCycle:
                     tuple(acted),
                 )
             except Exception as exc:
-                log.exception("remediation cycle failed")
+                self.outages.exception("remediation cycle", exc)
                 errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
-        if self.meter is not None:
+        if self.meter is not None and act:
             try:
                 self.meter.record_cycle(snapshot, now, findings)
             except Exception as exc:  # metering must never stop detection or remediation
-                log.exception("recording the cycle's metering failed")
+                self.outages.exception("recording the cycle's metering", exc)
                 errors.append(CycleError("meter", f"{type(exc).__name__}: {exc}"))
-        open_incidents, awaiting = self._backlog()
+        open_incidents, awaiting = self._backlog() if act else (0, 0)
         if errors:
             self.failed_cycles += 1
         return CycleReport(
@@ -207,7 +257,7 @@ class LiveCycle:
             changes=changes,
             decisions=decisions,
             touched=touched,
-            audit=self._new_audit(),
+            audit=self._new_audit() if act else (),
             errors=tuple(errors),
             seconds=time.perf_counter() - began,
             open_incidents=open_incidents,
@@ -215,6 +265,20 @@ class LiveCycle:
             coverage=self.coverage,
             coverage_changed=changed,
         )
+
+    def _note_first_look(self, now: float) -> None:
+        """Tell the journal when this process first collected the fleet (retried each cycle
+        until the store answers): the cold-start rule compares it with the fleet's first watch
+        by any replica."""
+        if self.first_look is None:
+            self.first_look = now
+        if self.looked_noted or self.remediation is None:
+            return
+        try:
+            self.remediation.engine.first_look(self.first_look, self.remediation.runner.owner)
+            self.looked_noted = True
+        except Exception as exc:
+            self.outages.exception("noting the first look in the journal", exc)
 
     def _cover(self, snapshot: FleetSnapshot) -> bool:
         """Recompute and log the coverage report when the set of fields changed."""
@@ -239,8 +303,8 @@ class LiveCycle:
         engine = self.remediation.engine
         try:
             waiting = engine.store.actions([ActionState.AWAITING_APPROVAL])
-        except Exception:
-            log.exception("reading the journal failed")
+        except Exception as exc:
+            self.outages.exception("reading the journal", exc)
             waiting = []
         return len(engine.open_incident_ids()), len(waiting)
 
@@ -266,12 +330,53 @@ class LiveCycle:
             return ()
         try:
             rows = self.remediation.engine.store.audit_log(after_id=self.audit_cursor)
-        except Exception:
-            log.exception("reading the audit log failed")
+        except Exception as exc:
+            self.outages.exception("reading the audit log", exc)
             return ()
         if rows:
             self.audit_cursor = rows[-1].id
         return tuple(rows)
+
+    def _blind(
+        self, now: float, began: float, cause: str, exc: BaseException | None, act: bool
+    ) -> CycleReport:
+        """A cycle that collected nothing: a fleet-level monitoring_gap finding carrying the
+        cause goes through incidents (which hold, never resolve, while it lasts) so people
+        hear of the outage once, and metering counts the time as unmeasured. Nothing acts on
+        GPUs: no data is not a healthy fleet, nor a broken one."""
+        self.failed_cycles += 1
+        self.outages.failed("collect", cause, exc)
+        if self.blind_since is None:
+            self.blind_since = now
+        gap = monitoring_gap(cause, self.blind_since, now)
+        errors = [CycleError("collect", cause)]
+        changes: tuple[IncidentChange, ...] = ()
+        decisions: tuple[ActionDecision, ...] = ()
+        if self.remediation is not None and act:
+            try:
+                outcome, _ = self.remediation.tick([gap], now, view_from_findings([gap]))
+                changes, decisions = tuple(outcome.changes), tuple(outcome.decisions)
+            except Exception as exc2:
+                self.outages.exception("remediation cycle", exc2)
+                errors.append(CycleError("remediate", f"{type(exc2).__name__}: {exc2}"))
+        if self.meter is not None and self.latest is not None and act:
+            try:  # the last fleet seen, without a single sample: allocated, unmeasured
+                self.meter.record_cycle(replace(self.latest, taken_at=now, metrics={}), now)
+            except Exception as exc2:
+                self.outages.exception("recording the outage's metering", exc2)
+                errors.append(CycleError("meter", f"{type(exc2).__name__}: {exc2}"))
+        open_incidents, awaiting = self._backlog() if act else (0, 0)
+        return CycleReport(
+            now=now,
+            findings=(gap,),
+            changes=changes,
+            decisions=decisions,
+            audit=self._new_audit() if act else (),
+            errors=tuple(errors),
+            seconds=time.perf_counter() - began,
+            open_incidents=open_incidents,
+            awaiting_approval=awaiting,
+        )
 
     def _failed(self, now: float, began: float, stage: str, message: str) -> CycleReport:
         self.failed_cycles += 1

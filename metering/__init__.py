@@ -33,6 +33,7 @@ from metering.report import (
     daily_report,
     last_midnight,
     reports,
+    window_label,
 )
 from metering.retention import Pruned, prune
 
@@ -60,4 +61,5 @@ __all__ = [
     "reports",
     "totals",
     "usage",
+    "window_label",
 ]

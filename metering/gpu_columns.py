@@ -7,10 +7,13 @@ A MIG instance is a row of its own and counts as the fraction of its GPU that it
 (`3g.40gb`: 3 of 7 compute slices); a whole GPU counts 1.
 
 Health of a GPU, worst first:
+- `lost`: a gpu_lost finding names it (fallen off the bus); where it left the snapshot,
+  metering.meter keeps its last row;
 - `quarantined`: its node carries gpufleet's quarantine label or taint;
 - `degraded`: a hardware finding (XID, memory, throttle, interconnect, lost) of severity warning
   or critical names the GPU, or names its node without a GPU;
-- `no_data`: no utilization sample (missing telemetry is unknown, never "idle" or "dead");
+- `no_data`: no utilization sample (missing telemetry is unknown, never "idle" or "dead"); a MIG
+  instance, which has no `GPU_UTIL`, reads its graphics engine activity instead;
 - `healthy`: none of the above.
 """
 
@@ -35,6 +38,7 @@ from observer.fleet.model import (
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
+GR_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 HARDWARE = frozenset(
     {
         FindingKind.GPU_XID,
@@ -51,9 +55,18 @@ class Health(StrEnum):
     NO_DATA = "no_data"
     DEGRADED = "degraded"
     QUARANTINED = "quarantined"
+    LOST = "lost"
+    """Named by a gpu_lost finding (fallen off the bus): worse than its node's quarantine. Where
+    it left the snapshot altogether the meter keeps its last row, marked lost."""
 
 
-HEALTH_CODES = (Health.HEALTHY, Health.NO_DATA, Health.DEGRADED, Health.QUARANTINED)
+HEALTH_CODES = (
+    Health.HEALTHY,
+    Health.NO_DATA,
+    Health.DEGRADED,
+    Health.QUARANTINED,
+    Health.LOST,
+)
 """Health by code, worst last: a GPU's health is the maximum code that applies."""
 
 
@@ -145,12 +158,13 @@ def _findings_by_gpu(
     if not relevant:
         return degraded, issue
     relevant.sort(key=lambda f: f.severity.rank)  # the worst is written last and wins
-    by_uuid = {u: i for i, u in enumerate(snap.gpus.uuid.tolist())}
+    by_uuid: dict[str, list[int]] = {}  # a MIG GPU's finding concerns every instance of it
+    for i, u in enumerate(snap.gpus.uuid.tolist()):
+        by_uuid.setdefault(u, []).append(i)
     node_pos = snap.node_index()
     for f in relevant:
         if f.gpu_uuid is not None:
-            pos = by_uuid.get(f.gpu_uuid)
-            rows = [pos] if pos is not None else []
+            rows = by_uuid.get(f.gpu_uuid, [])
         elif f.node is not None and f.node in node_pos:
             rows = np.flatnonzero(snap.gpus.node_index == node_pos[f.node]).tolist()
         else:
@@ -159,6 +173,11 @@ def _findings_by_gpu(
             degraded[r] = True
             issue[r] = str(f.kind)
     return degraded, issue
+
+
+def _lost(snap: FleetSnapshot, findings: Iterable[Finding]) -> BoolArray:
+    uuids = {f.gpu_uuid for f in findings if f.kind is FindingKind.GPU_LOST and f.gpu_uuid}
+    return np.isin(snap.gpus.uuid, sorted(uuids)) if uuids else np.zeros(len(snap.gpus), bool)
 
 
 def gpu_columns(
@@ -175,6 +194,12 @@ def gpu_columns(
     util = (
         np.asarray(util_col.value, dtype=np.float64) if util_col is not None else np.full(n, np.nan)
     )
+    gr_col = snap.metrics.get(GR_ACTIVE)
+    if gr_col is not None and (gpus.mig_instance != "").any():
+        # GPU_UTIL is not supported on MIG instances (dcgm-exporter #430): their graphics
+        # engine activity is the instance's own utilisation.
+        mig_gr = (gpus.mig_instance != "") & np.isnan(util)
+        util = np.where(mig_gr, 100.0 * np.asarray(gr_col.value, dtype=np.float64), util)
     ns_of_pod, namespaces, team_of_pod, teams = _pod_columns(snap, team_label)
     safe_pod = np.where(allocated, pod, 0)
     if snap.pods:
@@ -190,11 +215,13 @@ def gpu_columns(
         else np.full(n, NO_INDEX, dtype=np.int32)
     )
     weight = _mig_weight(gpus.mig_profile)
+    findings = list(findings)
     degraded, issue = _findings_by_gpu(snap, findings)
     health = np.where(np.isnan(util), 1, 0).astype(np.int32)
     health[degraded] = 2
     if snap.nodes:
         health[_quarantined_nodes(snap)[gpus.node_index]] = 3
+    health[_lost(snap, findings)] = 4
     return GpuColumns(
         allocated, util, namespace, namespaces, team, teams, pool, pools, weight, health, issue
     )

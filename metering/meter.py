@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from detectors.findings import Finding
+from detectors.findings import Finding, FindingKind
 from metering import tables as t
 from metering.config import HOUR_SECONDS, MeteringConfig
-from metering.gpu_columns import HEALTH_CODES, GpuColumns, gpu_columns
+from metering.gpu_columns import HEALTH_CODES, GpuColumns, Health, gpu_columns
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows
 from observer.fleet.model import NO_INDEX, FleetSnapshot
 from remediations.store import Store
@@ -84,6 +84,25 @@ def state_rows(
     ]
 
 
+def lost_rows(conn: Connection, cluster: str, lost: set[str], now: float) -> list[dict[str, Any]]:
+    """GPUs a gpu_lost finding names that left the snapshot (fallen off the bus, XID 79): their
+    last known row kept, marked `lost`, so the fleet grid shows the hole instead of hiding it.
+    Nothing is accounted for them (they are not in the snapshot's sums)."""
+    if not lost:
+        return []
+    c = t.gpu_state.c
+    q = select(t.gpu_state).where(c.cluster == cluster, c.uuid.in_(sorted(lost)))
+    rows = []
+    for r in conn.execute(q).mappings():
+        row = dict(r)
+        row.update(
+            taken_at=now, health=Health.LOST.value, issue="gpu_lost", utilization=None,
+            allocated=False, namespace="", pod="", job="", team="",
+        )  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 ADDED = ("gpu_seconds", "allocated_seconds", "busy_seconds", "unmeasured_seconds")
 
 
@@ -135,8 +154,15 @@ class Meter:
         cluster only writes the state (there is no interval before it to account).
         """
         at = snapshot.taken_at if now is None else float(now)
+        findings = list(findings)
         cols = gpu_columns(snapshot, findings, self.config.team_label, self.config.pool_label)
         states = state_rows(self.cluster, snapshot, cols, at)
+        present = {str(r["uuid"]) for r in states}
+        lost = {
+            f.gpu_uuid
+            for f in findings
+            if f.kind is FindingKind.GPU_LOST and f.gpu_uuid and f.gpu_uuid not in present
+        }
         with self.store.engine.begin() as conn:
             last = conn.execute(
                 select(t.cursor.c.taken_at)
@@ -146,6 +172,7 @@ class Meter:
             if last is not None and at < last:
                 return CycleRecord(at, 0.0, len(states), 0)  # an older cycle: changes nothing
             dt = 0.0 if last is None else min(at - last, self.config.max_gap_seconds)
+            states += lost_rows(conn, self.cluster, lost, at)
             sums = dimension_sums(snapshot, cols)
             rows = usage_rows(self.cluster, sums, bucket_overlaps(at - dt, at))
             hourly = usage_rows(self.cluster, sums, bucket_overlaps(at - dt, at, HOUR_SECONDS))

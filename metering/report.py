@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from metering import tables as t
-from metering.config import MeteringConfig
+from metering.config import BUCKET_SECONDS, MeteringConfig
 from metering.queries import Totals, cluster_filter, totals, usage, window_buckets
 from metering.retention import prune
 from remediations.store import Store
@@ -197,11 +197,28 @@ def last_midnight(now: float, tz: str = "UTC") -> float:
 
 
 def daily_job(
-    store: Store, config: MeteringConfig | None = None, *, now: float, tz: str = "UTC"
+    store: Store,
+    config: MeteringConfig | None = None,
+    *,
+    now: float,
+    tz: str = "UTC",
+    last_24h: bool = False,
 ) -> DailyReport:
     """The scheduled daily job in one call: the report of the day that ended at the last
-    midnight in `tz` (written to the store), then `prune`. Running it twice on the same day
-    rewrites the same report."""
-    report = daily_report(store, end=last_midnight(now, tz), config=config, now=now)
+    midnight in `tz` (or, `last_24h`, of the 24 hours up to `now`), written to the store, then
+    `prune`. Running it twice on the same day rewrites the same report."""
+    end = now - now % BUCKET_SECONDS if last_24h else last_midnight(now, tz)
+    report = daily_report(store, end=end, config=config, now=now)
     prune(store, now, config)
     return report
+
+
+def window_label(report: DailyReport, tz: str = "UTC") -> str:
+    """The window a report covers, as a person reads it: `2026-12-02 00:00 to 2026-12-03 00:00
+    UTC`."""
+    zone = ZoneInfo(tz)
+
+    def at(t: float) -> str:
+        return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M")
+
+    return f"{at(report.start)} to {at(report.end)} {tz}"

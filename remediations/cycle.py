@@ -12,6 +12,7 @@ drain waiting on PodDisruptionBudgets never delays the next detection cycle. `cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from detectors.findings import Finding
@@ -21,8 +22,18 @@ from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
 from remediations.executor import Executor
 from remediations.executor_thread import ExecutorThread
+from remediations.holds import reconcile
+from remediations.incidents import IncidentChange
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """What `take_over` changed: duplicate incidents it resolved, claims it ended."""
+
+    changes: tuple[IncidentChange, ...]
+    claims: tuple[ActionRecord, ...]
 
 
 class LiveActuator(Actuator, Protocol):
@@ -78,9 +89,27 @@ class RemediationCycle:
             )
 
     def gate(self, may_act: Callable[[], bool]) -> None:
-        """Set what the background executor asks before each pass (no effect inline)."""
+        """Set what the background executor asks before each pass (no effect inline), and what
+        a long step asks at each keep-alive (False ends the step, the action parked)."""
+        self.runner.may_continue = may_act
         if self.worker is not None:
             self.worker.may_act = may_act
+
+    def take_over_claims(self, now: float, why: str) -> list[ActionRecord]:
+        """End the claims the previous leader held and wake the executor, so its unfinished
+        actions resume now (resuming reads only the journal: no incident state is needed)."""
+        claims = self.runner.take_over_claims(now, why)
+        if claims and self.worker is not None:
+            self.worker.start().wake()  # resume now, not after the first cycle as leader
+        return claims
+
+    def take_over(self, now: float, why: str) -> TakeOver:
+        """What a process that just became leader does before it decides or acts: end the
+        claims the previous leader held, so its unfinished actions resume at once, and read the
+        open incidents from the journal again (adopting duplicates earlier failovers left)."""
+        claims = self.take_over_claims(now, why)
+        ended = self.engine.reload(now, self.runner.owner)
+        return TakeOver(tuple(ended), tuple(claims))
 
     def on_acted(self, report: Callable[[list[ActionRecord]], None]) -> None:
         """Called with what each background pass started, resumed or finished (inline, `tick`
@@ -119,7 +148,9 @@ class RemediationCycle:
         (in the background executor when there is one: then nothing is returned as touched).
         Shadow decisions are journaled as what would be done; when no rule is live (or shadow
         is forced) the runner does not run at all, so nothing is written to Kubernetes."""
-        result = self.engine.cycle(findings, view or self.actuator.cluster_view(now), now)
+        seen = view or self.actuator.cluster_view(now)
+        result = self.engine.cycle(findings, seen, now)
+        reconcile(self.engine.store, seen, now)  # every hold has an owner, or is reported
         return result, self.act(now)
 
     def settle(self, timeout: float = 10.0) -> bool:

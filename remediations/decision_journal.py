@@ -25,12 +25,14 @@ from remediations.decisions import (
     decide,
 )
 from remediations.gates import Ledger, LedgerEntry
-from remediations.incidents import Change, Tracked, TrackerState
+from remediations.incidents import HELD_EVIDENCE, Change, IncidentChange, Tracked, TrackerState
 from remediations.playbooks import Plan
 from remediations.policy import Policy, load_policy
+from remediations.staleness import stale_reason
 from remediations.store import ActionRecord, NewAction, Store
-from remediations.store.records import ActionBrief, EngineState
-from remediations.types import ActionState, Actuation, Intent, Verdict
+from remediations.store.records import ActionBrief, EngineState, IncidentRecord
+from remediations.types import ActionState, Actuation, IncidentStatus, Intent, Verdict
+from remediations.validation import latest_diagnosis, scope
 
 COUNTED = frozenset(
     {
@@ -98,7 +100,15 @@ def summarize(
                 (legacy_dry or would_run) and a.incident_id in open_incidents
             )
             entries.append(
-                LedgerEntry(a.playbook, a.target, a.at, a.target_nodes, a.disruptive, holds)
+                LedgerEntry(
+                    a.playbook,
+                    a.target,
+                    a.at,
+                    a.target_nodes,
+                    a.disruptive,
+                    holds,
+                    a.from_intake,
+                )
             )
     return JournalSummary(
         Ledger.of(entries), frozenset(blocked), attempts, pending, settled, cluster
@@ -136,6 +146,11 @@ def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
     return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
 
 
+WATCH = "watch"
+"""Audit kind of the row that records when the fleet was first watched by any replica."""
+WATCH_TARGET = "fleet"
+
+
 class DecisionJournal:
     """Loads what `decide` needs from the store, runs it, and journals incidents, decisions
     (live: awaiting approval or approved; shadow: what would be done) and the breaker before
@@ -158,17 +173,78 @@ class DecisionJournal:
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
         self.memory = Memory(TrackerState.from_records(store.cluster, store.open_incidents()))
+        self.loaded_at: float | None = None
+        """When `reload` last read the journal (None: only at construction)."""
         self.attached: frozenset[tuple[str, str]] = frozenset()
         """(playbook, target) of pending actions that another open incident joined last cycle."""
         self._kept: set[str] = set()
         """Pending actions whose own incident resolved while another open incident needs them."""
         self._rule_params = {r.name: r.params for r in policy.rules}
 
+    def reload(self, now: float, actor: str) -> list[IncidentChange]:
+        """Read the open incidents from the journal again, as a process that just became leader
+        must: another leader may have opened, updated or resolved incidents since this one
+        started. An entity with several open incidents (left by earlier failovers that did not
+        reload) keeps the one opened first (its messages and actions carry its id); the others
+        resolve as duplicates of it (returned as changes, so their alerts end too)."""
+        keep, dupes = adopt(self.store.open_incidents())
+        ended = [
+            IncidentChange(
+                Change.RESOLVED,
+                replace(d, status=IncidentStatus.RESOLVED, resolved_at=now, updated_at=now),
+            )
+            for d, _ in dupes
+        ]
+        if ended:
+            self.store.save_incidents(c.incident for c in ended)
+            for d, into in dupes:
+                self.store.audit(
+                    now,
+                    "incident",
+                    f"incident {d.id} resolved as a duplicate of {into} (same {d.entity_key}); "
+                    f"{actor} adopted {into}",
+                    actor=actor,
+                    incident_id=d.id,
+                    target=d.node or d.gpu_uuid or d.job or "fleet",
+                    detail={"duplicate_of": into},
+                )
+        self.memory = replace(
+            self.memory, tracker=TrackerState.from_records(self.store.cluster, keep)
+        )
+        self.attached = frozenset()
+        self._kept.clear()
+        self.loaded_at = now
+        return ended
+
+    def first_look(self, now: float, actor: str) -> bool:
+        """This process first collected the fleet at `now`: note whether any replica watched
+        it before (the journal's first `watch` row; written now on a fresh install)."""
+        rows = self.store.audit_of(WATCH, [WATCH_TARGET])
+        if not rows:
+            self.store.audit(
+                now, WATCH, "gpufleet started watching the fleet", actor=actor, target=WATCH_TARGET
+            )
+        since = rows[0].at if rows else now
+        self.memory = replace(self.memory, watched_before=since < now)
+        return since < now
+
     def journal_summary(self, now: float) -> JournalSummary:
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
         open_ids = {str(t.incident_id) for t in self.memory.tracker.open()}
         return summarize(self.store.briefs(horizon), open_ids, cluster=self.store.cluster, now=now)
+
+    def verdicts(self, findings: Sequence[Finding]) -> dict[str, float]:
+        """GPU UUID -> the latest passed or waived diagnostic covering it (its own or its
+        node's), for the GPUs of held findings (remediations.incidents.HELD_EVIDENCE)."""
+        out: dict[str, float] = {}
+        for f in findings:
+            if f.kind not in HELD_EVIDENCE or f.gpu_uuid is None or f.gpu_uuid in out:
+                continue
+            d = latest_diagnosis(self.store, scope(f"gpu/{f.gpu_uuid}", f.node))
+            if d is not None and d.outcome in ("passed", "waived"):
+                out[f.gpu_uuid] = d.at
+        return out
 
     def shadow_for(self, rule: str | None) -> bool:
         """Whether actions of the rule named `rule` (None or a name no rule has, such as a
@@ -195,6 +271,7 @@ class DecisionJournal:
         view = view if view is not None else view_from_findings(findings)
         self.expire(now)
         state = self.store.engine_state()
+        summary = replace(self.journal_summary(now), verdicts=self.verdicts(findings))
         result = decide(
             self.policy,
             findings,
@@ -202,7 +279,7 @@ class DecisionJournal:
             now,
             self.memory,
             state,
-            self.journal_summary(now),
+            summary,
             shadow=self.force_shadow,
             not_before=self.started_at,
         )
@@ -354,6 +431,26 @@ class DecisionJournal:
         return n
 
     def approve(self, action_id: str, actor: str, now: float) -> ActionRecord:
+        """A person's approval, re-checked against the journal as it is now: a request that
+        no longer fits (its incident ended, its node or GPU was returned, a newer action did
+        the job: `remediations.staleness`) expires with that reason instead (its `result`
+        tells the person why)."""
+        a = self.store.get_action(action_id)
+        if a is not None and a.state is ActionState.AWAITING_APPROVAL:
+            why = stale_reason(self.store, a)
+            if why is not None:
+                done = self.store.update_action(
+                    a,
+                    now,
+                    state=ActionState.EXPIRED,
+                    actor=actor,
+                    audit_kind="approval",
+                    message=f"approval by {actor} came too late; expired: {why}",
+                    result=f"expired on approval: {why}",
+                )
+                if done is None:
+                    raise ValueError(f"action {action_id} changed meanwhile; look again")
+                return done
         return self._person(action_id, actor, now, ActionState.APPROVED, "approval")
 
     def reject(self, action_id: str, actor: str, now: float, reason: str = "") -> ActionRecord:
@@ -405,6 +502,18 @@ class DecisionJournal:
         if (action.playbook, action.target) in self.attached:
             return None  # another open incident joined this action
         return f"incident {action.incident_id} is no longer open in current data"
+
+
+def adopt(
+    records: Iterable[IncidentRecord],
+) -> tuple[list[IncidentRecord], list[tuple[IncidentRecord, str]]]:
+    """Open incidents -> (one per entity: the first opened, [(duplicate, id it joins)])."""
+    rows = list(records)
+    first: dict[str, IncidentRecord] = {}
+    for r in sorted(rows, key=lambda r: (r.opened_at, str(r.id))):
+        first.setdefault(r.entity_key, r)
+    dupes = [(r, str(first[r.entity_key].id)) for r in rows if first[r.entity_key].id != r.id]
+    return list(first.values()), dupes
 
 
 class _ReplayStore(Store):

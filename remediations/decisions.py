@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.findings import INTAKE_DETECTOR, Finding, FindingKind, Severity
 from remediations import gates
 from remediations.cluster_view import ClusterView
 from remediations.gates import Fleet, GateResult, Ledger, LedgerEntry, Outcome
 from remediations.incidents import Hysteresis, IncidentChange, Tracked, TrackerState, step
 from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject
-from remediations.policy import Policy, Rule
+from remediations.policy import Breaker, Policy, Rule
 from remediations.store.records import EngineState
 from remediations.types import Actuation, IncidentId, Mode, Verdict, action_id, stable_id
 
@@ -70,6 +70,12 @@ class Memory:
     """GPU node -> last time it had a warning/critical fault (the breaker's window)."""
     reported: Mapping[tuple[str, str], str] = field(default_factory=dict)
     """(incident, playbook) -> signature of the last reported deny, to report changes only."""
+    intake_seen: Mapping[str, float] = field(default_factory=dict)
+    """GPU node -> last time an alert-derived finding said it had a fault (their own breaker)."""
+    watched_before: bool = False
+    """The fleet was watched by some replica (as the journal records) before this process
+    first looked at it: a detector's "already there at my first look" then means "began while
+    the fleet was watched", not cold-start evidence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,9 @@ class JournalSummary:
     open at the time (done and non-repeatable, or rejected by a person) was decided."""
     cluster: str = ""
     """The journal's cluster (action ids of this cycle's decisions are derived from it)."""
+    verdicts: Mapping[str, float] = field(default_factory=dict)
+    """GPU UUID -> time of the latest passed or waived diagnostic on it or its node, for the
+    GPUs of this cycle's held findings (remediations.incidents.answered)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +156,22 @@ def _subject_target(t: Tracked) -> str:
     return "fleet"
 
 
+def from_intake(t: Tracked) -> bool:
+    """Whether the incident was made from alerts delivered to gpufleet (not its detectors)."""
+    return t.evidence.get("source") == INTAKE_DETECTOR
+
+
 def _breaker(
-    policy: Policy,
+    br: Breaker,
     findings: Sequence[Finding],
     fleet: Fleet,
-    memory: Memory,
+    remembered: Mapping[str, float],
     now: float,
     complete: bool = True,
 ) -> tuple[dict[str, float], str | None]:
-    br = policy.gates.breaker
-    seen = {n: t for n, t in memory.fault_seen.items() if now - t <= br.window}
+    """Nodes with hardware faults within the window, and why to trip (or None). Called once
+    for the detectors' findings and once, on their own budget, for alert-derived ones."""
+    seen = {n: t for n, t in remembered.items() if now - t <= br.window}
     for f in findings:
         faulty = f.kind in HARDWARE_FAULTS and f.severity is not Severity.INFO
         faulty = faulty and not f.pre_existing  # cold-start evidence never acts, nor trips
@@ -215,7 +230,9 @@ def decide(
     `not_before`: findings last seen earlier never act (the engine's start time or the last
     breaker reset: stale replays, NVSentinel #1280/#450). `shadow`: every rule in shadow
     whatever its `actuation` (backtests, a forced shadow)."""
-    evidence = _gather_evidence(policy, findings, view, now, memory, state, not_before)
+    evidence = _gather_evidence(
+        policy, findings, view, now, memory, state, not_before, journal.verdicts
+    )
     cycle = _CycleDecisions(policy, view, now, evidence, journal, memory.reported, shadow)
     for t in evidence.tracker.open():
         for ri in cycle.rules_for(t):
@@ -235,6 +252,11 @@ class _Evidence:
     state: EngineState
     """The engine state as the decisions see it (tripped now if `trip`)."""
     not_before: float | None
+    intake_seen: dict[str, float]
+    intake_trip: str | None
+    """Alert-derived faults over the intake's breaker: no action on alert-derived incidents
+    while the window holds them (the detectors' actions go on)."""
+    watched_before: bool = False
 
 
 def _gather_evidence(
@@ -245,20 +267,41 @@ def _gather_evidence(
     memory: Memory,
     state: EngineState,
     not_before: float | None,
+    verdicts: Mapping[str, float],
 ) -> _Evidence:
     """Incidents (hysteresis), the fleet index, the breaker; a breaker reset moves
     `not_before` up to it (findings from before a reset never act)."""
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
-    tracker, changes = step(memory.tracker, findings, now, h)
+    tracker, changes = step(
+        memory.tracker, findings, now, h, verdicts, watched_before=memory.watched_before
+    )
     fleet = Fleet.of(view, policy.gates.pool_label)
-    fault_seen, trip = _breaker(policy, findings, fleet, memory, now, view.complete)
+    ours = [f for f in findings if not f.from_intake]
+    alerted = [f for f in findings if f.from_intake]
+    fault_seen, trip = _breaker(
+        policy.gates.breaker, ours, fleet, memory.fault_seen, now, view.complete
+    )
+    intake_seen, intake_trip = _breaker(
+        policy.intake.breaker, alerted, fleet, memory.intake_seen, now, view.complete
+    )
     if trip is not None:
         state = EngineState(
             state.cluster, state.paused, state.paused_by, state.paused_reason, True, now, trip
         )
     if state.breaker_reset_at is not None:
         not_before = max(not_before or state.breaker_reset_at, state.breaker_reset_at)
-    return _Evidence(tracker, changes, fleet, fault_seen, trip, state, not_before)
+    return _Evidence(
+        tracker,
+        changes,
+        fleet,
+        fault_seen,
+        trip,
+        state,
+        not_before,
+        intake_seen,
+        intake_trip,
+        memory.watched_before,
+    )
 
 
 _Outcome = tuple[Verdict, tuple[str, ...], bool, Plan | None, str | None]
@@ -382,8 +425,20 @@ class _CycleDecisions:
         results = gates.static_gates(
             g, plan, self.view, t.kind, self.ledger, self.now, t.last_seen, ev.not_before
         )
+        if from_intake(t) and ev.intake_trip is not None:
+            results.append(
+                GateResult(
+                    "intake_breaker",
+                    Outcome.DENY,
+                    f"alert-derived faults: {ev.intake_trip}; no action on alerts until the "
+                    "window clears",
+                )
+            )
         if rule.mode is Mode.AUTO and not t.pre_existing:
-            results += gates.execution_gates(g, plan, ev.fleet, ev.state, self.ledger, self.now)
+            radius = self.policy.intake.blast_radius if from_intake(t) else None
+            results += gates.execution_gates(
+                g, plan, ev.fleet, ev.state, self.ledger, self.now, radius
+            )
         return results
 
     # ---- output ------------------------------------------------------------------------------
@@ -426,7 +481,12 @@ class _CycleDecisions:
         if verdict is Verdict.EXECUTE:
             self.ledger = self.ledger.add(
                 LedgerEntry(
-                    plan.playbook, plan.target, self.now, plan.target_nodes, plan.disruptive
+                    plan.playbook,
+                    plan.target,
+                    self.now,
+                    plan.target_nodes,
+                    plan.disruptive,
+                    from_intake=from_intake(t),
                 )
             )
 
@@ -435,7 +495,13 @@ class _CycleDecisions:
         live = {t.incident_id for t in evidence.tracker.open()}
         reported = {k: v for k, v in self.reported.items() if k[0] in live}
         return CycleResult(
-            Memory(evidence.tracker, evidence.fault_seen, reported),
+            Memory(
+                evidence.tracker,
+                evidence.fault_seen,
+                reported,
+                evidence.intake_seen,
+                evidence.watched_before,
+            ),
             evidence.changes,
             self.decisions,
             evidence.trip,

@@ -34,11 +34,14 @@ from remediations.actuator_api import Actuator, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import summarize
 from remediations.gates import Fleet
+from remediations.holds import marked_by_us
 from remediations.playbooks import PLAYBOOKS, Plan, VerifyStatus
 from remediations.policy import Policy
+from remediations.repeats import REPAIRING, lemon
+from remediations.staleness import stale_reason
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Actuation, Intent
-from remediations.validation import validation_for
+from remediations.validation import NEEDS_PERSON, validation_for
 
 FreshnessCheck = Callable[[ActionRecord], str | None]
 """Right before acting: why the action is no longer needed (e.g. the finding is gone from current
@@ -61,6 +64,10 @@ class _Claim:
     def renew(self) -> None:
         r = self.runner
         t = r.clock() if r.clock is not None else self.now + time.monotonic() - self.began
+        if not r.may_continue():
+            raise TemporaryError(
+                f"{r.owner} no longer leads; action {self.action.id} waits for the next leader"
+            )
         renewed = r.store.renew_lease(self.action, t, r.owner, t + r.lease_seconds)
         if renewed is None:
             raise TemporaryError(f"lost the claim on action {self.action.id}; stopping")
@@ -91,9 +98,35 @@ class Executor:
         self.clock = clock
         """The journal's clock (the one `now` comes from), read while a step runs to renew the
         lease; None: `now` plus the wall time the step has taken so far."""
+        self.may_continue: Callable[[], bool] = lambda: True
+        """Asked at each keep-alive of a long step: False (this process stopped leading, or is
+        stopping) ends the step at once, the action parked at its journaled step."""
         self._busy: set[str] = set()
         self._busy_lock = threading.Lock()
         store.ensure_state()
+
+    def take_over_claims(self, now: float, why: str) -> list[ActionRecord]:
+        """End other owners' claims on unfinished actions now, so the next pass resumes each at
+        its journaled step. Only for a process that just became leader: the previous holder
+        stopped acting before the Lease could move (its renew deadline), so waiting out the
+        action lease (minutes) would only stall the action. The journal's version check still
+        refuses a late write by the old owner, so each step takes effect once."""
+        taken: list[ActionRecord] = []
+        for a in self.store.actions([ActionState.EXECUTING, ActionState.VERIFYING]):
+            owner = a.lease_owner
+            if owner in (None, self.owner) or (a.lease_until or 0.0) <= now:
+                continue
+            done = self.store.update_action(
+                a,
+                now,
+                lease_until=now,
+                actor=self.owner,
+                audit_kind="takeover",
+                message=f"claim of {owner} ended by {self.owner} at step {a.progress}: {why}",
+            )
+            if done is not None:
+                taken.append(done)
+        return taken
 
     @contextmanager
     def _carrying(self, action_id: str) -> Iterator[bool]:
@@ -178,9 +211,10 @@ class Executor:
         state = self.store.engine_state()  # read first: any start after this fails the claim
         g = self.policy.gates
         horizon = now - max(g.attempts.window, 3600.0, g.attempts.cooldown)
-        summary = summarize(
-            self.store.briefs(horizon), self.open_incidents(), exclude=a.id, now=now
-        )
+        briefs = self.store.briefs(horizon)
+        summary = summarize(briefs, self.open_incidents(), exclude=a.id, now=now)
+        alerted = any(b.id == a.id and b.from_intake for b in briefs)
+        radius = self.policy.intake.blast_radius if alerted else None  # the intake's budget
         fleet = Fleet.of(view, g.pool_label)
         fleet = Fleet(
             fleet.gpu_nodes, fleet.unschedulable | disrupted, fleet.pool_of, fleet.pool_size
@@ -195,14 +229,14 @@ class Executor:
                 False,
                 plan.target_nodes,
                 undo=True,
-                owned=all(n is not None and n.cordoned_by_us for n in nodes),
+                owned=all(n is not None and marked_by_us(n) for n in nodes),
             )
         checks = [
             gates.protected(g.protected, plan, view),
             gates.ownership(plan),
-            gates.validated(plan, validation_for(self.store, plan)),
+            gates.validated(plan, validation_for(self.store, plan, now, g)),
             gates.attempts(g.attempts, a.playbook, a.target, summary.ledger, now),
-            *gates.execution_gates(g, plan, fleet, state, summary.ledger, now),
+            *gates.execution_gates(g, plan, fleet, state, summary.ledger, now, radius),
         ]
         failed = gates.first_failure(checks)
         if failed is not None:
@@ -215,7 +249,17 @@ class Executor:
                     message=f"approved -> expired ({failed.gate}: {failed.reason})",
                 )
             return None  # WAIT: leave it approved, look again next pass
-        why_not = fresh(a) if fresh is not None else None
+        worn = self._lemon(a, now) if a.playbook in REPAIRING else None
+        if worn is not None:
+            self.store.audit(now, NEEDS_PERSON, worn, action_id=a.id, target=a.target)
+            self.store.update_action(
+                a, now, state=ActionState.EXPIRED, result=f"lemon: {worn}",
+                message=f"approved -> expired (lemon: {worn})",
+            )  # fmt: skip
+            return None
+        why_not = stale_reason(self.store, a, incident=False)
+        if why_not is None and fresh is not None:
+            why_not = fresh(a)
         if why_not is not None:
             self.store.update_action(
                 a,
@@ -258,6 +302,7 @@ class Executor:
                 return ran or a
             if ran.phase.startswith("rollback") or ran.progress < len(ran.plan):
                 return ran  # rolled back already, or a temporary error: next pass
+            now = self._time(now)
             nxt = self.store.update_action(
                 ran, now, state=ActionState.VERIFYING, deadline=now + params.verify_timeout
             )
@@ -266,6 +311,7 @@ class Executor:
             a = nxt
         if a.state is ActionState.VERIFYING:
             v = pb.verify(a.plan, self.actuator, params)
+            now = self._time(now)
             if v.status is VerifyStatus.OK:
                 return (
                     self.store.update_action(
@@ -284,6 +330,7 @@ class Executor:
     def _steps(self, a: ActionRecord, now: float) -> ActionRecord | None:
         ctx = WriteContext(a.id, a.incident_id, a.playbook, a.reasons[0] if a.reasons else "")
         while a.progress < len(a.plan):
+            now = self._time(now)
             i = a.progress
             try:
                 intent = a.plan[i] if a.step_started == i else self.actuator.pin(a.plan[i])
@@ -314,6 +361,7 @@ class Executor:
                 did = self.actuator.apply(intent, replace(ctx, keepalive=claim.renew))
             except TemporaryError as exc:
                 a = claim.action
+                now = self._time(now)
                 self.store.audit(
                     now,
                     "k8s_write",
@@ -323,8 +371,10 @@ class Executor:
                 )
                 return a
             except PermanentError as exc:
+                now = self._time(now)
                 return self._fail(claim.action, now, f"{intent.op} {intent.target}: {exc}")
             a = claim.action
+            now = self._time(now)  # the row says when the write happened, not the pass began
             done = self.store.update_action(
                 a,
                 now,
@@ -338,6 +388,10 @@ class Executor:
                 return None
             a = done
         return a
+
+    def _time(self, fallback: float) -> float:
+        """The journal clock now (a step may take minutes), or `fallback` without a clock."""
+        return self.clock() if self.clock is not None else fallback
 
     def _fail(self, a: ActionRecord, now: float, reason: str) -> ActionRecord:
         if a.phase.startswith("rollback"):
@@ -360,6 +414,9 @@ class Executor:
                 )
                 or a
             )
+        kept = self._kept_out(a, undo, now, reason)
+        if kept is not None:
+            return kept
         rolling = self.store.update_action(
             a,
             now,
@@ -371,6 +428,44 @@ class Executor:
             message=f"rolling back: {reason}",
         )
         return self._advance(rolling, now) if rolling is not None else a
+
+    def _lemon(self, a: ActionRecord, now: float) -> str | None:
+        g = self.policy.gates
+        node = a.target_nodes[0] if a.target_nodes else None
+        return lemon(self.store, a.target, node, g.lemon_window, g.lemon_repeats, now)
+
+    def _kept_out(
+        self, a: ActionRecord, undo: tuple[Intent, ...], now: float, reason: str
+    ) -> ActionRecord | None:
+        """A rollback that would give capacity back goes through the one return rule like any
+        other return: refused (a half-done fence of a faulty GPU), the action fails with what
+        it took still held, and a person is told (None: the rollback may run)."""
+        back = Plan(a.playbook, a.target, tuple(undo), False, a.target_nodes)
+        if not gates.returns_to_service(back):
+            return None
+        check = gates.validated(back, validation_for(self.store, back, now, self.policy.gates))
+        if check.ok:
+            return None
+        why = (
+            f"{a.playbook} on {a.target} failed midway ({reason}); undoing it would return it "
+            f"to service, which the return rule refuses ({check.reason}): what it took stays "
+            "held until a diagnostic passes or a person looks"
+        )
+        self.store.audit(
+            now, NEEDS_PERSON, why, action_id=a.id, target=a.target,
+            detail={"node": a.target_nodes[0] if a.target_nodes else "", "reason": reason},
+        )  # fmt: skip
+        return (
+            self.store.update_action(
+                a,
+                now,
+                state=ActionState.FAILED,
+                result=f"{reason}; kept out of service, not rolled back: {check.reason}",
+                message=f"{a.state.value} -> failed: {reason} (rollback refused by the return "
+                "rule)",
+            )
+            or a
+        )
 
 
 Runner = Executor

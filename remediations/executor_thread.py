@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from errors.outages import OutageLog
 from remediations.cluster_view import ClusterView
 from remediations.executor import Executor, FreshnessCheck
 from remediations.store import ActionRecord
@@ -57,6 +58,7 @@ class ExecutorThread:
         """What the latest pass started, resumed or finished."""
         self.on_touched: Callable[[list[ActionRecord]], None] | None = None
         """Called after each pass that touched actions (the service's telemetry)."""
+        self.outages = OutageLog(log)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -127,4 +129,4 @@ class ExecutorThread:
         except Exception as exc:  # isolation: the next pass must run
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("executor pass failed")
+            self.outages.exception("executor pass", exc)

@@ -64,6 +64,12 @@ class LedgerEntry:
     disruptive: bool = False
     active: bool = True
     """Still holds its nodes (in flight, or done and not undone while its incident is open)."""
+    from_intake: bool = False
+    """For an incident made from delivered alerts: its nodes count on the intake's budget."""
+
+
+def _holds(e: LedgerEntry) -> tuple[str, ...]:
+    return e.nodes if e.active and e.disruptive else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +79,12 @@ class Ledger:
     times: tuple[float, ...] = ()
     """Every entry's time, sorted (for the rate gate)."""
     held: frozenset[str] = frozenset()
-    """Nodes held unavailable by active disruptive entries."""
+    """Nodes held unavailable by active disruptive entries (the detectors' budget)."""
+    held_intake: frozenset[str] = frozenset()
+    """...and by entries for alert-derived incidents (the intake's own budget)."""
+    intake_nodes: frozenset[str] = frozenset()
+    """Nodes a disruptive action for an alert-derived incident took (in flight or done): while
+    the cluster shows them unavailable, they count on the intake's budget, not the detectors'."""
 
     @staticmethod
     def of(entries: Iterable[LedgerEntry]) -> Ledger:
@@ -81,12 +92,13 @@ class Ledger:
         idx: dict[tuple[str, str], list[float]] = {}
         for e in es:
             idx.setdefault((e.playbook, e.target), []).append(e.at)
-        held = frozenset(n for e in es if e.active and e.disruptive for n in e.nodes)
         return Ledger(
             es,
             {k: tuple(sorted(v)) for k, v in idx.items()},
             tuple(sorted(e.at for e in es)),
-            held,
+            frozenset(n for e in es if not e.from_intake for n in _holds(e)),
+            frozenset(n for e in es if e.from_intake for n in _holds(e)),
+            frozenset(n for e in es if e.from_intake and e.disruptive for n in e.nodes),
         )
 
     def add(self, entry: LedgerEntry) -> Ledger:
@@ -96,10 +108,13 @@ class Ledger:
         by_target[key] = tuple(sorted((*by_target.get(key, ()), entry.at)))
         times = list(self.times)
         insort(times, entry.at)
-        held = self.held
-        if entry.active and entry.disruptive:
-            held = held | frozenset(entry.nodes)
-        return Ledger((*self.entries, entry), by_target, tuple(times), held)
+        held, intake, took = self.held, self.held_intake, self.intake_nodes
+        if entry.from_intake:
+            intake = intake | frozenset(_holds(entry))
+            took = took | frozenset(entry.nodes if entry.disruptive else ())
+        else:
+            held = held | frozenset(_holds(entry))
+        return Ledger((*self.entries, entry), by_target, tuple(times), held, intake, took)
 
     def held_nodes(self) -> frozenset[str]:
         return self.held
@@ -223,11 +238,25 @@ class Validation:
     changed_by: str = ""
     latest: Diagnosis | None = None
     """The newest diagnostic that covers the target (a node's covers each of its GPUs)."""
+    open_faults: tuple[str, ...] = ()
+    """Open warning or critical hardware incidents on the target (a GPU's own and its node's;
+    a node's and every one of its GPUs'), described for the journal."""
+    fault_seen_at: float | None = None
+    """When a hardware fault on the target was last seen (any incident, open or resolved)."""
+    quiet: float = 0.0
+    """How long the fault's own signals must have been quiet before a return (seconds)."""
+    at: float = 0.0
+    """When the gate looks (the journal's clock)."""
+    lemon: str = ""
+    """Why the target is a lemon (faulted again soon after each repair), or ''."""
 
 
 def validated(plan: Plan, v: Validation | None) -> GateResult:
-    """A GPU or node goes back to service only on a diagnostic that passed (or a person's
-    journaled waiver) after the latest fault or repair; anything else is refused (#1427)."""
+    """The one return-to-service rule (#1427): a GPU or node goes back only when a diagnostic
+    passed after gpufleet's latest change to it, no warning or critical hardware incident on it
+    is open, and its fault's signals have been quiet for `quiet`; a person's journaled waiver
+    stands for all three (they vouch for the hardware). Anything else is refused, saying which
+    condition it waits on."""
     if not returns_to_service(plan):
         return _pass("validation")
     if v is None or v.latest is None:
@@ -246,16 +275,33 @@ def validated(plan: Plan, v: Validation | None) -> GateResult:
             f"at {_utc(v.changed_at)} (the latest, {d.outcome} on {d.subject} at {_utc(d.at)}, "
             "predates it)",
         )
-    if d.outcome == "passed":
-        return _pass("validation", f"diagnostic passed on {d.subject} at {_utc(d.at)}")
     if d.outcome == "waived":
         return _pass("validation", f"diagnostic waived by {d.by} at {_utc(d.at)}: {d.note}")
-    return GateResult(
-        "validation",
-        Outcome.DENY,
-        f"{plan.target}: the latest diagnostic {d.outcome} at {_utc(d.at)} on {d.subject}; "
-        "it stays out of service",
-    )
+    if v.lemon:
+        return GateResult("validation", Outcome.DENY, v.lemon)
+    if d.outcome != "passed":
+        return GateResult(
+            "validation",
+            Outcome.DENY,
+            f"{plan.target}: the latest diagnostic {d.outcome} at {_utc(d.at)} on {d.subject}; "
+            "it stays out of service",
+        )
+    if v.open_faults:
+        return GateResult(
+            "validation",
+            Outcome.DENY,
+            f"{plan.target}: waits for its open hardware incident(s) to close "
+            f"({'; '.join(v.open_faults)}); a passed diagnostic alone does not return it",
+        )
+    if v.fault_seen_at is not None and v.at - v.fault_seen_at < v.quiet:
+        return GateResult(
+            "validation",
+            Outcome.DENY,
+            f"{plan.target}: waits for its fault signals to stay quiet for {v.quiet:.0f}s "
+            f"(last seen at {_utc(v.fault_seen_at)}, quiet from "
+            f"{_utc(v.fault_seen_at + v.quiet)})",
+        )
+    return _pass("validation", f"diagnostic passed on {d.subject} at {_utc(d.at)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,24 +325,33 @@ class Fleet:
         )
 
 
-def blast_radius(br: BlastRadius, plan: Plan, fleet: Fleet, ledger: Ledger) -> GateResult:
+def blast_radius(
+    br: BlastRadius, plan: Plan, fleet: Fleet, ledger: Ledger, from_intake: bool = False
+) -> GateResult:
     """Most GPU nodes unavailable at once, absolute and per pool (GPU nodes only, #1228).
 
     The per-pool share never rounds below one node, or a small pool could never be repaired;
-    `max_nodes: 0` forbids disruptive actions altogether.
+    `max_nodes: 0` forbids disruptive actions altogether. Alert-derived incidents have their
+    own budget (`from_intake`, `br` = the policy's `intake.blast_radius`): what they hold never
+    counts against the detectors' findings, and they count only what they hold themselves.
     """
     if not plan.disruptive:
         return _pass("blast_radius")
-    down = fleet.unschedulable | (ledger.held_nodes() & fleet.gpu_nodes)
+    if from_intake:
+        down = ((fleet.unschedulable & ledger.intake_nodes) | ledger.held_intake) & fleet.gpu_nodes
+    else:
+        others = fleet.unschedulable - ledger.intake_nodes - ledger.held_intake
+        down = others | (ledger.held_nodes() & fleet.gpu_nodes)
     new = [n for n in plan.target_nodes if n in fleet.gpu_nodes and n not in down]
     if not new:
         return _pass("blast_radius", "nodes already unavailable")
     after = down | set(new)
+    whose = " by alert-derived incidents" if from_intake else ""
     if len(after) > br.max_nodes:
         return GateResult(
             "blast_radius",
             Outcome.WAIT,
-            f"{len(after)} GPU nodes would be unavailable (max {br.max_nodes})",
+            f"{len(after)} GPU nodes would be unavailable{whose} (max {br.max_nodes})",
         )
     for pool in {fleet.pool_of[n] for n in new}:
         size = fleet.pool_size[pool]
@@ -364,14 +419,25 @@ def static_gates(
 
 
 def execution_gates(
-    g: Gates, plan: Plan, fleet: Fleet, state: EngineState, ledger: Ledger, now: float
+    g: Gates,
+    plan: Plan,
+    fleet: Fleet,
+    state: EngineState,
+    ledger: Ledger,
+    now: float,
+    intake_radius: BlastRadius | None = None,
 ) -> list[GateResult]:
-    """What must hold at the moment of acting: pause, breaker, window, radius, rate."""
+    """What must hold at the moment of acting: pause, breaker, window, radius, rate.
+    `intake_radius`: the plan is for an alert-derived incident, on the intake's own budget."""
+    if intake_radius is not None:
+        radius = blast_radius(intake_radius, plan, fleet, ledger, from_intake=True)
+    else:
+        radius = blast_radius(g.blast_radius, plan, fleet, ledger)
     return [
         paused(state),
         breaker(state),
         in_window(g.maintenance, plan.playbook, now),
-        blast_radius(g.blast_radius, plan, fleet, ledger),
+        radius,
         rate(g.rate.max_actions_per_hour, ledger, now),
     ]
 

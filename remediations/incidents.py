@@ -30,8 +30,23 @@ class Hysteresis:
     critical_opens_at_once: bool = True
 
 
+COLD_START = "cold_start"
+"""Evidence key a stored incident carries while its evidence predates the fleet's watch (so a
+restarted or new leader keeps that judgement)."""
+COVERAGE = "coverage"
+"""`Finding.detector` of the notice that a detector cannot run (detectors.coverage)."""
+
+
 def entity_key(f: Finding) -> str:
-    return f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
+    key = f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
+    return key + _coverage_suffix(f) if f.detector == COVERAGE else key
+
+
+def _coverage_suffix(f: Finding) -> str:
+    """A detector that cannot run is its own entity: a statement about the exporter's fields,
+    never the fleet's telemetry gap (which holds every incident open while it lasts)."""
+    about = f.evidence.get("coverage")
+    return "|detector:" + str(about.get("detector", "") if isinstance(about, dict) else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,7 @@ class TrackerState:
                 incident_id=r.id,
                 opened_at=r.opened_at,
                 evidence=r.evidence,
+                pre_existing=bool(r.evidence.get(COLD_START)),
             )
             for r in records
             if r.status is IncidentStatus.OPEN
@@ -124,7 +140,7 @@ def record(cluster: str, t: Tracked, now: float, resolved: bool = False) -> Inci
         last_seen=t.last_seen,
         seen_cycles=t.seen_cycles,
         healthy_cycles=t.healthy_cycles,
-        evidence=t.evidence,
+        evidence={**t.evidence, COLD_START: True} if t.pre_existing else t.evidence,
     )
 
 
@@ -132,24 +148,53 @@ def _worst(findings: Sequence[Finding]) -> Finding:
     return max(findings, key=lambda f: (f.severity.rank, f.last_seen))
 
 
+HELD_EVIDENCE = frozenset({FindingKind.GPU_XID})
+"""Kinds whose evidence a sticky source holds after the fault is fixed: dcgm-exporter's last-XID
+gauge keeps its code until the exporter restarts, a GPU reset does not clear it."""
+
+
+def answered(f: Finding, verdicts: Mapping[str, float]) -> bool:
+    """The driver has had its say since this finding's last occurrence: a diagnostic passed (or
+    a person waived it) on the GPU or its node after the XID, and no XID came since. Such a
+    finding is no new evidence: its incident resolves and it opens none."""
+    if f.kind not in HELD_EVIDENCE or f.gpu_uuid is None or f.gpu_uuid not in verdicts:
+        return False
+    last = f.evidence.get("last_occurrence")
+    return isinstance(last, int | float) and float(last) < verdicts[f.gpu_uuid]
+
+
 def step(
     state: TrackerState,
     findings: Sequence[Finding],
     now: float,
     params: Hysteresis = Hysteresis(),
+    verdicts: Mapping[str, float] | None = None,
+    watched_before: bool = False,
 ) -> tuple[TrackerState, list[IncidentChange]]:
-    """Advance one cycle. Returns the new state and the incidents opened, updated, resolved."""
+    """Advance one cycle. Returns the new state and the incidents opened, updated, resolved.
+    `verdicts`: GPU UUID -> time of the latest passed (or waived) diagnostic covering it; held
+    findings older than it count as absent (`answered`).
+
+    Cold start is judged on the product's clock: an entity is pre-existing only if every
+    finding says so and either it was tracked as pre-existing already (by this process or the
+    leader before it) or it is new and nobody watched the fleet before this process looked
+    (`watched_before` False)."""
+    if verdicts:
+        findings = [f for f in findings if not answered(f, verdicts)]
     by_key: dict[str, list[Finding]] = {}
     gap_nodes: set[str] = set()
     fleet_gap = False
     gap_kind = FindingKind.MONITORING_GAP
     for f in findings:
         key = f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
+        coverage = f.detector == COVERAGE
+        if coverage:
+            key += _coverage_suffix(f)
         if key in by_key:
             by_key[key].append(f)
         else:
             by_key[key] = [f]
-        if f.kind is gap_kind:
+        if f.kind is gap_kind and not coverage:
             if f.node is None:
                 fleet_gap = True
             else:
@@ -162,6 +207,7 @@ def step(
         f = group[0] if len(group) == 1 else _worst(group)
         cold = f.pre_existing if len(group) == 1 else all(g.pre_existing for g in group)
         old = state.entries.get(key)
+        cold = cold and (old.pre_existing if old is not None else not watched_before)
         sev = f.severity.value
         if old is None:
             first = f.first_seen if len(group) == 1 else min(g.first_seen for g in group)

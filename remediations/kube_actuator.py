@@ -27,6 +27,7 @@ from remediations.actuator_api import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
+from remediations.kube_taints import Taint, patch_taints, same
 from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.gpu_drain import keep_schedulable
@@ -45,6 +46,11 @@ from remediations.types import (
 log = logging.getLogger(__name__)
 BY_ANNOTATION = "gpufleet.io/by"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+MULTIPLE_PDBS = "more than one PodDisruptionBudget"
+"""The eviction API's 500 for a pod that several budgets select: permanent until a person
+removes the overlap (pkg/registry/core/pod/storage/eviction.go)."""
 
 
 def _ctx_annotations(ctx: WriteContext) -> dict[str, str]:
@@ -412,23 +418,28 @@ class KubeActuator:
         return "uncordoned"
 
     def _op_taint(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
-        want = (str(a["key"]), str(a["value"]), str(a["effect"]))
-        node = self._read_node(name)
-        if want in node.taints:
+        key, value, effect = str(a["key"]), str(a["value"]), str(a["effect"])
+
+        def add(current: list[Taint]) -> list[Taint] | None:
+            if any(same(t, key, effect) and t.get("value") == value for t in current):
+                return None
+            keep = [t for t in current if not same(t, key, effect)]
+            return [*keep, {"key": key, "value": value, "effect": effect}]
+
+        if not patch_taints(self.core, name, add, _ctx_annotations(ctx)):
             return "taint already present"
-        keep = [t for t in node.taints if (t[0], t[2]) != (want[0], want[2])]
-        taints = [{"key": k, "value": v, "effect": e} for k, v, e in (*keep, want)]
-        self._patch_node(name, {"spec": {"taints": taints}}, ctx)
-        return f"tainted {want[0]}={want[1]}:{want[2]}"
+        return f"tainted {key}={value}:{effect}"
 
     def _op_untaint(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
-        node = self._read_node(name)
-        keep = [t for t in node.taints if t[0] != a["key"]]
-        if len(keep) == len(node.taints):
+        key = str(a["key"])
+
+        def remove(current: list[Taint]) -> list[Taint] | None:
+            keep = [t for t in current if not same(t, key)]
+            return None if len(keep) == len(current) else keep
+
+        if not patch_taints(self.core, name, remove, _ctx_annotations(ctx)):
             return "taint already absent"
-        taints = [{"key": k, "value": v, "effect": e} for k, v, e in keep]
-        self._patch_node(name, {"spec": {"taints": taints or None}}, ctx)
-        return f"removed taint {a['key']}"
+        return f"removed taint {key}"
 
     def _op_fence_device(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         if "device" not in a:
@@ -627,6 +638,12 @@ class KubeActuator:
                 return True  # gone, or already replaced (UID precondition)
             if exc.status == 429:
                 return False
+            if exc.status == 500 and MULTIPLE_PDBS in str(exc.body or ""):
+                raise PermanentError(
+                    f"{ns}/{name}: more than one PodDisruptionBudget selects this pod, which the "
+                    "eviction API refuses on every attempt: a person must remove the overlap "
+                    f"(kubectl get pdb -n {ns})"
+                ) from exc
             raise
         return True
 

@@ -154,6 +154,14 @@ class Gates(_Strict):
     maintenance: MaintenanceWindows = Field(default_factory=MaintenanceWindows)
     approval_timeout: Duration = 86400.0
     """Awaiting approval longer than this: the action expires."""
+    return_quiet: Duration = 90.0
+    """A GPU or node goes back to service only once its fault's own signals (the XID, DBE and
+    remapped-row counters, pending remaps: whatever its hardware findings read) have been quiet
+    this long: three cycles at the default 30 s interval (remediations.validation)."""
+    lemon_repeats: int = Field(default=2, ge=1)
+    """Faults that come back within `lemon_window` of a repair before a GPU or node is a lemon:
+    marked for replacement instead of repaired or returned again (remediations.repeats)."""
+    lemon_window: Duration = 7 * 86400.0
 
 
 class Match(_Strict):
@@ -182,6 +190,33 @@ class Rule(_Strict):
         return v
 
 
+class IntakeAllow(_Strict):
+    """Alerts that Alertmanager's webhook delivers may become findings of these kinds at
+    these severities (both listed explicitly)."""
+
+    kinds: list[FindingKind] = Field(min_length=1)
+    severities: list[Severity] = Field(min_length=1)
+
+
+class Intake(_Strict):
+    """What findings alerts from outside gpufleet (the Alertmanager webhook) may become, and
+    their own budget: they count toward a breaker and a blast radius of their own, so a flood
+    of alerts cannot use up what the detectors' findings need (nor trip their breaker).
+    Nothing listed: every alert is an info anomaly (reported, never a reason to act)."""
+
+    allow: list[IntakeAllow] = Field(default_factory=list)
+    blast_radius: BlastRadius = Field(
+        default_factory=lambda: BlastRadius(max_nodes=1, max_percent_of_pool=10.0)
+    )
+    """Most GPU nodes that actions on alert-derived incidents hold unavailable at once."""
+    breaker: Breaker = Field(default_factory=Breaker)
+    """Alert-derived hardware faults on more than this share of GPU nodes within the window
+    stop every action on alert-derived incidents (while the window holds them)."""
+
+    def allows(self, kind: FindingKind, severity: Severity) -> bool:
+        return any(kind in a.kinds and severity in a.severities for a in self.allow)
+
+
 class Hysteresis(_Strict):
     open_after: int = Field(default=2, ge=1)
     resolve_after: int = Field(default=3, ge=1)
@@ -194,6 +229,8 @@ class Policy(_Strict):
     `live`: act. A rule's own `actuation` overrides this."""
     hysteresis: Hysteresis = Field(default_factory=Hysteresis)
     gates: Gates = Field(default_factory=Gates)
+    intake: Intake = Field(default_factory=Intake)
+    """Which kinds and severities Alertmanager alerts may become (none by default)."""
     rules: list[Rule] = Field(default_factory=list)
 
     def rule_params(self, index: int) -> BaseParams:

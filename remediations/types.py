@@ -17,6 +17,10 @@ ActionId = NewType("ActionId", str)
 ClusterName = NewType("ClusterName", str)
 
 ACTOR = "gpufleet"
+JOBS_NAMESPACE = "gpufleet-jobs"
+"""Where gpufleet's privileged node Jobs (diagnostics, resets, reboot requests) run: a namespace
+of their own (Pod Security `privileged`, an admission policy pinning their image and command,
+the only namespace gpufleet may create Jobs in), apart from gpufleet's own `restricted` one."""
 """Who we are in every annotation, audit row and field manager."""
 ANNOTATION_PREFIX = "gpufleet.io/"
 OWNER_ANNOTATION = "gpufleet.io/cordoned-by"

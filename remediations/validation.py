@@ -8,18 +8,29 @@ service: a fence, quarantine, cordon, drain, a GPU reset, a reboot, a replacemen
 playbook made it. So a repair needs no hook of its own: a reset or reboot journaled after the last
 diagnostic makes the GPU or node wait for a new one. `validation_for` hands the pure gate
 (`gates.validated`) what it weighs; the executor asks it right before every return it carries out.
+
+A passed diagnostic is not enough on its own: a GPU whose DBE counter still rises passes a test
+that does not exercise the bad row. So the gate also weighs the incidents: none of warning or
+critical severity about the hardware (XID, memory, lost, interconnect) may be open on the GPU or
+its node (a node's return: on the node or any of its GPUs), and the latest finding about that
+hardware must be at least the policy's `return_quiet` old. The XID incident closes on the
+driver's verdict (a diagnostic passed and no new occurrence), so waiting on it never deadlocks.
 """
 
 from __future__ import annotations
 
 from remediations.gates import Diagnosis, Validation, returns_to_service
 from remediations.playbooks import Plan
-from remediations.store import ActionRecord, Store
-from remediations.types import ACTOR, ActionState
+from remediations.policy import Gates
+from remediations.repeats import hardware_incidents, lemon
+from remediations.store import ActionRecord, IncidentRecord, Store
+from remediations.types import ACTOR, ActionState, IncidentStatus
 
 DIAGNOSTIC = "diagnostic"
 """The audit kind of a diagnostic verdict."""
 OUTCOMES = ("passed", "failed", "waived")
+NEEDS_PERSON = "needs_person"
+"""Audit kind of what a person must act on (the alerts outbox posts it)."""
 RETURN_PLAYBOOKS = frozenset({"uncordon", "unfence_gpu"})
 _UNTOUCHED = frozenset(
     {
@@ -91,17 +102,31 @@ def latest_diagnosis(store: Store, targets: tuple[str, ...]) -> Diagnosis | None
     )
 
 
-def validation_for(store: Store, plan: Plan) -> Validation | None:
+_SERIOUS = frozenset({"warning", "critical"})
+
+
+def _describe(i: IncidentRecord) -> str:
+    return f"{i.kind} {i.severity} incident {i.id[:12]}: {i.summary}"
+
+
+def validation_for(store: Store, plan: Plan, now: float, g: Gates) -> Validation | None:
     """What the validation gate weighs for `plan` (None: the plan returns nothing to service)."""
     if not returns_to_service(plan):
         return None
     node = plan.target_nodes[0] if plan.target_nodes else None
     targets = scope(plan.target, node)
     change = last_change(store, targets)
+    faults = hardware_incidents(store, plan.target, node)
+    open_ = [i for i in faults if i.status is IncidentStatus.OPEN and i.severity in _SERIOUS]
     return Validation(
         None if change is None else change.started_at or change.created_at,
         "" if change is None else f"{change.playbook} (action {change.id[:12]})",
         latest_diagnosis(store, targets),
+        tuple(_describe(i) for i in sorted(open_, key=lambda i: i.opened_at)),
+        max((i.last_seen for i in faults), default=None),
+        g.return_quiet,
+        now,
+        lemon(store, plan.target, node, g.lemon_window, g.lemon_repeats, now) or "",
     )
 
 

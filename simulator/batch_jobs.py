@@ -6,14 +6,18 @@ scenario's `diagnostics` says for the node it is pinned to (`spec.template.spec.
 unlisted nodes pass, a Job pinned to no existing node fails). A Job whose command names GPUs
 (`dcgmi diag ... -i 2` or `-i 0,3`) takes its outcome from `gpu_diagnostics` (`<node>/<index>`)
 for those GPUs, falling back to the node's; a node-wide Job fails when any GPU of its node is
-listed as failing. Status fields and conditions are
+listed as failing. Whatever the scenario says, the hardware has the last word (simulator.repairs):
+a diagnostic fails on a GPU whose hard fault persists (DBEs not yet reset, a failed row remap, a
+GPU fallen off the bus), and for a while after a repair it may fail flakily (seeded). Status
+fields and conditions are
 shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
 
 Repair Jobs (label `gpufleet.io/repair`) take `scenario.reset_seconds` instead, and their outcome
 comes from the cluster's repairs (simulator.repairs): a GPU reset that finds the GPU in use fails
 with the reason nvidia-smi gives (in the Failed condition's message: no pods are simulated, where
 a real cluster keeps it in the Job pod's termination message); a reboot sentinel Job leaves the
-sentinel file for the node's reboot daemon.
+sentinel file for the node's reboot daemon. A finished Job with `ttlSecondsAfterFinished` is
+deleted that many scenario seconds after it finished, as the TTL-after-finished controller does.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ class RepairHooks(Protocol):
 
     def run(self, kind: str, node: str, labels: Mapping[str, str]) -> str | None:
         """Carry out repair `kind` on `node`: None when it worked, else why it failed."""
+        ...
+
+    def diagnose(self, node: str, gpus: list[int] | None, job: str) -> str | None:
+        """Why `dcgmi diag` on these GPUs of `node` (None: all) fails by the hardware's state
+        (a fault that persists, a flaky GPU after a repair), or None."""
         ...
 
 
@@ -99,8 +108,12 @@ class BatchJobs:
         self.repairs = repairs
         self._started: dict[tuple[str, str], float] = {}
         """(namespace, name) -> scenario time the Job started."""
+        self._now = 0.0
+        self._finished: dict[tuple[str, str], float] = {}
+        """(namespace, name) -> scenario time the Job was first seen finished (for its TTL)."""
 
     def tick(self, now: float, wall: float) -> None:
+        self._now = now
         if not self.store.count(RESOURCE) and not self._started:
             return
         _, jobs = self.store.objects(RESOURCE)
@@ -111,6 +124,7 @@ class BatchJobs:
             live.add(key)
             status = job.get("status") or {}
             if status.get("succeeded") or status.get("failed"):
+                self._expire(job, key, now)
                 continue
             if key not in self._started:
                 self._started[key] = now
@@ -123,6 +137,19 @@ class BatchJobs:
             self._finish(job, wall)
         for key in set(self._started) - live:
             del self._started[key]
+        for key in set(self._finished) - live:
+            del self._finished[key]
+
+    def _expire(self, job: Obj, key: tuple[str, str], now: float) -> None:
+        """The TTL-after-finished controller: a finished Job with `ttlSecondsAfterFinished` is
+        deleted that long after it finished."""
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        done = self._finished.setdefault(key, now)
+        if now - done >= float(ttl):
+            self.store.delete(RESOURCE, key[0], key[1])
+            self._finished.pop(key, None)
 
     def _finish(self, job: Obj, wall: float) -> None:
         at = ko.rfc3339(wall)
@@ -135,6 +162,10 @@ class BatchJobs:
             failed = self._repair(repair, node, job)
             result = DiagResult.FAIL if failed else DiagResult.PASS
             why = failed or ""
+        elif exists and node is not None and self.repairs is not None:
+            found = self.repairs.diagnose(node, gpu_indices(job), str(job["metadata"]["name"]))
+            if found is not None:
+                result, why = DiagResult.FAIL, found
         status: Obj = {"active": 0, "startTime": (job.get("status") or {}).get("startTime", at)}
         if exists and result is DiagResult.PASS:
             status.update(
@@ -164,6 +195,8 @@ class BatchJobs:
                 ],
             )
         self._write(job, status)
+        meta = job["metadata"]
+        self._finished[(str(meta.get("namespace", "")), str(meta["name"]))] = self._now
 
     def _repair(self, kind: str, node: str, job: Obj) -> str | None:
         if self.repairs is None:

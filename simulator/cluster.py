@@ -24,11 +24,19 @@ from simulator.kube_api import objects as ko
 from simulator.kube_api import pods as kp
 from simulator.kube_api.store import Conflict, ObjectStore
 from simulator.layout import Layout, SimPod, build_layout
+from simulator.node_lifecycle import toggled_writer_taint, unschedulable_taints
 from simulator.repairs import Repairs
 from simulator.scenario import Scenario, WorkloadKind
 
 Obj = dict[str, Any]
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-node-lease", "gpufleet", ko.GPU_NAMESPACE)
+SYSTEM_NAMESPACES = (
+    "default",
+    "kube-system",
+    "kube-node-lease",
+    "gpufleet",
+    "gpufleet-jobs",  # gpufleet's privileged node Jobs (deploy/base/namespace.yaml)
+    ko.GPU_NAMESPACE,
+)
 """Namespaces that exist from the start (`gpufleet`: where gpufleet itself would run)."""
 MAX_EVENTS = 2000
 """Events the simulated cluster itself emits are kept up to this many (oldest go first)."""
@@ -43,6 +51,12 @@ class ClusterOptions:
     startup_seconds: float = 30.0
     """Scenario seconds from scheduling to Ready for a (re)created workload pod."""
     pdb_max_unavailable: int = 1
+    pdb_sync_seconds: float = 1.0
+    """Scenario seconds before the disruption controller observes a new PDB generation."""
+    node_lifecycle: bool = True
+    """The node lifecycle controller taints a cordoned node `node.kubernetes.io/unschedulable`."""
+    taint_writer_seconds: float = 0.0
+    """> 0: another controller toggles a taint on every node this often (scenario seconds)."""
     """Every training job gets a policy/v1 PDB with this maxUnavailable."""
     history: int = 2000
     """Watch events kept; a watch from an older resourceVersion gets 410 Gone."""
@@ -78,6 +92,8 @@ class SimCluster:
         self.options = options or ClusterOptions()
         self.store = ObjectStore(self.options.history)
         self._pdb_seen_rv = -1
+        self._pdb_pending: dict[tuple[str, str, int], float] = {}
+        self._taint_writer_at = float("-inf")
         self._terminating: dict[tuple[str, str], tuple[str, float]] = {}
         """(namespace, name) -> (uid, scenario time it is gone) of Terminating pods."""
         self._emitted: deque[tuple[str, str]] = deque()
@@ -176,13 +192,30 @@ class SimCluster:
             self.controller.tick(t)
             self.batch.tick(t, self.clock.now())
             self.repairs.tick()
+            self._concurrent_taint_writer(t)
             self._refresh_pdbs()
             self._sync_claims()
 
+    def _pdb_observed(self, pdb: Obj) -> bool:
+        """Has the disruption controller processed this PDB generation? Only
+        `pdb_sync_seconds` of scenario time after it was written (until then evictions under
+        it answer 429, as on a real cluster)."""
+        meta = pdb["metadata"]
+        gen = meta.get("generation", 1)
+        if (pdb.get("status") or {}).get("observedGeneration", 0) >= gen:
+            return True
+        key = (meta["namespace"], meta["name"], gen)
+        now = self.clock.now()
+        first = self._pdb_pending.setdefault(key, now)
+        if now - first >= self.options.pdb_sync_seconds:
+            del self._pdb_pending[key]
+            return True
+        return False
+
     def _refresh_pdbs(self) -> None:
         seen = max(self.store.changed_at("pods"), self.store.changed_at("poddisruptionbudgets"))
-        if seen != self._pdb_seen_rv:
-            refresh_pdbs(self.store, self.controller.replicas)
+        if seen != self._pdb_seen_rv or self._pdb_pending:
+            refresh_pdbs(self.store, self.controller.replicas, self._pdb_observed)
             pdb_rv = self.store.changed_at("poddisruptionbudgets")
             self._pdb_seen_rv = max(pdb_rv, self.store.changed_at("pods"))
 
@@ -253,8 +286,13 @@ class SimCluster:
             out = self.store.put(resource, obj, expect_rv=expect_rv, create=create)
             if resource == dra.RULES:
                 self._apply_device_taints()
+            if resource == "poddisruptionbudgets":  # the disruption controller sees it later
+                meta = out["metadata"]
+                key = (meta["namespace"], meta["name"], int(meta.get("generation", 1)))
+                self._pdb_pending.setdefault(key, self.clock.now())
             if resource == "nodes" and old is not None:
                 self._note_node_change(old, out)
+                out = self._taint_by_condition(out)
                 self._evict_for_no_execute(out)
                 self.tick()
             return out
@@ -349,6 +387,32 @@ class SimCluster:
             if uid not in have:
                 claim = dra.resource_claim(pod, pod["spec"]["nodeName"], gpus, wall)
                 self.store.put(dra.CLAIMS, claim)
+
+    def _taint_by_condition(self, node: Obj) -> Obj:
+        """The node lifecycle controller: the unschedulable taint follows spec.unschedulable
+        (a write of its own, after the one that cordoned)."""
+        taints = unschedulable_taints(node)
+        if taints is None or not self.options.node_lifecycle:
+            return node
+        changed = {**node, "spec": {**node["spec"], "taints": taints or None}}
+        if not taints:
+            changed["spec"].pop("taints")
+        return self.store.put("nodes", changed)
+
+    def _concurrent_taint_writer(self, t: float) -> None:
+        """Another controller toggling a taint of its own on every node, every
+        `taint_writer_seconds` of scenario time (0: off)."""
+        every = self.options.taint_writer_seconds
+        if every <= 0 or t - self._taint_writer_at < every:
+            return
+        self._taint_writer_at = t
+        _, nodes = self.store.objects("nodes")
+        for n in nodes:
+            taints = toggled_writer_taint(n)
+            body = {**n, "spec": {**n["spec"], "taints": taints or None}}
+            if not taints:
+                body["spec"].pop("taints")
+            self.store.put("nodes", body)
 
     def _note_node_change(self, old: Obj, new: Obj) -> None:
         was, now = bool(old["spec"].get("unschedulable")), bool(new["spec"].get("unschedulable"))

@@ -8,8 +8,8 @@ window. That keeps every counter monotone in t and lets any time be sampled in a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +19,7 @@ from simulator.gpu_models import BaselineColumns
 from simulator.layout import SimPod
 from simulator.scenario import FaultKind, Workload, WorkloadKind
 from simulator.targets import ResolvedFault
-from simulator.timeline import JobTimeline, inference_load_integral
+from simulator.timeline import JobTimeline, inference_load, inference_load_integral
 
 FAULT_XID: dict[FaultKind, int] = {
     FaultKind.XID48_DBE: 48,
@@ -33,6 +33,9 @@ PCIE_REPLAY_STORM_PER_S = 25.0
 NVLINK_COLLAPSE = 0.9
 """NVLink bandwidth collapse at severity 1: the GPU's link traffic falls by 90 % (no CRC)."""
 I64 = npt.NDArray[np.int64]
+MIB = float(1 << 20)
+"""DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (field 449) is the links' current throughput in MiB/s,
+not a byte count (dcgm-exporter #472, PR #658)."""
 INFERENCE_NVLINK_SHARE = 0.05
 """Tensor-parallel serving moves a small share of the training all-reduce traffic."""
 
@@ -46,6 +49,7 @@ class StaticCounters:
     pcie_replay: FloatArray
     pcie_rate: FloatArray
     nvlink_bytes: FloatArray
+    """Drawn so that the seed's later draws keep their values; field 449 is a rate, no total."""
     nvlink_rate: FloatArray
     """All-reduce bytes/s for this GPU (model baseline with a per-GPU spread)."""
 
@@ -70,6 +74,10 @@ class CounterContext:
     static: StaticCounters
     faults: tuple[ResolvedFault, ...]
     n_gpu: int
+    reset_at: Mapping[int, float] = field(default_factory=dict)
+    """GPU position -> unix time of its latest reset or reboot: the volatile ECC counters
+    (`*_VOL_TOTAL`, counted since the driver last initialised the GPU) start again from zero;
+    remapped rows and retired pages persist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +119,37 @@ def _traffic(
     return nvl, steps
 
 
+def _nvlink_rate(
+    ctx: CounterContext,
+    t: float,
+    flat_gpu: I64,
+    flat_pod: I64,
+    p_start: FloatArray,
+    p_end: FloatArray,
+    p_job: I64,
+) -> FloatArray:
+    """Per GPU: its NVLink throughput at `t` in bytes/s (the derivative of `_traffic`, with each
+    bandwidth collapse taken off its GPU)."""
+    active = (p_start <= t) & (t < p_end)
+    share = np.zeros(p_start.shape[0])
+    for j, w in enumerate(ctx.workloads):
+        m = active & (p_job == j)
+        if not m.any():
+            continue
+        tl = ctx.timelines[j]
+        if tl is not None:
+            share[m] = tl.nvlink_factor_at(t)
+        elif w.kind == WorkloadKind.INFERENCE and w.gpus_per_pod > 1:
+            load = float(inference_load(w.load, t, float(ctx.diurnal_phase[j])))
+            share[m] = INFERENCE_NVLINK_SHARE * load
+    per_gpu = np.bincount(flat_gpu, weights=share[flat_pod], minlength=ctx.n_gpu)[: ctx.n_gpu]
+    for f in ctx.faults:
+        if f.kind == FaultKind.NVLINK_BW_COLLAPSE and f.start < t <= f.end and f.gpu >= 0:
+            per_gpu[f.gpu] *= 1.0 - NVLINK_COLLAPSE * min(f.severity, 1.0 / NVLINK_COLLAPSE)
+    out: FloatArray = per_gpu * ctx.static.nvlink_rate
+    return out
+
+
 def fleet_counters(
     ctx: CounterContext,
     t: float,
@@ -122,15 +161,9 @@ def fleet_counters(
     p_job: I64,
 ) -> Counters:
     n, st = ctx.n_gpu, ctx.static
-    nvl, steps = _traffic(ctx, t, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
-    for f in ctx.faults:
-        if f.kind == FaultKind.NVLINK_BW_COLLAPSE and t > f.start and f.gpu >= 0:
-            at_start, _ = _traffic(ctx, f.start, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
-            upto = nvl
-            if t > f.end:
-                upto, _ = _traffic(ctx, f.end, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
-            lost = NVLINK_COLLAPSE * min(f.severity, 1.0 / NVLINK_COLLAPSE)
-            nvl[f.gpu] -= lost * max(0.0, float(upto[f.gpu] - at_start[f.gpu]))
+    _, steps = _traffic(ctx, t, pods, flat_gpu, flat_pod, p_start, p_end, p_job)
+    rate = _nvlink_rate(ctx, t, flat_gpu, flat_pod, p_start, p_end, p_job)
+    nvlink_mib_s = np.round(rate / MIB)
     elapsed = max(0.0, t - ctx.start)
     dbe = np.zeros(n)
     unc_rows = np.zeros(n)
@@ -143,17 +176,22 @@ def fleet_counters(
         el = min(t, f.end) - f.start
         sev = f.severity
         g = f.gpu
+        volatile = not f.start <= ctx.reset_at.get(g, -math.inf) <= t
         if f.kind == FaultKind.XID48_DBE:
-            dbe[g] += max(1, round(sev)) + math.floor(el * sev / 600.0)
-            sbe[g] += round(20 * sev)
+            if volatile:
+                dbe[g] += max(1, round(sev)) + math.floor(el * sev / 600.0)
+                sbe[g] += round(20 * sev)
             unc_rows[g] += 1 + math.floor(el * sev / 1200.0)
         elif f.kind == FaultKind.ROW_REMAP_FAILURE:
-            dbe[g] += 1
+            dbe[g] += 1 if volatile else 0
             unc_rows[g] += 4 * math.ceil(sev) + math.floor(el * sev / 300.0)
         elif f.kind == FaultKind.NVLINK_CRC_STORM:
             crc[g] += math.floor(el * NVLINK_CRC_STORM_PER_S * sev)
         elif f.kind == FaultKind.PCIE_REPLAY_STORM:
             replay[g] += math.floor(el * PCIE_REPLAY_STORM_PER_S * sev)
+    for g, at in ctx.reset_at.items():
+        if at <= t:
+            sbe[g] -= st.sbe[g]  # counted before the reset: gone with the driver's state
     metrics = {
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": dbe,
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": sbe,
@@ -161,6 +199,6 @@ def fleet_counters(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": st.correctable_rows.copy(),
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": replay,
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": crc,
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": st.nvlink_bytes + np.floor(nvl * st.nvlink_rate),
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": nvlink_mib_s,
     }
     return Counters(metrics, steps)

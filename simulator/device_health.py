@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from simulator.kube_api.objects import GPU
@@ -91,6 +91,26 @@ class DevicePlugin:
         """The device was reset (or its node rebooted) at `t`: faults begun before are over."""
         self.repaired[(node, device)] = t
         self.update(t)
+
+    def persisting(self, node: str, devices: Collection[int] | None) -> DeviceFault | None:
+        """The fault still on one of these devices of `node` (None: all of them), if any."""
+        for (n, d), f in sorted(self.unhealthy.items()):
+            if n == node and (devices is None or d in devices):
+                return f
+        return None
+
+    def recently_fixed(
+        self, node: str, devices: Collection[int] | None, t: float, window: float
+    ) -> tuple[DeviceFault, float] | None:
+        """A hard fault on these devices that a reset or reboot cleared less than `window`
+        seconds before `t`, with the time of that repair (the GPU may still be marginal)."""
+        for f in self.faults:
+            if f.node != node or (devices is not None and f.device not in devices):
+                continue
+            fixed = self.repaired.get((f.node, f.device))
+            if fixed is not None and f.start <= fixed <= t < fixed + window:
+                return f, fixed
+        return None
 
     def update(self, t: float) -> None:
         """Apply health changes due by scenario time `t` (call under the store lock)."""

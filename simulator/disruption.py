@@ -8,7 +8,8 @@ the behaviour that makes drains hang forever without a timeout (kubectl #172).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from simulator.kube_api.store import ObjectStore
@@ -38,9 +39,34 @@ def is_ready(pod: Obj) -> bool:
 
 
 def _selects(pdb: Obj, pod: Obj) -> bool:
+    """policy/v1 selection: matchLabels and matchExpressions; a null or empty selector selects
+    no pod (it selected every pod in policy/v1beta1)."""
+    sel = pdb["spec"].get("selector") or {}
+    wanted, exprs = sel.get("matchLabels") or {}, sel.get("matchExpressions") or []
+    if not wanted and not exprs:
+        return False
     labels = pod["metadata"].get("labels") or {}
-    wanted = pdb["spec"].get("selector", {}).get("matchLabels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
+    if not all(labels.get(k) == v for k, v in wanted.items()):
+        return False
+    for e in exprs:
+        op, key, values = e.get("operator"), e.get("key"), set(e.get("values") or ())
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def scaled(value: int | str, total: int) -> int:
+    """An int-or-percent budget against `total` pods, rounded up as the disruption controller
+    does (intstr.GetScaledValueFromIntOrPercent with roundUp)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * total / 100)
+    return int(value)
 
 
 def _status(pdb: Obj, matching: list[Obj], replicas: Mapping[str, int]) -> Obj:
@@ -48,9 +74,9 @@ def _status(pdb: Obj, matching: list[Obj], replicas: Mapping[str, int]) -> Obj:
     expected = max(len(matching), replicas.get(f"{ns}/{pdb['metadata']['name']}", 0))
     healthy = sum(1 for p in matching if is_ready(p))
     if "minAvailable" in pdb["spec"]:
-        desired = int(pdb["spec"]["minAvailable"])
+        desired = scaled(pdb["spec"]["minAvailable"], expected)
     else:
-        desired = max(0, expected - int(pdb["spec"].get("maxUnavailable", 0)))
+        desired = max(0, expected - scaled(pdb["spec"].get("maxUnavailable", 0), expected))
     return {
         "observedGeneration": pdb["metadata"].get("generation", 1),
         "disruptionsAllowed": max(0, healthy - desired),
@@ -66,8 +92,13 @@ def pdb_status(store: ObjectStore, pdb: Obj, replicas: Mapping[str, int]) -> Obj
     return _status(pdb, [p for p in pods if _selects(pdb, p)], replicas)
 
 
-def refresh_pdbs(store: ObjectStore, replicas: Mapping[str, int]) -> None:
-    """Write changed PDB statuses (call under the store lock); one pass over the pods."""
+def refresh_pdbs(
+    store: ObjectStore,
+    replicas: Mapping[str, int],
+    observed: Callable[[Obj], bool] = lambda _pdb: True,
+) -> None:
+    """Write changed PDB statuses (call under the store lock); one pass over the pods.
+    `observed(pdb)` False: the controller has not processed this generation yet."""
     _, pdbs = store.objects("poddisruptionbudgets")
     if not pdbs:
         return
@@ -78,15 +109,16 @@ def refresh_pdbs(store: ObjectStore, replicas: Mapping[str, int]) -> None:
         for k, v in (p["metadata"].get("labels") or {}).items():
             by_label.setdefault((ns, k, v), []).append(p)
     for pdb in pdbs:
-        wanted = pdb["spec"].get("selector", {}).get("matchLabels") or {}
+        if not observed(pdb):
+            continue
+        wanted = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
         if wanted:  # candidates: the pods with the first required label, then the full test
             k, v = next(iter(wanted.items()))
             candidates = by_label.get((pdb["metadata"]["namespace"], k, v), [])
             matching = [p for p in candidates if _selects(pdb, p)]
         else:
-            matching = [
-                p for p in pods if p["metadata"]["namespace"] == pdb["metadata"]["namespace"]
-            ]
+            ns = pdb["metadata"]["namespace"]
+            matching = [p for p in pods if p["metadata"]["namespace"] == ns and _selects(pdb, p)]
         status = _status(pdb, matching, replicas)
         if status != pdb.get("status"):
             store.put("poddisruptionbudgets", {**pdb, "status": status})
@@ -109,10 +141,19 @@ def check_eviction(store: ObjectStore, pod: Obj, replicas: Mapping[str, int]) ->
     if not matching or phase in TERMINAL or phase == "Pending":
         return
     pdb = matching[0]
+    seen = (pdb.get("status") or {}).get("observedGeneration", 0)
+    if seen < pdb["metadata"].get("generation", 1):
+        raise TooManyRequests(
+            EVICTION_BLOCKED,
+            f"The disruption budget {pdb['metadata']['name']} is still being processed by the "
+            "server.",
+        )
     st = pdb_status(store, pdb, replicas)
     if is_ready(pod):
         allowed = st["disruptionsAllowed"] > 0
-    else:
+    elif pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        allowed = True  # a not-ready pod may always go
+    else:  # IfHealthyBudget, the default
         allowed = st["currentHealthy"] >= st["desiredHealthy"]
     if not allowed:
         raise TooManyRequests(

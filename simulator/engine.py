@@ -8,9 +8,11 @@ backfill, and 100k GPUs cost a few array operations rather than a loop.
 What vanishes when (as dcgm-exporter behaves): a GPU that fell off the bus (XID 79) is no longer
 enumerated, so all its series disappear from the fault start until the fault ends (the XID
 itself is only in the kernel log, never in the exporter's gauge); a node whose exporter is down
-has no DCGM series and `up == 0`; a fleet-wide scrape gap has no samples at all. The XID gauge
-holds the last XID until the fault ends (GPU reset); `DCGM_EXP_XID_ERRORS_COUNT{xid}` is, as in
-dcgm-exporter, a gauge counting XIDs within the last `XID_COUNT_WINDOW` seconds.
+has no DCGM series and `up == 0`; a fleet-wide scrape gap has no samples at all.
+`DCGM_EXP_XID_ERRORS_COUNT{xid}` is, as in dcgm-exporter, a gauge counting XIDs within the last
+`XID_COUNT_WINDOW` seconds. The XID gauge follows the scenario's exporter layout
+(simulator.xid_log): real layouts hold the last XID until the exporter restarts (its
+`exporter_down` ends, the node reboots); the `simple` one holds the code until the fault ends.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from simulator.timeline import (
     inference_load,
     job_intervals,
 )
+from simulator.xid_log import XidLog
 
 XID_COUNT_WINDOW = 300.0
 """dcgm-exporter's default --xid-count-window-size (5 minutes)."""
@@ -142,17 +145,37 @@ class FleetSimulator:
             n,
         )
         self._layout_flat = self._flatten(tuple(lay.pods))
+        self.xid_log = XidLog.build(self.faults, self.confounders, cascades=sc.exporter.real)
+        self.exporter_restarts: list[tuple[int, float]] = []
+        """(node position, unix time) of exporter restarts other than scenario confounders."""
+
+    def exporter_restarted(self, node: str, t: float) -> None:
+        """The node's dcgm-exporter (and its embedded host engine) started again at `t` (the
+        node rebooted): the XID fields start empty. Wired to `SimCluster.repairs.on_boot`."""
+        self.exporter_restarts.append((self.node_pos[node], t))
+
+    def exporter_since(self, t: float) -> FloatArray:
+        """Per GPU: when its exporter last started at or before `t` (-inf: before the scenario)."""
+        since = np.full(self.n_node, -np.inf)
+        restarts = [(c.node_position, c.end) for c in self.confounders if c.kind == "exporter_down"]
+        for pos, at in [*restarts, *self.exporter_restarts]:
+            if at <= t:
+                since[pos] = max(since[pos], at)
+        out: FloatArray = since[self.gpu_node]
+        return out
 
     def end_faults(self, node: str, device: int, t: float) -> None:
         """A reset or reboot at unix time `t` fixed this GPU: its faults begun earlier end at `t`
-        (the XID gauge clears, error counters stop growing; what was counted stays counted).
+        (the XID gauge clears, error counters stop growing; the volatile ECC counters start
+        again from zero, remapped rows stay counted).
         Wired to `SimCluster.repairs.on_repair` by `simulator.serve`."""
         gpu = self.layout.gpu_position(node, device)
         self.faults = tuple(
             replace(f, end=min(f.end, t)) if f.gpu == gpu and f.start <= t else f
             for f in self.faults
         )
-        self.counter_context = replace(self.counter_context, faults=self.faults)
+        resets = {**self.counter_context.reset_at, gpu: t}
+        self.counter_context = replace(self.counter_context, faults=self.faults, reset_at=resets)
 
     def _rank_imbalance(self, lay: Layout) -> FloatArray:
         """Per GPU: the normal extra work of its rank (rank 0; a last pipeline stage)."""
@@ -249,16 +272,17 @@ class FleetSimulator:
             for col in (TENSOR, GR):
                 levels[busy, col] = np.minimum(1.0, levels[busy, col] * extra)
         lost = np.zeros(n, dtype=bool)
-        xid_counts: dict[int, FloatArray] = {}
+        real_exporter = self.scenario.exporter.real
+        since = self.exporter_since(t) if real_exporter else np.full(n, -np.inf)
+        xid_counts = self.xid_log.window_counts(t, XID_COUNT_WINDOW, since)
+        if real_exporter:
+            st.xid[:] = self.xid_log.last_code(t, since)
         for f in self.faults:
             if f.kind == FaultKind.XID79_FALLEN_OFF_BUS:
                 lost[f.gpu] |= f.active(t)
-            if f.start <= t < f.start + XID_COUNT_WINDOW and f.kind in counters.FAULT_XID:
-                code = counters.FAULT_XID[f.kind]
-                xid_counts.setdefault(code, np.zeros(n))[f.gpu] += 1
             if not f.active(t):
                 continue
-            if f.kind in counters.FAULT_XID:
+            if f.kind in counters.FAULT_XID and not real_exporter:
                 st.xid[f.gpu] = counters.FAULT_XID[f.kind]
             if f.kind == FaultKind.ROW_REMAP_FAILURE:
                 st.row_remap_failure[f.gpu] = 1.0
@@ -280,9 +304,7 @@ class FleetSimulator:
         for c in self.confounders:
             if c.kind == "app_xid":
                 g = c.gpus[0]
-                if c.start <= t < c.start + XID_COUNT_WINDOW:
-                    xid_counts.setdefault(c.xid, np.zeros(n))[g] += 1
-                if c.start <= t < c.end and st.xid[g] == 0:
+                if c.start <= t < c.end and st.xid[g] == 0 and not real_exporter:
                     st.xid[g] = c.xid
             elif c.kind == "power_cap" and c.start <= t < c.end and c.gpus:
                 capped = np.array(c.gpus, dtype=np.int64)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC
-from simulator.engine import Sample
+from simulator.engine import XID_COUNT_WINDOW, Sample
 from simulator.kube_series import (
     KUBE_HELP,
     STEPS_HELP,
@@ -23,14 +23,16 @@ from simulator.kube_series import (
 )
 from simulator.layout import Layout, SimNode, SimPod
 from simulator.openmetrics import OpenMetricsWriter, WriteStats
+from simulator.scenario import Exporter
 from simulator.series import (
     FLOAT_FAMILIES,
     gpu_static_labels,
     pod_label_part,
     sample_lines,
 )
+from simulator.xid_series import XID_COUNT_HELP, count_kind, count_lines, gauge_labels
 
-XID_COUNT_HELP = "Count of XID Errors within user-specified time window."
+XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def _family(name: str, help_: str, kind: str, lines: str) -> str:
@@ -43,15 +45,18 @@ def dcgm_text(
     node: str,
     pod_labels: str = "direct",
     fields: Collection[str] | None = None,
+    exporter: Exporter | None = None,
 ) -> str:
     """One node's dcgm-exporter /metrics (only the GPUs whose series are present).
     `pod_labels="none"`: the exporter's Kubernetes mapping off (no pod labels); `exported`:
     the workload as `exported_*`, as a relabelling proxy would show it. `fields`: only these
     families, as an exporter with that counters file serves them (None: every catalog field
-    and the XID counter; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: the shipped file)."""
+    and the XID counter; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: the shipped file).
+    `exporter`: the version's layout of the XID series (None: `simple`)."""
+    exp = exporter if exporter is not None else Exporter()
     pos = layout.node_position()[node]
     gpus = np.flatnonzero(layout.gpu_node == pos)
-    static = gpu_static_labels(layout, gpus.tolist())
+    static = gpu_static_labels(layout, gpus.tolist(), exp.hostname)
     labels = [
         s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k], pod_labels)
         for s, g in zip(static, gpus.tolist(), strict=True)
@@ -60,19 +65,19 @@ def dcgm_text(
     for m in METRICS:
         if fields is not None and m.name not in fields:
             continue
-        lines = sample_lines(
-            m.name, labels, sample.metrics[m.name][gpus], m.name not in FLOAT_FAMILIES
-        )
-        parts.append(_family(m.name, m.help, m.kind.value, lines))
-    if fields is not None and XID_COUNT_METRIC not in fields:
+        values = sample.metrics[m.name][gpus]
+        labs = gauge_labels(labels, values, exp) if m.name == XID_GAUGE else labels
+        lines = sample_lines(m.name, labs, values, m.name not in FLOAT_FAMILIES)
+        parts.append(_family(m.name, m.help, m.exposed_kind.value, lines))
+    if not exp.xid_count or (fields is not None and XID_COUNT_METRIC not in fields):
         return "".join(parts)
-    xid_lines = ""
-    for code, counts in sorted(sample.xid_counts.items()):
-        vals = counts[gpus].copy()
-        vals[vals == 0] = np.nan
-        xid_labels = [f'{s},xid="{code}"' for s in labels]
-        xid_lines += sample_lines(XID_COUNT_METRIC, xid_labels, vals, True)
-    parts.append(_family(XID_COUNT_METRIC, XID_COUNT_HELP, "gauge", xid_lines))
+    present = sample.present[gpus].tolist()
+    seed = int(sample.t * 1000) ^ pos
+    xid_lines, _ = count_lines(
+        XID_COUNT_METRIC, labels, present, sample.xid_counts, gpus.tolist(), exp,
+        XID_COUNT_WINDOW, seed,
+    )  # fmt: skip
+    parts.append(_family(XID_COUNT_METRIC, XID_COUNT_HELP, count_kind(exp), xid_lines))
     return "".join(parts)
 
 

@@ -111,8 +111,8 @@ def _pod_labels(w: Workload, rank: int) -> dict[str, str]:
         labels = {w.job_label: w.name, RANK_LABELS[w.job_label]: str(rank)}
         if w.job_label == "training.kubeflow.org/job-name":
             labels["training.kubeflow.org/replica-type"] = "worker"
-        return labels
-    return {"app": w.name}
+        return {**w.labels, **labels}
+    return {**w.labels, "app": w.name}
 
 
 def _pod_name(w: Workload, rank: int) -> str:

@@ -70,7 +70,8 @@ class LiveMetrics:
         pos = self.engine.layout.node_position()[node]
         if not s.scrape_ok or not bool(s.exporter_up[pos]):
             return None
-        return dcgm_text(s, self.engine.layout, node, self.pod_labels, self.fields)
+        exporter = self.engine.scenario.exporter
+        return dcgm_text(s, self.engine.layout, node, self.pod_labels, self.fields, exporter)
 
     def kube_state_page(self) -> str:
         s, pods = self.sample()

@@ -22,7 +22,7 @@ import numpy as np
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
 from simulator.device_health import DeviceFault, device_faults, gpu_allocatable_at, unhealthy_at
-from simulator.engine import FleetSimulator, Sample
+from simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
 from simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
 from simulator.layout import SimPod
 from simulator.series import (
@@ -32,13 +32,14 @@ from simulator.series import (
     exporter_target_labels,
     sample_lines,
 )
+from simulator.xid_series import XID_COUNT_HELP, count_kind, count_lines, gauge_labels
 
 DCGM_JOB = "dcgm-exporter"
 DCGM_PORT = 9400
 KSM_JOB = "kube-state-metrics"
 KSM_INSTANCE = "kube-state-metrics:8080"
 STEPS_JOB = "training-metrics"
-XID_COUNT_HELP = "Count of XID Errors within user-specified time window."
+XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ class OpenMetricsWriter:
         nodes = [sim.layout.nodes[int(i)].name for i in sim.layout.gpu_node]
         target = exporter_target_labels if pod_labels != "direct" else (lambda _node: "")
         extra = [f',job="{DCGM_JOB}",instance="{n}:{DCGM_PORT}"{target(n)}' for n in nodes]
-        self._labels = GpuLabelCache(sim.layout, extra, pod_labels)
+        self._labels = GpuLabelCache(sim.layout, extra, pod_labels, sim.scenario.exporter.hostname)
         self._up = [
             f'job="{DCGM_JOB}",instance="{n.name}:{DCGM_PORT}"{target(n.name)}'
             for n in sim.layout.nodes
@@ -117,8 +118,10 @@ class OpenMetricsWriter:
 
     def families(self) -> dict[str, _Family]:
         """Sample name -> family, in file order."""
-        fam = {m.name: _om_family(m.name, m.kind, m.help) for m in self.metrics}
-        fam[XID_COUNT_METRIC] = _Family(XID_COUNT_METRIC, "gauge", XID_COUNT_HELP)
+        fam = {m.name: _om_family(m.name, m.exposed_kind, m.help) for m in self.metrics}
+        exp = self.sim.scenario.exporter
+        if exp.xid_count:
+            fam[XID_COUNT_METRIC] = _om_family(XID_COUNT_METRIC, count_kind(exp), XID_COUNT_HELP)
         fam[STEPS_METRIC] = _om_family(STEPS_METRIC, "counter", STEPS_HELP)
         fam["up"] = _Family("up", "gauge", "Whether the scrape target answered.")
         if self.kube:
@@ -178,19 +181,21 @@ class OpenMetricsWriter:
         ts = f" {t:.3f}\n"
         labels = self._labels.labels(s.gpu_pod, s.pods)
         count = 0
+        exp = self.sim.scenario.exporter
         for m in self.metrics:
             values = s.metrics[m.name]
+            labs = gauge_labels(labels, values, exp) if m.name == XID_GAUGE else labels
             spools[m.name].write(
-                sample_lines(m.name, labels, values, m.name not in FLOAT_FAMILIES, ts)
+                sample_lines(m.name, labs, values, m.name not in FLOAT_FAMILIES, ts)
             )
             count += int(np.count_nonzero(~np.isnan(values)))
-        for code, counts in sorted(s.xid_counts.items()):
-            idx = np.flatnonzero(counts > 0)
-            xid_labels = [f'{labels[g]},xid="{code}"' for g in idx.tolist()]
-            spools[XID_COUNT_METRIC].write(
-                sample_lines(XID_COUNT_METRIC, xid_labels, counts[idx], True, ts)
-            )
-            count += idx.size
+        if exp.xid_count:
+            text, n = count_lines(
+                XID_COUNT_METRIC, labels, s.present.tolist(), s.xid_counts,
+                range(len(labels)), exp, XID_COUNT_WINDOW, int(t * 1000), ts,
+            )  # fmt: skip
+            spools[XID_COUNT_METRIC].write(text)
+            count += n
         steps = steps_series(s)
         spools[STEPS_METRIC].write(
             "".join(f'{STEPS_METRIC}{{{lab},job="{STEPS_JOB}"}} {int(v)}{ts}' for lab, v in steps)

@@ -16,6 +16,7 @@ gone (a tmpfs) and its GPU faults over unless the scenario lists it in `reboot_k
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,12 @@ IN_USE = (
     "Unable to reset this GPU because it's being used by some other process "
     "(pod {pod}). Please first kill all processes using this GPU."
 )
+
+
+def _draw(seed: int, node: str, device: int, job: str) -> float:
+    """A uniform draw in [0, 1) fixed by its inputs (the same Job reads the same outcome)."""
+    h = hashlib.sha256(f"{seed}/{node}/{device}/{job}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2.0**64
 
 
 class Repairs:
@@ -64,6 +71,9 @@ class Repairs:
         self.delete_pod = delete_pod
         self.on_repair: list[Callable[[str, int, float], None]] = []
         """Called with (node, device, scenario time) after each fix (the metric engine)."""
+        self.on_boot: list[Callable[[str, float], None]] = []
+        """Called with (node, scenario time) when a node is back from a reboot (its exporter
+        restarted)."""
         self.rebooting: dict[str, float] = {}
         """Node -> scenario time it is back."""
         self.sentinel: set[str] = set()
@@ -93,6 +103,31 @@ class Repairs:
             return f"GPU {device} reset failed: the GPU did not come back healthy"
         self._fixed(node, (device,))
         return None
+
+    def diagnose(self, node: str, gpus: list[int] | None, job: str) -> str | None:
+        """What `dcgmi diag` finds on these GPUs of `node` (None: all): why it fails, or None.
+
+        A fault that persists fails it (uncorrected DBEs without a reset, a failed row remap, a
+        GPU fallen off the bus); for `diagnostic_flaky_seconds` after a reset or reboot cleared
+        a hard fault, it fails with probability `diagnostic_flake_rate` (seeded per scenario,
+        node, GPU and Job, so a run is reproducible)."""
+        t = self.now()
+        f = self.devices.persisting(node, gpus)
+        if f is not None:
+            return f"dcgmi diag: GPU {f.device} failed: {f.what} (XID {f.xid}) persists"
+        sc = self.scenario
+        if sc.diagnostic_flake_rate <= 0:
+            return None
+        hit = self.devices.recently_fixed(node, gpus, t, sc.diagnostic_flaky_seconds)
+        if hit is None:
+            return None
+        f, fixed = hit
+        if _draw(sc.seed, node, f.device, job) >= sc.diagnostic_flake_rate:
+            return None
+        return (
+            f"dcgmi diag: GPU {f.device} failed the memory stress test intermittently "
+            f"({t - fixed:.0f}s after the repair of {f.what})"
+        )
 
     def _device(self, node: str, labels: Mapping[str, str]) -> int | None:
         raw = labels.get(INDEX_LABEL, "")
@@ -164,6 +199,8 @@ class Repairs:
             f"{self.scenario.cluster}/boot/{name}/{self.boots[name]}"
         )
         boot = node["status"]["nodeInfo"]["bootID"]
+        for hook in self.on_boot:
+            hook(name, self.now())
         self._set_ready(node, True, "kubelet is posting ready status")
         self.emit(
             node,

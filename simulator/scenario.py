@@ -76,6 +76,8 @@ class Workload(_Strict):
     load: float = Field(default=0.9, ge=0.0, le=1.0)
     """Mean activity; inference varies around it over the day."""
     priority_class: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    """More pod labels, as a team's manifests carry them (e.g. `team`, which metering bills to)."""
 
     @model_validator(mode="after")
     def _end_after_start(self) -> Workload:
@@ -206,6 +208,35 @@ class DiagResult(StrEnum):
     FAIL = "fail"
 
 
+EXPORTER_VERSIONS = ("simple", "3.3", "4.x")
+"""dcgm-exporter layouts the simulator serves (see `Exporter.version`)."""
+
+
+class Exporter(_Strict):
+    """What the simulated dcgm-exporters emit, version by version (docs/collectors.md)."""
+
+    version: Literal["simple", "3.3", "4.x"] = "simple"
+    """`4.x` (tags 4.x, as read from dcgm-exporter's source) and `3.3` (tag 3.3.5-3.4.0): the
+    last-XID gauge is sticky (kept until the exporter restarts, not cleared by a GPU reset),
+    XIDs come in cascades (48, 94, 95 followed by 45; 13 by 43), and the XID count has one
+    series per `xid` code with `window_size_in_ms`, or one zero series without `xid`, in a
+    random order on every scrape; `4.x` adds `err_code`/`err_msg` to the gauge and types the
+    count as a counter. `simple`: a convenient layout kept for tests that say why (the gauge
+    shows the active fault's code and clears when the fault ends, no cascades, count series
+    only where non-zero, in code order)."""
+    xid_count: bool = True
+    """Whether `DCGM_EXP_XID_ERRORS_COUNT` is collected (it is commented out of the shipped
+    counters file; the GPU Operator's and many deployments turn it on)."""
+    hostname: Literal["node", "fqdn", "pod"] = "node"
+    """What the `Hostname` label says (simulator.series.HOSTNAME_MODES): the node's name
+    (`NODE_NAME` set), the host's FQDN (`<node>.gpu.example.internal`) or the exporter pod's
+    name (`nvidia-dcgm-exporter-<node>`)."""
+
+    @property
+    def real(self) -> bool:
+        return self.version != "simple"
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -235,6 +266,11 @@ class Scenario(_Strict):
         return v
 
     """Scenario seconds a diagnostic Job runs before it completes."""
+    diagnostic_flake_rate: float = Field(default=0.0, ge=0, le=1)
+    """Share of diagnostics that fail on a GPU recently repaired of a hard fault (XID 48, 64,
+    79), as marginal hardware does; each Job's draw is seeded (scenario seed, node, GPU, Job)."""
+    diagnostic_flaky_seconds: Duration = Field(default=1800.0, ge=0)
+    """How long after such a repair diagnostics may fail flakily."""
     # ---- repairs gpufleet asks for (reset_gpu Jobs, reboot_node's sentinel); simulator.repairs
     reset_failures: list[
         Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[0-9]+$")]
@@ -253,6 +289,8 @@ class Scenario(_Strict):
     """Where the DCGM series written for Prometheus carry the workload
     (simulator.series.POD_LABEL_LAYOUTS): dcgm-exporter's own `pod`/`namespace` (honorLabels),
     `exported_pod`/`exported_namespace` beside the exporter's target labels, or not at all."""
+    exporter: Exporter = Field(default_factory=Exporter)
+    """Which dcgm-exporter layout the exporters and the backfill reproduce."""
     shipped_fields_only: bool = False
     """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
     counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
@@ -293,6 +331,8 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
 
 
 DEMO_SCENARIO = Path(__file__).with_name("demo.yaml")
+LIVE_DEMO_SCENARIO = Path(__file__).with_name("demo-live.yaml")
+"""What `make demo` plays at 1x: the demo fleet with its faults in the first quarter hour."""
 
 
 def demo_scenario() -> Scenario:
@@ -301,10 +341,13 @@ def demo_scenario() -> Scenario:
 
 __all__ = [
     "DEMO_SCENARIO",
+    "EXPORTER_VERSIONS",
     "JOB_LABEL_KEYS",
+    "LIVE_DEMO_SCENARIO",
     "NOVEL_FAULTS",
     "ConfigError",
     "Confounder",
+    "Exporter",
     "Fault",
     "FaultKind",
     "GpuModel",

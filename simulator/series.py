@@ -72,11 +72,33 @@ def container_name(pod: SimPod) -> str:
     return CONTAINER.get(pod.kind, "main")
 
 
-def gpu_static_labels(layout: Layout, gpus: Sequence[int] | None = None) -> list[str]:
-    """Per GPU (all, or the positions given): dcgm-exporter's labels before the Kubernetes ones."""
+HOSTNAME_MODES = ("node", "fqdn", "pod")
+"""What dcgm-exporter's `Hostname` says: the node's name (`NODE_NAME` set, as the Helm chart and
+the GPU Operator do), the host's fully qualified name (hostNetwork without `NODE_NAME`), or the
+exporter pod's name (its hostname without `NODE_NAME`)."""
+
+
+def exporter_hostname(node: str, mode: str = "node") -> str:
+    if mode == "fqdn":
+        return f"{node}.gpu.example.internal"
+    if mode == "pod":
+        return exporter_pod_name(node)
+    return node
+
+
+def exporter_pod_name(node: str) -> str:
+    """The simulated dcgm-exporter pod on `node` (the name Prometheus' discovery reports)."""
+    return f"nvidia-dcgm-exporter-{node}"
+
+
+def gpu_static_labels(
+    layout: Layout, gpus: Sequence[int] | None = None, hostname: str = "node"
+) -> list[str]:
+    """Per GPU (all, or the positions given): dcgm-exporter's labels before the Kubernetes ones;
+    `hostname`: one of HOSTNAME_MODES."""
     out: list[str] = []
     for i in range(int(layout.gpu_uuid.shape[0])) if gpus is None else gpus:
-        node = layout.nodes[int(layout.gpu_node[i])].name
+        node = exporter_hostname(layout.nodes[int(layout.gpu_node[i])].name, hostname)
         dev = int(layout.gpu_device[i])
         out.append(
             f'gpu="{dev}",UUID="{layout.gpu_uuid[i]}",pci_bus_id="{layout.gpu_pci[i]}",'
@@ -108,7 +130,7 @@ def exporter_target_labels(node: str) -> str:
     """The labels Prometheus' Kubernetes service discovery adds for the exporter pod on `node`."""
     return (
         f',container="nvidia-dcgm-exporter",namespace="{EXPORTER_NAMESPACE}",'
-        f'pod="nvidia-dcgm-exporter-{escape(node)}"'
+        f'pod="{escape(exporter_pod_name(node))}"'
     )
 
 
@@ -116,10 +138,14 @@ class GpuLabelCache:
     """Full per-GPU label strings for a placement, rebuilt only when the placement changes."""
 
     def __init__(
-        self, layout: Layout, extra: Sequence[str] | None = None, pod_labels: str = "direct"
+        self,
+        layout: Layout,
+        extra: Sequence[str] | None = None,
+        pod_labels: str = "direct",
+        hostname: str = "node",
     ) -> None:
         self.pod_labels = pod_labels
-        self._static = gpu_static_labels(layout)
+        self._static = gpu_static_labels(layout, hostname=hostname)
         if extra is not None:
             self._static = [s + e for s, e in zip(self._static, extra, strict=True)]
         self._key: tuple[bytes, tuple[int, ...]] | None = None

@@ -22,6 +22,7 @@ from types import FrameType
 from simulator.clock import SimClock
 from simulator.cluster import ClusterOptions, SimCluster
 from simulator.engine import FleetSimulator
+from simulator.exporter_pods import ExporterPods
 from simulator.kube_api.faults import FaultInjector
 from simulator.kube_api.server import KubeApiServer
 from simulator.layout import Layout, build_layout
@@ -41,6 +42,8 @@ class SimulationHandle:
     k8s: KubeApiServer
     metrics: MetricsServer
     kubeconfig: Path | None
+    exporter_pods: ExporterPods | None = None
+    """Each node's exporter on its own port behind its dcgm-exporter pod (`exporter_pods=`)."""
     _ticker: threading.Thread | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -103,6 +106,8 @@ class SimulationHandle:
             return
         self._stopped.set()
         self.metrics.stop()
+        if self.exporter_pods is not None:
+            self.exporter_pods.stop()
         self.k8s.stop()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
@@ -129,6 +134,7 @@ def start_simulation(
     start_offset: float = 0.0,
     pod_labels: str = "direct",
     fields: Collection[str] | None = None,
+    exporter_pods: str | None = None,
 ) -> SimulationHandle:
     """Start the Kubernetes API and the exporters on `host` (port 0: a free port).
 
@@ -136,7 +142,10 @@ def start_simulation(
     of its scenario); the cluster is built as it stands at that time. `pod_labels`: the
     exporters' pod-label layout (simulator.series.POD_LABEL_LAYOUTS; `none`: the exporter's
     Kubernetes mapping off). `fields`: the DCGM families the exporters serve (None: all;
-    observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: dcgm-exporter's shipped counters file)."""
+    observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: dcgm-exporter's shipped counters file).
+    `exporter_pods`: `gpu-operator` or `chart` (simulator.exporter_pods) makes each node's
+    dcgm-exporter pod reachable at its podIP and named port in that install's layout, for
+    discovery by pod labels; None: the exporters only at `/nodes/<node>/metrics`."""
     sc = scenario if scenario is not None else demo_scenario()
     layout = build_layout(sc)
     wall0 = wall() - start_offset / speed if speed > 0 else None
@@ -144,6 +153,7 @@ def start_simulation(
     cluster = SimCluster(sc, layout, clock=clock, options=options)
     engine = FleetSimulator(sc, layout)
     cluster.repairs.on_repair.append(engine.end_faults)  # a reset or reboot stops the XIDs
+    cluster.repairs.on_boot.append(engine.exporter_restarted)  # the XID fields start empty
     k8s = KubeApiServer(cluster, host=host, port=k8s_port, bookmark_interval=bookmark_interval)
     try:
         metrics = MetricsServer(
@@ -154,10 +164,14 @@ def start_simulation(
     except OSError:
         k8s.stop()
         raise
+    pods = None
+    if exporter_pods is not None:
+        pods = ExporterPods(metrics, exporter_pods, host)
+        pods.publish(cluster)
     k8s.start()
     metrics.start()
     kubeconfig = k8s.write_kubeconfig(kubeconfig_out) if kubeconfig_out else None
-    handle = SimulationHandle(sc, layout, clock, cluster, engine, k8s, metrics, kubeconfig)
+    handle = SimulationHandle(sc, layout, clock, cluster, engine, k8s, metrics, kubeconfig, pods)
 
     def tick() -> None:  # time-driven changes (start-up, workload start/end) without requests
         while not handle._stopped.wait(tick_interval):

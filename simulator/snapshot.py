@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind
+from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind, xid_count_column
 from observer.fleet.model import FleetSnapshot, FloatArray, Node, NodeName, Pod
 from observer.promql import DEFAULT_LOOKBACK, Semantics, fresh, increase_columns
 from observer.snapshot.builder import SnapshotBuilder
@@ -134,9 +134,12 @@ class SimSnapshots:
             )
         if samples:
             xid_total = np.zeros(n)
-            for s in samples[-1:]:
-                for arr in s.xid_counts.values():
-                    xid_total = xid_total + np.nan_to_num(arr)
+            for code, arr in samples[-1].xid_counts.items():
+                xid_total = xid_total + np.nan_to_num(arr)
+                if bool(np.any(arr[rows] > 0)):  # a code's column, as the collectors keep it
+                    metrics[xid_count_column(code)] = MetricSeries(
+                        np.where(arr[rows] > 0, arr[rows], np.nan), stamp, row=positions
+                    )
             metrics[XID_COUNT_METRIC] = MetricSeries(xid_total[rows], stamp, row=positions)
         pod_records = tuple(_pod(p, t) for p in pods)
         steps = self._steps(samples, times, t, pods)

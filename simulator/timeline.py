@@ -147,6 +147,11 @@ class JobTimeline:
         f = NVLINK_FACTOR[self.phase] / (1.0 + self.slowdown)
         return np.maximum(self._cum(b, self.nvlink_cum, f) - self._cum(a, self.nvlink_cum, f), 0)
 
+    def nvlink_factor_at(self, t: float) -> float:
+        """Share of the all-reduce NVLink rate at `t` (the derivative of `nvlink_integral`)."""
+        k = self.segment(t)
+        return float(NVLINK_FACTOR[self.phase[k]] / (1.0 + self.slowdown[k]))
+
     def step_integral(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Seconds of full-speed training in [a, b): divide by step_time to get steps."""
         f = STEP_FACTOR[self.phase] / (1.0 + self.slowdown)

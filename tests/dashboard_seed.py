@@ -233,8 +233,9 @@ def seed_repairs(store: Store, now: float | None = None) -> None:
         clock[0] = t + 30 * k
         loop.tick(findings, clock[0], cluster.view(clock[0]))
         loop.act(clock[0], cluster.view(clock[0]))
-    clock[0] = t + 300
-    loop.tick(findings[2:], clock[0], cluster.view(clock[0]))  # reset clears the others
+    for k in range(3):  # the resets cleared the others: their incidents resolve
+        clock[0] = t + 300 + 10 * k
+        loop.tick(findings[2:], clock[0], cluster.view(clock[0]))
     clock[0] = t + 360
     ctx = JobContext(loop, lambda: clock[0], diagnostics=cluster, lock=threading.Lock(),
                      gpu_holders=lambda: dict(cluster.held))  # fmt: skip

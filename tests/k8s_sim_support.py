@@ -8,6 +8,10 @@ when a test advances it.
 
 from __future__ import annotations
 
+import functools
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import yaml
 from kubernetes.client import V1ObjectMeta
 
 from simulator.clock import ManualWall, SimClock
 from simulator.cluster import ClusterOptions, SimCluster
+from simulator.kube_api.rbac import Rbac
 from simulator.kube_api.server import KubeApiServer
 from simulator.scenario import Scenario, scenario_from_dict
 
@@ -44,12 +50,35 @@ def small_scenario(**extra: Any) -> Scenario:
     return scenario_from_dict({**SMALL, **extra}, "k8s-small")
 
 
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+SERVICE_ACCOUNT = ("gpufleet", "gpufleet")
+"""gpufleet's ServiceAccount in deploy/base (namespace, name): what the service runs as."""
+
+
+@functools.cache
+def deploy_rbac(kustomization: str = "base") -> Rbac:
+    """The Roles, ClusterRoles and bindings of deploy/, rendered by the real `kubectl kustomize`
+    (so namespaces are those a `kubectl apply -k` would create)."""
+    exe = shutil.which("kubectl") or str(Path(sys.executable).with_name("kubectl"))
+    out = subprocess.run(
+        [exe, "kustomize", str(DEPLOY / kustomization)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return Rbac(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
 @dataclass
 class Sim:
     cluster: SimCluster
     api: KubeApiServer
     wall: ManualWall
     kubeconfig: Path
+    """The cluster admin's kubeconfig: what a test uses to set up and inspect the cluster."""
+    sa_kubeconfig: Path
+    """gpufleet's ServiceAccount (deploy/ RBAC): what the product under test runs as."""
 
     def advance(self, seconds: float) -> None:
         """Move wall (and so scenario) time on, then let the cluster catch up."""
@@ -69,19 +98,31 @@ def running_sim(
     startup: float = 30.0,
     termination: float = 0.0,
     dra: bool = True,
+    taint_writer: float = 0.0,
     **extra: Any,
 ) -> Iterator[Sim]:
-    """`dra=False`: a device-plugin cluster (no ResourceSlices, no DeviceTaintRules)."""
+    """`dra=False`: a device-plugin cluster (no ResourceSlices, no DeviceTaintRules);
+    `taint_writer` > 0: another controller toggles a taint on every node that often."""
     sc = small_scenario(**extra)
     wall = ManualWall(time.time())
     clock = SimClock(sc.start, wall=wall)
     options = ClusterOptions(
-        startup_seconds=startup, history=history, termination_seconds=termination, dra=dra
+        startup_seconds=startup,
+        history=history,
+        termination_seconds=termination,
+        dra=dra,
+        taint_writer_seconds=taint_writer,
     )
     cluster = SimCluster(sc, clock=clock, options=options)
-    api = KubeApiServer(cluster, bookmark_interval=0.2).start()
+    api = KubeApiServer(cluster, bookmark_interval=0.2, rbac=deploy_rbac()).start()
     try:
-        yield Sim(cluster, api, wall, api.write_kubeconfig(tmp_path / "kubeconfig"))
+        yield Sim(
+            cluster,
+            api,
+            wall,
+            api.write_kubeconfig(tmp_path / "kubeconfig"),
+            api.service_account_kubeconfig(tmp_path / "sa-kubeconfig", *SERVICE_ACCOUNT),
+        )
     finally:
         api.stop()
 

@@ -66,6 +66,14 @@ def start_prometheus(
     return lp.start_prometheus(openmetrics_path, tmp_path, lookback_delta)
 
 
+def served_scenario(scenario: Scenario, tmp_path: Path) -> Iterator[PrometheusHandle]:
+    """The scenario backfilled into a Prometheus that runs until the generator closes: the body
+    of a module-scoped `prom` fixture, so a module's tests share one server."""
+    handle = start_prometheus(write_scenario(scenario, tmp_path / f"{scenario.name}.om"), tmp_path)
+    yield handle
+    handle.stop()
+
+
 PrometheusFactory = Callable[..., PrometheusHandle]
 
 

@@ -22,7 +22,7 @@ from gpufleet.cli import main
 from simulator.engine import FleetSimulator
 from simulator.scenario import Scenario, scenario_from_dict
 from simulator.truth import ground_truth
-from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
+from tests.prometheus_fixture import PrometheusHandle, served_scenario
 
 pytestmark = [pytest.mark.prometheus]
 TINY: dict[str, Any] = {
@@ -66,10 +66,7 @@ def scenario() -> Scenario:
 def prom(
     scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusHandle]:
-    tmp = tmp_path_factory.mktemp("cli-dbe")
-    handle = start_prometheus(write_scenario(scenario, tmp / "tiny.om"), tmp)
-    yield handle
-    handle.stop()
+    yield from served_scenario(scenario, tmp_path_factory.mktemp("cli-dbe"))
 
 
 def _xid_gpu(sc: Scenario) -> str:

@@ -39,7 +39,7 @@ def test_summary_and_json_from_prometheus(
     out = capsys.readouterr().out
     assert "40 GPUs on 5 nodes, 6 pods, 2 jobs" in out
     assert "stale: a100-0001 (2.5m old, exporter down)" in out
-    assert "default/train" in out and "24 queries" in out
+    assert "default/train" in out and "23 queries" in out
     assert "ALLOCATABLE" in out and "5/8" in out  # h100-0002: the device plugin withdrew 3
     assert "fields: " in out and " on full evidence" in out  # the coverage report
     dump = tmp_path / "snap.json"

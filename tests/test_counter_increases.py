@@ -28,7 +28,7 @@ T0 = 1_700_000_010.0  # on the 30 s grid
 END = 900
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 PCIE = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
-NVLINK = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 
 
 def _labels(gpu: int, pod: str) -> str:
@@ -45,13 +45,13 @@ def _totals(gpu: int, s: int) -> dict[str, float]:
         "DCGM_FI_DEV_FB_USED": 1000.0 + gpu,
         DBE: (2.0 if gpu == 0 and s >= 300 else 0.0) + (1.0 if gpu == 3 and s >= 450 else 0.0),
         PCIE: 5.0 if gpu == 1 and s < 360 else 0.0,
-        NVLINK: 1000.0 * (s // 30) if gpu == 2 else 7.0,
+        SBE: 1000.0 * (s // 30) if gpu == 2 else 7.0,
     }
 
 
 def write_fleet(path: Path) -> Path:
     lines: list[str] = []
-    for family in ("DCGM_FI_DEV_FB_USED", DBE, PCIE, NVLINK):
+    for family in ("DCGM_FI_DEV_FB_USED", DBE, PCIE, SBE):
         lines.append(f"# TYPE {family} gauge")
         for gpu in range(4):
             for pod in ("train-a", "train-b") if gpu == 2 else ("train-a",):
@@ -82,7 +82,7 @@ def test_warm_cycles_report_each_increment_for_one_window(prom: PrometheusHandle
     seconds = list(range(150, 781, 30))
     with PrometheusCollector(PromSettings(prom.url)) as c:
         results = [c.collect(T0 + s) for s in seconds]
-    assert [r.stats.query_count for r in results] == [24] + [14] * (len(seconds) - 1)
+    assert [r.stats.query_count for r in results] == [23] + [14] * (len(seconds) - 1)
     assert not any(r.stats.problems for r in results)
     for s, r in zip(seconds, results, strict=True):
         snap = r.snapshot
@@ -91,8 +91,8 @@ def test_warm_cycles_report_each_increment_for_one_window(prom: PrometheusHandle
         assert inc(snap, DBE, 3) == (1.0 if 450 <= s < 570 else 0.0), s
         assert all(inc(snap, f, g) == 0.0 for f in (DBE, PCIE) for g in (1, 2)), s
         if s >= 300:  # the cold start's seed (Prometheus' increase) has left the window
-            assert inc(snap, NVLINK, 2) == 4000.0, s  # across the pod switch at 600 s
-            assert inc(snap, NVLINK, 0) == 0.0, s
+            assert inc(snap, SBE, 2) == 4000.0, s  # across the pod switch at 600 s
+            assert inc(snap, SBE, 0) == 0.0, s
     switched = results[seconds.index(630)]
     assert switched.report.duplicate_identity_rows, "the old pod's series should linger"
 
@@ -116,7 +116,7 @@ def test_range_replay_steps_equal_warm_cycles(prom: PrometheusHandle) -> None:
     with PrometheusCollector(settings) as c:
         instant = [c.collect(s.taken_at).snapshot for s in replay]
     for a, b in zip(replay, instant, strict=True):
-        for family in (DBE, PCIE, NVLINK):
+        for family in (DBE, PCIE, SBE):
             got, want = a.metrics[family].increase, b.metrics[family].increase
             assert got is not None and want is not None
             np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=f"{family} {a.taken_at}")

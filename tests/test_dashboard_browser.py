@@ -20,6 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from dashboards.launcher import Dashboard, start
 from dashboards.settings import DashboardConfig, DashboardSettings
+from metering import MeteringConfig
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.dashboard_seed import (
@@ -41,6 +42,12 @@ PAGES = (
     ("utilization", "Utilization & cost"),
     ("whatif", "What-if"),
 )
+
+WIDTHS = (1280, 1920)
+CUT_OFF = """return [...document.querySelectorAll(
+  '[data-testid="stMetricLabel"] p, [data-testid="stMetricValue"] div')]
+  .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
+"""Metric labels and values Streamlit cut with an ellipsis ("Idle allocated G...")."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,6 +80,7 @@ def dashboard(
         store_url=str(store.engine.url),
         cluster="alpha",
         dashboard=DashboardConfig(unauthenticated_approvals=True),
+        metering=MeteringConfig(default_price=2.5),  # the cost page tells its story
     )
     dash = start(settings, 0, workdir=tmp_path_factory.mktemp("dash"))
     try:
@@ -103,6 +111,8 @@ def settle(d: WebDriver, title: str, timeout: float = 20.0) -> None:
     w.until(lambda d: any(h.text == title for h in d.find_elements(By.TAG_NAME, "h1")))
     with contextlib.suppress(TimeoutException):
         w.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]'))
+    with contextlib.suppress(TimeoutException):  # placeholders of parts still drawing
+        w.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stSkeleton"]'))
     time.sleep(0.8)  # Vega draws after the script ends
 
 
@@ -111,16 +121,26 @@ def test_every_page_loads_and_approve_changes_the_journal(
 ) -> None:
     store, ids = seeded
     shots = []
-    for path, title in PAGES:
-        browser.get(f"{dashboard.url}/{'' if path == 'fleet' else path}")
-        settle(browser, title)
-        assert "Page not found" not in browser.page_source, path
-        assert "Demo mode" in browser.page_source  # every page says nobody is logged in
-        assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), path
-        shot = SHOTS / f"{path}.png"
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(shot))
-        shots.append(shot)
+    for width in WIDTHS:  # a laptop and a desktop: labels and values fit at both
+        browser.set_window_size(width, 1100)
+        for path, title in PAGES:
+            browser.get(f"{dashboard.url}/{'' if path == 'fleet' else path}")
+            settle(browser, title, timeout=45.0 if width == WIDTHS[0] else 20.0)  # cold caches
+            assert "Page not found" not in browser.page_source, path
+            assert "Demo mode" in browser.page_source  # every page says nobody is logged in
+            assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), path
+            assert not browser.execute_script(CUT_OFF), (path, width)
+            assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAppDeployButton"]')
+            if width == WIDTHS[0]:
+                with contextlib.suppress(TimeoutException):  # the README shows drawn charts
+                    WebDriverWait(browser, 30, poll_frequency=0.5).until(
+                        lambda d: d.find_elements(By.CSS_SELECTOR, "canvas, svg.marks")
+                    )
+                time.sleep(1.5)
+                shot = SHOTS / f"{path}.png"
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                browser.save_screenshot(str(shot))
+                shots.append(shot)
 
     browser.get(f"{dashboard.url}/remediation")
     settle(browser, "Remediation")

@@ -15,7 +15,7 @@ from remediations.types import IncidentId, IncidentStatus
 from simulator.layout import gpu_uuid
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.dashboard_seed import seed_fleet, write_settings
-from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
+from tests.prometheus_fixture import PrometheusHandle, served_scenario
 from tests.test_cli_detect_backtest_eval import TINY, UNREACHABLE, _xid_gpu
 from tests.test_dashboard_pages import app, texts
 
@@ -38,10 +38,7 @@ def scenario() -> Scenario:
 def prom(
     scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusHandle]:
-    tmp = tmp_path_factory.mktemp("history")
-    handle = start_prometheus(write_scenario(scenario, tmp / "tiny.om"), tmp)
-    yield handle
-    handle.stop()
+    yield from served_scenario(scenario, tmp_path_factory.mktemp("history"))
 
 
 def _seed(tmp_path: Path, gpu: str, opened: float) -> str:
@@ -84,9 +81,10 @@ def test_incident_shows_its_gpu_and_peers_around_its_start(
     assert "Around its start" in texts(at)
     assert "No history charts" not in texts(at)
     assert not at.warning
-    # timeline, evidence bars, then one chart per field the XID detector reads that Prometheus holds
+    # the timeline, no evidence panel (an XID's evidence compares nothing with peers: one panel
+    # per compared metric), then one chart per field the XID detector reads that Prometheus holds
     fields = set(frame["field"])
-    assert len(at.get("vega_lite_chart")) == 2 + len(fields)
+    assert len(at.get("vega_lite_chart")) == 1 + len(fields)
 
 
 @pytest.mark.prometheus

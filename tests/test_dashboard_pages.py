@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboards import data
 from dashboards.shell import SETTINGS_KEY
+from gpufleet.service.job_runs import JobRuns
 from remediations.store import Store
 from remediations.types import ActionState
 from remediations.validation import record_diagnosis
@@ -225,4 +226,58 @@ def test_out_of_service_shows_each_gpus_repair_state_and_the_one_a_person_must_r
     seed_fleet(store, 64, cycles=1)
     data.changed()  # the first run's Fleet page cached an empty fleet
     at = app(settings, "page_files/fleet.py")
-    assert {m.label: m.value for m in at.metric}["GPUs out of service (of 64)"] == "2"
+    assert {m.label: m.value for m in at.metric}["Out of service (of 64)"] == "2 GPUs"
+
+
+def test_policy_page_lists_scheduled_jobs_and_counts_repeated_denials(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    url, store = journal
+    now = time.time()
+    notify = {"reasons": ["rule idle-notify: notify only"]}
+    for i in range(8):  # a notify-only rule denies the same cordon every cycle
+        t = now - 300 + 30 * i
+        store.audit(t, "decision", "cordon on node/a-0003: deny", target="node/a-0003",
+                    detail=notify)  # fmt: skip
+    store.audit(now - 10, "decision", "drain on node/a-0001: deny", target="node/a-0001",
+                detail={"reasons": ["cooldown: drain on node/a-0001"]})  # fmt: skip
+    runs = JobRuns(store.engine, "alpha")
+    assert runs.claim("demo-maintenance", "maintenance_window", now - 60, "me", now - 60)
+    runs.finish("demo-maintenance", now - 60, True, "0 drain(s) journaled", now - 59)
+    at = app(write_settings(tmp_path / "s.json", url, "alpha"), "page_files/policy.py")
+
+    frames = [d.value for d in at.dataframe]
+    jobs = next(f for f in frames if "kind" in f.columns and "last_outcome" in f.columns)
+    assert list(jobs["job"]) == ["demo-maintenance"] and list(jobs["ok"]) == ["yes"]
+    denied = next(f for f in frames if "times" in f.columns)
+    assert list(denied["target"]) == ["node/a-0001", "node/a-0003"]  # newest first
+    assert list(denied["times"]) == [1, 8]  # eight identical rows are one, with their count
+    assert denied["why"].iloc[1] == "rule idle-notify: notify only"
+
+
+def test_a_stale_request_is_marked_before_anyone_clicks_and_approving_it_says_why(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    """The incident of the pending drain on pool-a-0001 ended after the request: the queue
+    marks it stale with that reason; approving it expires it, and the message says why."""
+    from dataclasses import replace
+
+    from remediations.types import IncidentStatus
+
+    url, store = journal
+    ids = seed_cluster(store)
+    a = store.get_action(ids["pending"])
+    assert a is not None
+    inc = store.get_incident(a.incident_id)
+    assert inc is not None
+    store.save_incidents([replace(inc, status=IncidentStatus.RESOLVED, resolved_at=time.time())])
+    settings = write_settings(tmp_path / "s.json", url, "alpha", unauthenticated_approvals=True)
+    at = app(settings, "page_files/remediation.py")
+    stale = [w.value for w in at.warning if str(w.value).startswith("Stale:")]
+    assert len(stale) == 1 and f"its incident {inc.id[:12]}" in stale[0], stale
+    at.button(key=f"approve_{ids['pending']}").click().run()
+    assert not at.exception
+    done = store.get_action(ids["pending"])
+    assert done is not None and done.state is ActionState.EXPIRED
+    said = [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
+    assert any("not approved, expired on approval: its incident" in s for s in said), said

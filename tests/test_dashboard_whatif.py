@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from dashboards import data
-from dashboards.whatif import Eta
+from dashboards.whatif import SHIPPED, Eta, run
 from evaluation.suite_eval import SuiteEta
 from remediations.store import Store
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.dashboard_seed import write_settings
-from tests.prometheus_fixture import PrometheusHandle, start_prometheus, write_scenario
+from tests.prometheus_fixture import PrometheusHandle, served_scenario
 from tests.test_cli_detect_backtest_eval import TINY
 from tests.test_dashboard_pages import app, texts
 
@@ -37,10 +37,7 @@ def scenario() -> Scenario:
 def prom(
     scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusHandle]:
-    tmp = tmp_path_factory.mktemp("whatif")
-    handle = start_prometheus(write_scenario(scenario, tmp / "tiny.om"), tmp)
-    yield handle
-    handle.stop()
+    yield from served_scenario(scenario, tmp_path_factory.mktemp("whatif"))
 
 
 def test_eta_says_how_long_is_left() -> None:
@@ -77,6 +74,22 @@ def test_whatif_runs_the_backtest_with_a_chosen_policy(
     pairs = set(zip(acts["playbook"], acts["target"], strict=True))
     assert ("restart_job", "job/default/train") in pairs
     assert "Nothing in the journal for this window." in texts(at)
+
+
+@pytest.mark.prometheus
+def test_whatif_streams_the_episodes_found_so_far_before_the_replay_ends(
+    prom: PrometheusHandle, scenario: Scenario
+) -> None:
+    seen: list[tuple[int, int]] = []
+    result = run(
+        prom.url, scenario.start + 30, scenario.end, 30.0, SHIPPED / "default.yaml", "alpha",
+        lambda eta: seen.append((eta.done, len(eta.episodes))),
+    )  # fmt: skip
+    total = len(seen) and seen[-1][0]
+    partial = [(done, n) for done, n in seen if n and done < total]
+    assert partial, seen  # episodes shown while steps were still to go
+    assert partial[0][1] <= len(result.episodes)
+    assert [n for _, n in seen] == sorted(n for _, n in seen)  # only ever grows
 
 
 def test_whatif_without_prometheus_says_what_to_set(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ collection does not stop the next cycle; the command starts, reports and stops o
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from errors import TemporaryError
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
-from remediations.store import Store
+from remediations.store import AuditRecord, Store
 from remediations.types import QUARANTINE_TAINT, ActionState
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
@@ -95,7 +96,7 @@ def test_fault_becomes_finding_action_and_quarantine(
     text = "\n".join(lines)
     assert "finding  CRITICAL gpu_xid h100-0002" in text
     assert "did cordon h100-0002" in text
-    assert "approve: gpufleet actions approve" in text
+    assert re.search(r"approve: \S*gpufleet actions approve \w+", text), text
     config = loop.files.config.read_text()
     assert "store_url: sqlite:///" in config and "cluster: small" in config
 
@@ -219,6 +220,30 @@ def test_log_groups_a_nodes_idle_gpus_into_one_line() -> None:
         CycleReport(now=160.0, started=tuple(idle))
     )
     assert lines == ["[+02:40] finding  INFO gpu_idle a100-0002 (8 GPUs): GPU 0 idle"]
+
+
+def test_log_names_service_events_and_notify_rules_for_what_they_are() -> None:
+    """A leader election is not an action, and a notify-only rule refused nothing."""
+    lines: list[str] = []
+
+    def row(i: int, kind: str, message: str, **detail: object) -> AuditRecord:
+        return AuditRecord(i, "c", 100.0, "gpufleet", kind, None, None, "node/h200-0001",
+                           message, detail)  # fmt: skip
+
+    audit = (
+        row(1, "leader", "vm-1 became leader"),
+        row(2, "decision", "cordon on node/h200-0001: deny",
+            reasons=["rule throttle-notify: notify only"]),
+        row(3, "decision", "drain on node/a-1: deny", reasons=["cooldown: drain on node/a-1"]),
+    )  # fmt: skip
+    DemoLog(0.0, write=lines.append, heartbeat_every=0).report(CycleReport(now=100.0, audit=audit))
+    assert lines[0] == "[+01:40] leader   vm-1 became leader"
+    assert lines[1] == (
+        "[+01:40] notify   node/h200-0001: rule throttle-notify tells people; nothing is "
+        "changed in the cluster"
+    )
+    assert "deny" not in lines[1]
+    assert lines[2].startswith("[+01:40] policy   drain on node/a-1: deny")
 
 
 def _read_until(out: IO[str], needle: str, seen: list[str], timeout: float) -> bool:

@@ -133,7 +133,8 @@ def test_watch_sees_cordon_patch(api: client.ApiClient) -> None:
 def test_watch_initial_state_and_bookmarks(sim: Sim) -> None:
     query = "watch=true&allowWatchBookmarks=true&timeoutSeconds=1"
     url = f"{sim.api.url}/api/v1/namespaces/ml/pods?{query}"
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    auth = {"Authorization": f"Bearer {sim.api.admin_token}"}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=10) as resp:
         events = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
     added = [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"]
     assert added == ["big-worker-0", "train-worker-0", "train-worker-1"]

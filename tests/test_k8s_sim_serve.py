@@ -92,7 +92,11 @@ def test_exporter_down_answers_503_and_targets(handle: tuple[SimulationHandle, M
     assert all(g["targets"] == [f"127.0.0.1:{h.metrics_port}"] for g in groups)
 
 
-def _serve_cli(args: list[str], tmp_path: Path) -> None:
+def _token(kubeconfig: Path) -> str:
+    return str(json.loads(kubeconfig.read_text())["users"][0]["user"]["token"])
+
+
+def _serve_cli(args: list[str], tmp_path: Path, kubeconfig: Path) -> None:
     proc = subprocess.Popen(
         [str(GPUFLEET), *args],
         stdout=subprocess.PIPE,
@@ -113,7 +117,14 @@ def _serve_cli(args: list[str], tmp_path: Path) -> None:
         health = re.search(r"health\s+(http://\S+)", text)
         assert k8s and health, text
         assert get(health.group(1)) == (200, "ok\n")
-        assert json.loads(get(f"{k8s.group(1)}/api/v1/nodes")[1])["kind"] == "NodeList"
+        # a real API server answers only a caller with credentials: the kubeconfig's token
+        req = urllib.request.Request(
+            f"{k8s.group(1)}/api/v1/nodes",
+            headers={"Authorization": f"Bearer {_token(kubeconfig)}"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.loads(r.read())["kind"] == "NodeList"
+        assert get(f"{k8s.group(1)}/api/v1/nodes")[0] == 403  # anonymous
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
@@ -125,10 +136,11 @@ def _serve_cli(args: list[str], tmp_path: Path) -> None:
 def test_simulate_serve_cli(tmp_path: Path) -> None:
     kc = tmp_path / "kc.yaml"
     args = ["simulate", "--serve", "--metrics-port", "0", "--k8s-port", "0"]
-    _serve_cli([*args, "--kubeconfig-out", str(kc)], tmp_path)
-    assert "http://127.0.0.1:" in kc.read_text()
+    _serve_cli([*args, "--kubeconfig-out", str(kc)], tmp_path, kc)
+    assert "https://127.0.0.1:" in kc.read_text()
 
 
 def test_demo_cli_writes_kubeconfig(tmp_path: Path) -> None:
-    _serve_cli(["demo", "--metrics-port", "0", "--k8s-port", "0"], tmp_path)
+    kc = tmp_path / ".gpufleet" / "demo-kubeconfig"
+    _serve_cli(["demo", "--metrics-port", "0", "--k8s-port", "0"], tmp_path, kc)
     assert (tmp_path / ".gpufleet" / "demo-kubeconfig").exists()

@@ -43,7 +43,7 @@ def until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def collector(sim: Sim, **kw: object) -> KubeCollector:
-    settings = KubeSettings(kubeconfig=str(sim.kubeconfig), **{**FAST, **kw})  # type: ignore[arg-type]
+    settings = KubeSettings(kubeconfig=str(sim.sa_kubeconfig), **{**FAST, **kw})  # type: ignore[arg-type]
     return KubeCollector(settings)
 
 

@@ -79,12 +79,14 @@ def test_clock_drifts_down_over_the_hour_without_an_event_bit(sim: FleetSimulato
 def test_nvlink_traffic_collapses_without_crc_errors(sim: FleetSimulator) -> None:
     g = FAULTY["nvlink_bw_collapse"]
     bw, crc = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
-    a, b = _at(sim, 30), _at(sim, 40)
-    rate = (b.metrics[bw] - a.metrics[bw]) / (10 * MIN)
-    peers = float(np.median(rate[8:16]))
-    assert 0.05 * peers < rate[g] < 0.15 * peers  # severity 1: traffic falls by 90 %
+    b = _at(sim, 40)
+    mib_s = b.metrics[bw]  # DCGM field 449: the links' throughput in MiB/s, not a byte total
+    peers = float(np.median(mib_s[8:16]))
+    assert peers > 1000.0  # an all-reduce moves GB/s
+    assert 0.05 * peers < mib_s[g] < 0.15 * peers  # severity 1: traffic falls by 90 %
     assert b.metrics[crc][g] == 0.0
-    assert np.all(np.diff([_at(sim, m).metrics[bw][g] for m in (5, 15, 25)]) > 0)  # monotone
+    before = _at(sim, 5).metrics[bw]
+    assert 0.9 * float(np.median(before[8:16])) < before[g]  # normal before the fault
 
 
 def test_cooling_degradation_is_heat_at_the_same_power(sim: FleetSimulator) -> None:

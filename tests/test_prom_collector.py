@@ -138,7 +138,7 @@ def test_queries_per_cycle_do_not_grow_with_the_fleet(
         assert len(r.snapshot.gpus) == len(warm.snapshot.gpus) == gpus
         counts.append(([q.name for q in r.stats.queries], [q.name for q in warm.stats.queries]))
     assert counts[0] == counts[1]
-    assert len(counts[0][0]) == 24 and len(counts[0][1]) == 14  # cold start, then warm
+    assert len(counts[0][0]) == 23 and len(counts[0][1]) == 14  # cold start, then warm
 
 
 @pytest.mark.parametrize("minute", [9, 3])  # at 3-5 min the hangjob's new pod labels are
@@ -207,7 +207,7 @@ def test_5xx_warnings_and_result_type_through_a_proxy(
         return json.dumps(doc).encode()
 
     with FaultyProxy(prom.url) as proxy:
-        failing = proxy.rule(r"increase\(DCGM_FI_DEV_NVLINK_BANDWIDTH", status=503)
+        failing = proxy.rule(r"increase\(DCGM_FI_DEV_PCIE_REPLAY_COUNTER", status=503)
         proxy.rule(r"kube_pod_status_phase", mutate=warn)
         settings = PromSettings(proxy.url, retries=2, backoff=0.01)
         with PrometheusCollector(settings) as c:
@@ -216,11 +216,11 @@ def test_5xx_warnings_and_result_type_through_a_proxy(
         s = r.snapshot
         assert s.telemetry is not None and not s.telemetry.source_ok
         reason = s.telemetry.degraded_reason
-        assert "increase:DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL failed: HTTP 503" in reason
+        assert "increase:DCGM_FI_DEV_PCIE_REPLAY_COUNTER failed: HTTP 503" in reason
         assert "partial response from store eu-1" in reason
-        bw = s.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
-        assert bw.increase is None or np.all(np.isnan(bw.increase))
-        assert np.count_nonzero(~np.isnan(bw.value)) == 39  # its value came in the batch
+        replays = s.metrics["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]
+        assert replays.increase is None or np.all(np.isnan(replays.increase))
+        assert np.count_nonzero(~np.isnan(replays.value)) == 39  # its value came in the batch
         proxy.rules.clear()
         proxy.rule(r"query=up\{", mutate=lambda b: b.replace(b'"vector"', b'"scalar"'))
         with PrometheusCollector(settings) as c:
@@ -248,7 +248,7 @@ def test_warm_cycles_agree_with_a_cold_start(prom: PrometheusHandle, scenario: S
                     break
             with PrometheusCollector(PromSettings(prom.url)) as cold:
                 assert_same(r.snapshot, cold.collect(t).snapshot)
-    assert counts[0] == 24 and set(counts[1:]) == {14}
+    assert counts[0] == 23 and set(counts[1:]) == {14}
 
 
 def assert_same(a: FleetSnapshot, b: FleetSnapshot) -> None:

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 STEP = 30.0
 RESET_AT = 9 * MIN + 15
 """Counters written from here on restart near zero (an exporter or pod restart)."""
-RESET_COUNTER = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+RESET_COUNTER = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
 RESET_GPU = ('Hostname="h100-0000"', 'gpu="0"')
 RESET_POD = 'pod="train-worker-0"'
 _SAMPLE = re.compile(r"^(\S+\{.*\}) (\S+) (\S+)$")

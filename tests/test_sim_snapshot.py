@@ -55,7 +55,9 @@ def test_a_vanished_gpu_answers_with_its_old_sample_until_the_lookback_passes() 
 def test_counters_carry_increase_and_window() -> None:
     sim = _scenario()
     snap = SimSnapshots(sim, window=120.0).snapshot(sim.scenario.start + 600)
-    col = snap.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
+    col = snap.metrics["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]
     assert col.window_seconds == 120.0 and col.increase is not None
     assert np.all(col.increase[~np.isnan(col.increase)] >= 0)
     assert snap.telemetry is not None and snap.telemetry.scrape_interval == 30.0
+    nvlink = snap.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]  # MiB/s: a rate, no increase
+    assert nvlink.increase is None and nvlink.window_seconds == 0.0

@@ -45,6 +45,9 @@ def m(s: Sample, name: str) -> FloatArray:
     return s.metrics[name]
 
 
+MIB = float(1 << 20)
+
+
 def rate(sim: FleetSimulator, name: str, a: float, b: float) -> np.ndarray:
     return (m(at(sim, b), name) - m(at(sim, a), name)) / ((b - a) * MIN)
 
@@ -85,7 +88,6 @@ def test_counters_are_monotone(sim: FleetSimulator) -> None:
         ok = ~np.isnan(s.pod_steps)
         assert (s.pod_steps[ok] >= last_steps[ok]).all()
         last_steps[ok] = s.pod_steps[ok]
-    assert last["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"][TRAIN].min() > 0
 
 
 def test_training_moves_together_and_steps_advance(sim: FleetSimulator) -> None:
@@ -96,8 +98,8 @@ def test_training_moves_together_and_steps_advance(sim: FleetSimulator) -> None:
     assert m(s, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[TRAIN].min() > 0.8
     steps = s.pod_steps[:2]
     assert steps[0] == steps[1] == pytest.approx(180, abs=1)  # step_time 1 s
-    nvl = rate(sim, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 2, 3)[TRAIN]
-    assert (nvl > 250e9).all()
+    nvl = m(s, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")[TRAIN]  # MiB/s (DCGM field 449)
+    assert (nvl > 250e9 / MIB).all()
 
 
 def test_checkpoint_pauses_every_rank(sim: FleetSimulator) -> None:
@@ -107,7 +109,7 @@ def test_checkpoint_pauses_every_rank(sim: FleetSimulator) -> None:
     assert m(during, "DCGM_FI_DEV_POWER_USAGE")[TRAIN].max() < 200
     assert later.pod_steps[0] - during.pod_steps[0] == 0
     assert during.pod_steps[0] - before.pod_steps[0] < 10
-    assert rate(sim, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 15.2, 15.8)[TRAIN].max() < 5e9
+    assert m(during, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")[TRAIN].max() < 5e9 / MIB
     assert m(at(sim, 21), "DCGM_FI_DEV_GPU_UTIL")[TRAIN].min() >= 90
 
 
@@ -206,7 +208,7 @@ def test_nccl_hang_signature(sim: FleetSimulator) -> None:
     assert m(s, "DCGM_FI_DEV_POWER_USAGE")[HANG].max() < 58 + 0.2 * (400 - 58)
     hang_pod = 2
     assert at(sim, 27).pod_steps[hang_pod] == at(sim, 23).pod_steps[hang_pod]
-    assert rate(sim, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 23, 27)[HANG].max() < 1e6
+    assert m(s, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")[HANG].max() < 1.0  # MiB/s
     assert at(sim, 21).pod_steps[hang_pod] > at(sim, 19).pod_steps[hang_pod]
     assert m(at(sim, 29), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[HANG].min() > 0.4
 
@@ -242,10 +244,6 @@ def test_live_placement_moves_a_pod(sim: FleetSimulator) -> None:
     assert (before.gpu_pod[NOTEBOOK] == 5).all()
     assert (after.gpu_pod[NOTEBOOK] == -1).all() and after.gpu_pod[H100_2 + 7] == 6
     assert after.metrics["DCGM_FI_DEV_FB_USED"][H100_2 + 7] > 0
-    nvl_before = before.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
-    nvl_after = after.metrics["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
-    ok = ~np.isnan(nvl_before) & ~np.isnan(nvl_after)
-    assert (nvl_after[ok] >= nvl_before[ok]).all()
 
 
 def test_fleet_without_workloads_is_idle() -> None:

@@ -55,7 +55,7 @@ def test_dcgm_text_has_exporter_labels(sim: FleetSimulator) -> None:
     s = sim.sample(sim.scenario.start + 3 * MIN)
     text = dcgm_text(s, sim.layout, "a100-0001")
     for spec in METRICS:
-        assert f"# TYPE {spec.name} {spec.kind.value}\n" in text
+        assert f"# TYPE {spec.name} {spec.exposed_kind.value}\n" in text  # as the exporter types it
     line = next(x for x in text.splitlines() if x.startswith('DCGM_FI_DEV_GPU_UTIL{gpu="0"'))
     for label in ("UUID", "pci_bus_id", "device", "modelName", "Hostname", "pod", "namespace"):
         assert f'{label}="' in line

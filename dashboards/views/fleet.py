@@ -12,8 +12,8 @@ from dashboards import data
 from dashboards.shell import Context, ago, live
 from dashboards.views.remediation import HISTORY
 
-HEALTH = ["healthy", "no_data", "degraded", "quarantined"]
-HEALTH_COLORS = ["#2ca02c", "#bdbdbd", "#ff7f0e", "#d62728"]
+HEALTH = ["healthy", "no_data", "degraded", "quarantined", "lost"]
+HEALTH_COLORS = ["#2ca02c", "#bdbdbd", "#ff7f0e", "#d62728", "#3b0a45"]
 MAX_NODES = 400
 """Nodes drawn at once in a pool's drill-down grid (the rest behind a node filter)."""
 DAY = 86400.0
@@ -28,17 +28,22 @@ def kpis(ctx: Context, gpus: pd.DataFrame, now: float) -> None:
     today = data.usage(ctx.url, ctx.cluster, start, data.bucket_now(), "fleet")
     idle = float(today["idle_gpu_hours"].sum()) if not today.empty else 0.0
     out = out_of_service(ctx, gpus)
-    c = st.columns(8)
-    c[0].metric("GPUs", f"{n:,}")
-    c[1].metric("Healthy", f"{int(counts.get('healthy', 0)):,}")
-    c[2].metric("Degraded", f"{int(counts.get('degraded', 0)):,}")
-    c[3].metric("Quarantined", f"{int(counts.get('quarantined', 0)):,}")
-    c[4].metric("Allocated", f"{100.0 * allocated / n:.0f}%" if n else "-")
-    c[5].metric("Busy", f"{100.0 * busy / n:.0f}%" if n else "-")
-    c[6].metric("Idle allocated GPU-h today", f"{idle:,.1f}")
-    c[7].metric(
-        f"GPUs out of service (of {n:,})",
-        f"{out:,}",
+    # Two rows of four: at 1,280 px eight metrics in one row cut their labels short.
+    top, bottom = st.columns(4), st.columns(4)
+    top[0].metric("GPUs", f"{n:,}")
+    top[1].metric("Healthy", f"{int(counts.get('healthy', 0)):,}")
+    top[2].metric("Degraded", f"{int(counts.get('degraded', 0)):,}")
+    top[3].metric("Quarantined", f"{int(counts.get('quarantined', 0)):,}")
+    bottom[0].metric("Allocated", f"{100.0 * allocated / n:.0f} %" if n else "-")
+    bottom[1].metric("Busy", f"{100.0 * busy / n:.0f} %" if n else "-")
+    bottom[2].metric(
+        "Idle allocated today",
+        f"{idle:,.1f} GPU-h",
+        help="GPU-hours allocated to pods that left the GPU idle, since midnight UTC",
+    )
+    bottom[3].metric(
+        f"Out of service (of {n:,})",
+        f"{out:,} GPUs",
         help="fenced, evicted, quarantined or drained by gpufleet and not yet returned "
         "(Remediation page, Out of service)",
     )
@@ -93,10 +98,17 @@ def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
         lambda m: f"/{m}" if m else ""
     ))  # fmt: skip
     if colour == "health":
-        color = alt.Color("health:N", scale=alt.Scale(domain=HEALTH, range=HEALTH_COLORS))
+        color = alt.Color(
+            "health:N",
+            scale=alt.Scale(domain=HEALTH, range=HEALTH_COLORS),
+            legend=alt.Legend(orient="top", title=None),  # a right legend was clipped at 1,280 px
+        )
     else:
         color = alt.Color(
-            "utilization:Q", scale=alt.Scale(scheme="viridis", domain=[0, 100]), title="util %"
+            "utilization:Q",
+            scale=alt.Scale(scheme="viridis", domain=[0, 100]),
+            title="util %",
+            legend=alt.Legend(orient="top"),
         )
     chart: alt.Chart = (
         alt.Chart(d[["node", "gpu", "health", "utilization", "job", "issue", "model"]])
@@ -107,7 +119,7 @@ def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
             color=color,
             tooltip=["node", "gpu", "health", "issue", "utilization", "job", "model"],
         )
-        .properties(height=min(14 * d["node"].nunique() + 40, 4000))
+        .properties(height=min(22 * d["node"].nunique() + 60, 4000))
     )
     return chart
 
@@ -120,10 +132,18 @@ def trends(ctx: Context, now: float) -> None:
     if u.empty:
         st.caption("No usage recorded in this period yet.")
         return
-    per = u.set_index("t")[["gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]]
-    gpus_equiv = per * 3600.0 / res  # GPU-hours in a step -> GPUs on average
-    gpus_equiv.columns = ["GPUs seen", "allocated", "busy"]
-    st.line_chart(gpus_equiv, y_label="GPUs")
+    per = u.set_index("t")
+    # Shares of the GPUs seen in each step, not GPU counts: the first step after a start and
+    # the step in progress hold only part of their time, and counts would draw a false ramp.
+    seen = per["gpu_hours"].where(per["gpu_hours"] > 0)
+    shares = pd.DataFrame(
+        {
+            "allocated": 100.0 * per["allocated_gpu_hours"] / seen,
+            "busy": 100.0 * per["busy_gpu_hours"] / seen,
+        }
+    ).dropna()
+    st.caption("Allocated and busy, in % of the GPUs seen in each step (the latest step so far).")
+    st.line_chart(shares, y_label="% of GPUs")
 
 
 def headline(ctx: Context) -> None:
@@ -148,9 +168,16 @@ def render(ctx: Context) -> None:
     live(ctx, headline)
     st.subheader("By node pool")
     table = pool_table(gpus)
-    left, right = st.columns([3, 2])
-    left.altair_chart(pool_chart(table), width="stretch")
-    right.dataframe(table, hide_index=True, width="stretch")
+    st.altair_chart(pool_chart(table), width="stretch")
+    st.dataframe(  # full width: beside the chart at 1,280 px it hid half its columns
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "allocated": st.column_config.NumberColumn("allocated", format="%d %%"),
+            "utilization": st.column_config.NumberColumn("utilization", format="%d %%"),
+        },
+    )
     st.subheader("Drill down")
     c = st.columns([2, 2, 3])
     pool = c[0].selectbox("Node pool", list(table["pool"]), key="fleet_pool")
@@ -163,7 +190,7 @@ def render(ctx: Context) -> None:
     if len(nodes) > MAX_NODES:
         st.caption(f"Showing the first {MAX_NODES} of {len(nodes)} nodes (filter by name).")
         sel = sel[sel["node"].isin(nodes[:MAX_NODES])]
-    worst = sel[sel["health"].isin(["degraded", "quarantined"])]
+    worst = sel[sel["health"].isin(["degraded", "quarantined", "lost"])]
     if not worst.empty:
         st.dataframe(
             worst[["node", "device", "health", "issue", "job", "utilization"]],

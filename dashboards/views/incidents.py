@@ -8,7 +8,7 @@ import streamlit as st
 from dashboards import data
 from dashboards import history as gpu_history
 from dashboards.shell import Context, ago, when
-from dashboards.views import charts
+from dashboards.views import charts, evidence
 from errors import GpufleetError
 
 PERIODS = {
@@ -19,6 +19,21 @@ PERIODS = {
 }
 TIMELINE_ROWS = 300
 PICK_ROWS = 500
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+def worst_first(df: pd.DataFrame) -> pd.DataFrame:
+    """Open before resolved, critical before warning before info, then newest first: the page
+    opens on what a person should look at first, not on the latest resolved blip."""
+    key = pd.DataFrame(
+        {
+            "closed": df["status"] != "open",
+            "sev": df["severity"].map(SEVERITY_RANK).fillna(3),
+            "age": -df["opened_at"].astype(float),
+        },
+        index=df.index,
+    )
+    return df.loc[key.sort_values(["closed", "sev", "age"], kind="stable").index]
 
 
 def text(v: object) -> str:
@@ -65,26 +80,55 @@ def history(ctx: Context, cluster: str, incident_id: str) -> None:
 
 
 def detail(ctx: Context, row: pd.Series, now: float) -> None:
+    ev = data.evidence(ctx.url, str(row["id"]))
     st.subheader(f"{row['kind']} · {row['severity']} · {row['status']}")
     st.write(row["summary"])
-    c = st.columns(4)
+    c = st.columns(2)
     c[0].metric("Opened", ago(row["opened_at"], now))
     c[1].metric("Last seen", ago(row["last_seen"], now))
-    c[2].metric("Node", text(row["node"]))
-    c[3].metric("Job", text(row["job"]))
-    ev = data.evidence(ctx.url, str(row["id"]))
+    job = row["job"] if isinstance(row["job"], str) else ev.get("job")
+    # Names as text, not metrics: a job name is longer than a metric tile at 1,280 px.
+    st.markdown(f"**Node** `{text(row['node'])}` · **Job** `{text(job)}`")
+    next_step(ctx, row)
     left, right = st.columns([3, 2])
     with left:
-        st.markdown("**Evidence the detector used** (at its last reading)")
-        frame = charts.evidence_frame(ev)
-        if frame.empty:
-            st.caption("No numeric evidence.")
-        else:
-            st.altair_chart(charts.evidence_bars(frame), width="stretch")
+        st.markdown("**Evidence the detector used** (at its last reading; one panel per metric)")
+        shown = evidence.panels(ev)
+        if not shown:
+            st.caption("No comparison in the evidence (see the raw evidence).")
+        for metric, frame in shown:
+            st.altair_chart(evidence.panel(metric, frame), width="stretch")
     with right:
         st.json(ev, expanded=False)
     around_start(ctx, row, ev)
     history(ctx, str(row["cluster"]), str(row["id"]))
+
+
+NEXT = {
+    "awaiting_approval": "waits for a person: approve or reject it on the Remediation page or "
+    "with `gpufleet actions approve|reject ID`",
+    "approved": "approved: runs at the next cycle (the gates are checked again first)",
+    "executing": "running now",
+    "verifying": "done, being verified against the cluster",
+    "done": "done",
+    "failed": "failed: see its result below; a person decides what next",
+    "rejected": "rejected by a person: nothing more is done for this incident",
+    "expired": "expired unanswered: nothing more is done unless the incident comes back",
+    "denied": "denied by a gate (reason below)",
+    "shadow": "shadow: journaled what it would do; nothing is written",
+}
+
+
+def next_step(ctx: Context, row: pd.Series) -> None:
+    """The incident's playbook, its state and what happens next, under its header."""
+    acts = data.actions(ctx.url, str(row["cluster"]), incident_id=str(row["id"]))
+    if acts.empty:
+        st.info("No action: the policy only notifies for this incident (Policy page).")
+        return
+    for _, a in acts.iterrows():
+        state = str(a["state"])
+        text = f"**{a['playbook']}** on `{a['target']}` ({a['id'][:8]}): {NEXT.get(state, state)}"
+        (st.warning if state == "awaiting_approval" else st.info)(text)
 
 
 def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
@@ -134,7 +178,7 @@ def render(ctx: Context) -> None:
     if df.empty:
         st.info("No incidents in this period.")
         return
-    df = filtered(df)
+    df = worst_first(filtered(df))
     counts = df["status"].value_counts()
     c = st.columns(3)
     c[0].metric("Incidents", len(df))
@@ -144,7 +188,12 @@ def render(ctx: Context) -> None:
         st.info("No incident matches these filters.")
         return
     st.altair_chart(charts.timeline(df.head(TIMELINE_ROWS), now), width="stretch")
-    shown = df.assign(opened=df["opened_at"].map(when), resolved=df["resolved_at"].map(when))
+    shown = df.assign(
+        opened=df["opened_at"].map(when),
+        resolved=df["resolved_at"].map(when),
+        node=df["node"].map(text),
+        job=df["job"].map(text),
+    )
     st.dataframe(
         shown[["id", "cluster", "kind", "severity", "status", "node", "job", "opened", "resolved",
                "summary"]].head(PICK_ROWS),

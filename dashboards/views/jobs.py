@@ -22,6 +22,10 @@ DAY = 86400.0
 HOUR = 3600.0
 
 
+UTIL_COLUMN = st.column_config.NumberColumn("utilization", format="%.1f %%")
+"""Mean utilization in percent, one decimal: 97.8 %, not 97.8438."""
+
+
 def natural(s: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
 
@@ -102,7 +106,13 @@ def render(ctx: Context) -> None:
         key="jobs_pick",
         format_func=lambda j: j + ("  ⚠" if j in troubled else ""),
     )
-    st.dataframe(shown.head(200), hide_index=True, width="stretch", height=220)
+    st.dataframe(
+        shown.head(200),
+        hide_index=True,
+        width="stretch",
+        height="auto",  # a fixed height drew empty padding rows under two jobs
+        column_config={"utilization": UTIL_COLUMN},
+    )
     if pick is None:
         return
     flagged = open_job[open_job["job"] == pick] if not open_job.empty else open_job
@@ -116,7 +126,10 @@ def render(ctx: Context) -> None:
     with right:
         st.markdown("**The ranks' nodes**")
         st.dataframe(
-            g[["rank", "node", "health", "utilization", "flag"]], hide_index=True, width="stretch"
+            g[["rank", "node", "health", "utilization", "flag"]],
+            hide_index=True,
+            width="stretch",
+            column_config={"utilization": UTIL_COLUMN},
         )
     over_time(ctx, g, now)
     st.markdown("**Busy share of its GPUs over 24 h** (5-minute rollups)")

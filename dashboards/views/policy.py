@@ -73,10 +73,61 @@ def denials(ctx: Context, now: float) -> None:
         m = str(row["message"])
         return m[m.find("(") + 1 : -1] if "(" in m else m
 
-    shown = denied.assign(at=denied["at"].map(when), why=denied.apply(why, axis=1))
+    shown = collapse(denied.assign(why=denied.apply(why, axis=1)))
     st.dataframe(
-        shown[["at", "cluster", "target", "message", "why"]], hide_index=True, width="stretch"
+        shown[["last", "times", "cluster", "target", "message", "why"]],
+        hide_index=True,
+        width="stretch",
+        column_config={"times": st.column_config.NumberColumn("times", format="%d ×")},
     )
+
+
+def collapse(denied: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cluster, target, message, why) with how many times and the latest time,
+    newest first: eight identical notify-only denials are one row with a count."""
+    keys = ["cluster", "target", "message", "why"]
+    g = denied.groupby(keys, sort=False, dropna=False)["at"].agg(["max", "size"]).reset_index()
+    g = g.sort_values("max", ascending=False)
+    return g.assign(last=g["max"].map(when), times=g["size"])
+
+
+def schedule(ctx: Context, p: Policy) -> None:
+    """The policy's maintenance windows and the service's scheduled jobs, side by side: a
+    maintenance job that drains every other minute is a schedule too."""
+    st.subheader("Schedule")
+    left, right = st.columns(2)
+    mw = p.gates.maintenance
+    with left:
+        st.markdown("**Maintenance windows** (policy)")
+        if mw.windows:
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {"days": ", ".join(d.value for d in w.days), "start": w.start,
+                         "end": w.end, "timezone": w.timezone}
+                        for w in mw.windows
+                    ]
+                ),
+                hide_index=True,
+            )  # fmt: skip
+            st.caption(f"Applies to: {', '.join(mw.applies_to)}")
+        else:
+            st.caption("None in the policy: approved actions may run at any time.")
+    with right:
+        st.markdown("**Scheduled jobs** (the service's last run of each)")
+        runs = data.job_runs(ctx.url, ctx.cluster)
+        if runs.empty:
+            st.caption("No scheduled job has run yet (`service.schedule` of `gpufleet run`).")
+            return
+        shown = runs.assign(
+            last_run=runs["last_fire"].map(when),
+            ok=runs["last_ok"].map(lambda v: "-" if v is None or v != v else "yes" if v else "no"),
+        )
+        st.dataframe(
+            shown[["job", "kind", "last_run", "ok", "last_outcome"]],
+            hide_index=True,
+            width="stretch",
+        )
 
 
 def render(ctx: Context) -> None:
@@ -102,22 +153,7 @@ def render(ctx: Context) -> None:
     )
     st.subheader("Rules")
     st.dataframe(rules, hide_index=True, width="stretch")
-    mw = p.gates.maintenance
-    st.subheader("Schedule")
-    if mw.windows:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {"days": ", ".join(d.value for d in w.days), "start": w.start, "end": w.end,
-                     "timezone": w.timezone}
-                    for w in mw.windows
-                ]
-            ),
-            hide_index=True,
-        )  # fmt: skip
-        st.caption(f"Applies to: {', '.join(mw.applies_to)}")
-    else:
-        st.caption("No maintenance windows: approved actions may run at any time.")
+    schedule(ctx, p)
     st.subheader("Budgets in use")
     for cluster in [ctx.cluster] if ctx.one_cluster else list(ctx.clusters):
         if not ctx.one_cluster:

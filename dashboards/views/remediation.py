@@ -82,6 +82,9 @@ def queue(ctx: Context) -> None:
                 + f"  \n`{a['id']}` for incident `{a['incident_id']}`"
                 + (" · dry-run" if a["dry_run"] else "")
             )
+            why = data.stale(ctx.url, str(a["cluster"]), str(a["id"]))
+            if why is not None:
+                c[0].warning(f"Stale: {why}. Approving it now expires it.")
             help_text = ctx.why_not or None
             if c[1].button(
                 "Approve", key=f"approve_{a['id']}", type="primary",
@@ -95,7 +98,7 @@ def queue(ctx: Context) -> None:
 
 
 def _decided(result: control.Outcome) -> None:
-    st.session_state["last_decision"] = result.message
+    st.session_state["last_decision"] = (result.ok, result.message)
     st.rerun()
 
 
@@ -165,7 +168,8 @@ def render(ctx: Context) -> None:
     st.title("Remediation")
     done = st.session_state.pop("last_decision", None)
     if done:
-        st.success(done)
+        ok, message = done
+        (st.success if ok else st.error)(message)
     controls(ctx)
     live(ctx, queue)
     out_of_service(ctx)

@@ -93,7 +93,13 @@ def render(ctx: Context) -> None:
         )
     )
     st.altair_chart(chart, width="stretch")
-    st.dataframe(table, hide_index=True, width="stretch")
+    hours = st.column_config.NumberColumn(format="%.1f")
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={c: hours for c in table.columns if str(c).endswith(("_hours", "_cost"))},
+    )
     st.download_button(
         "Download CSV",
         table.to_csv(index=False).encode(),
@@ -116,7 +122,7 @@ def render(ctx: Context) -> None:
         alt.Chart(long)
         .mark_line()
         .encode(x=alt.X("hour:T", title=None), y=alt.Y("GPU-hours:Q"), color="what:N")
-        .properties(width=280, height=140)
+        .properties(width=230, height=140)  # three across fit 1,280 px beside the sidebar
         .facet(facet=alt.Facet("team:N", title=None), columns=3)
     )
     st.altair_chart(small)

@@ -56,9 +56,19 @@ def render(ctx: Context) -> None:
         return
     start, end = _ts(t0), _ts(t1)
     bar = st.progress(0.0, text="starting")
+    partial = st.empty()
+    shown = [0]
 
     def show(eta: whatif.Eta) -> None:
         bar.progress(eta.fraction, text=eta.text())
+        if len(eta.episodes) > shown[0]:
+            shown[0] = len(eta.episodes)
+            so_far = pd.DataFrame([f.to_json() for f in eta.episodes])
+            so_far["first_seen"] = so_far["first_seen"].map(when)
+            with partial.container():
+                st.caption(f"Found so far: {len(eta.episodes)} finding episodes")
+                st.dataframe(so_far[["kind", "severity", "node", "job", "first_seen"]],
+                             hide_index=True, width="stretch")  # fmt: skip
 
     try:
         result = whatif.run(url, start, end, step, choices[label], cluster, show)
@@ -68,6 +78,7 @@ def render(ctx: Context) -> None:
     except (GpufleetError, ValueError) as exc:
         st.error(f"The backtest could not run: {exc}")
         return
+    partial.empty()
     st.success(result.summary())
     left, right = st.columns(2)
     with left:

@@ -17,7 +17,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.config import add_arguments, load_all, open_store
+from gpufleet.commands.readable import readable
+from gpufleet.config import add_arguments, open_journal
 from remediations.decision_journal import DecisionJournal
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState
@@ -40,6 +41,7 @@ def register(sub: Any) -> None:
     ls.add_argument("--format", choices=["table", "json"], default="table")
     show = verbs.add_parser("show", help="one action with its plan and audit trail")
     show.add_argument("id")
+    show.add_argument("--json", action="store_true", help="the raw record and trail as JSON")
     for verb in ("approve", "reject"):
         v = verbs.add_parser(verb, help=f"{verb} an action awaiting approval")
         v.add_argument("id")
@@ -64,8 +66,7 @@ def _find(store: Store, ident: str) -> ActionRecord | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, policy = load_all(args)
-    store = open_store(cfg)
+    _cfg, policy, store = open_journal(args)
     try:
         if args.verb == "list":
             states = [ActionState(s) for s in args.state] if args.state else None
@@ -86,8 +87,12 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_NOT_FOUND
         a = found
         if args.verb == "show":
-            trail = [r.to_json() for r in store.audit_log() if r.action_id == a.id]
-            print(json.dumps({**a.to_json(), "audit": trail}, indent=2))
+            records = [r for r in store.audit_log() if r.action_id == a.id]
+            if args.json:
+                trail = [r.to_json() for r in records]
+                print(json.dumps({**a.to_json(), "audit": trail}, indent=2))
+            else:
+                print(readable(a, records))
             return 0
         who = args.by or getpass.getuser()
         engine = DecisionJournal(policy, store, started_at=time.time())
@@ -98,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
                 done = engine.reject(a.id, who, time.time(), args.reason)
         except ValueError as exc:
             print(f"gpufleet: {exc}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        if done.state is ActionState.EXPIRED:
+            print(f"{done.id}: not approved, {done.result}", file=sys.stderr)
             return EXIT_NOT_FOUND
         print(f"{done.id}: {done.state.value} by {who}")
         return 0

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from errors import ConfigError
-from gpufleet.config import add_arguments, load_all, open_store
+from gpufleet.config import add_arguments, open_journal
 from observer.fleet.units import parse_duration, parse_time
 
 
@@ -44,8 +44,7 @@ def since(value: str | None, now: float) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     start = since(args.since, time.time())
-    cfg, _policy = load_all(args)
-    store = open_store(cfg)
+    _cfg, _policy, store = open_journal(args)
     try:
         for r in store.audit_log(since=start):
             if args.format == "jsonl":

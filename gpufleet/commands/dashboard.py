@@ -15,7 +15,7 @@ from typing import Any
 
 from dashboards.launcher import start
 from dashboards.settings import DashboardSettings
-from gpufleet.config import GpufleetConfig, add_arguments, load_all, load_config
+from gpufleet.config import GpufleetConfig, add_arguments, config_path, load_all, load_config
 from remediations.policy import DEFAULT_POLICY
 from simulator.serve import stop_on_signal
 
@@ -49,7 +49,7 @@ def policy_path(args: argparse.Namespace) -> Path | None:
     """The policy file the engine would use (None: the shipped default)."""
     if getattr(args, "policy", None):
         return Path(args.policy)
-    cfg, cfg_path = load_config(getattr(args, "config", None))
+    cfg, cfg_path = load_config(config_path(getattr(args, "config", None)))
     if cfg.policy is None:
         return None
     base = cfg_path.parent if cfg_path is not None else Path.cwd()

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config import GpufleetConfig, add_arguments, load_all, load_config
+from gpufleet.config import GpufleetConfig, add_arguments, config_path, load_all, load_config
 from remediations.explain import explain, render
 from remediations.policy import DEFAULT_POLICY, Policy
 from remediations.types import Actuation
@@ -36,7 +36,7 @@ def _source(args: argparse.Namespace) -> str:
     """Which policy file `load_all` read (for the heading)."""
     if args.policy is not None:
         return str(args.policy)
-    cfg, path = load_config(args.config)
+    cfg, path = load_config(config_path(args.config))
     if cfg.policy is not None:
         return str((path.parent if path is not None else Path.cwd()) / cfg.policy)
     return f"{DEFAULT_POLICY} (shipped default)"

@@ -1,9 +1,12 @@
 """`gpufleet run --config F`: the long-running service (gpufleet.service).
 
-Production: direct scrape of the exporters (`service.source`), the Kubernetes API from
-`kubeconfig` (none: in-cluster), the journal at `store_url`, leader election when enabled.
+Production: the metrics from `service.source` (the cluster's Prometheus, or direct scrape of
+the exporters), the Kubernetes API from `kubeconfig` (none: in-cluster), the journal at
+`store_url`, leader election when enabled. `--check-config` validates the config and policy and
+exits (0, or 2 naming file, field path and expectation) without opening anything.
 `--embedded` starts the simulated demo fleet in this process and runs the same service on it
-(direct scrape, a fresh SQLite journal under --workdir, the simulator's API, a demo schedule
+(direct scrape of the simulator unless the config names a Prometheus source, a fresh SQLite
+journal under --workdir, the simulator's API, a demo schedule
 whose jobs fire within the first minutes), printing the demo's banner and commentary: what
 `make demo` runs.
 """
@@ -23,34 +26,42 @@ from typing import Any
 
 from alerts import AlertsRuntime
 from dashboards.launcher import Dashboard
-from errors import TemporaryError
+from errors import GpufleetError, TemporaryError
+from evaluation import local_prometheus as lp
+from gpufleet import demo_prometheus
 from gpufleet.commands.demo import start_dashboard
 from gpufleet.config import GpufleetConfig, add_arguments, detector_suite, load_all, load_config
 from gpufleet.demo_banner import banner
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, fresh_store, write_config
-from gpufleet.live_cycle import LiveCycle, scrape_source
+from gpufleet.live_cycle import LiveCycle
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
+from gpufleet.service.cluster_claim import ClusterMismatch, claim_cluster
+from gpufleet.service.kube_identity import cluster_uid
 from gpufleet.service.kube_lease import KubeLeaseClient
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
+from gpufleet.service.sources import CollectorSettings, open_source, source_settings
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
 from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
-from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from observer.prometheus.plan import PromSettings
+from observer.scrape.collector import ScrapeSettings
 from remediations.cycle import RemediationCycle
 from remediations.kube_actuator import KubeActuator
 from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
-from simulator.scenario import DEMO_SCENARIO, load_scenario
+from simulator.scenario import LIVE_DEMO_SCENARIO, load_scenario
 from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 
 log = logging.getLogger(__name__)
 DEMO_CONFIG = Path(__file__).parent.parent / "service" / "demo.yaml"
 DEFAULT_INTERVAL = 30.0
 SYNC_TIMEOUT = 10.0
+BACKOFF_SLICE = 0.25
+"""Wall seconds between looks at leadership during an actuator back-off."""
 
 
 def register(sub: Any) -> None:
@@ -64,14 +75,27 @@ def register(sub: Any) -> None:
         ),
     )
     add_arguments(p)
+    p.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate --config and its policy (exit 0, or 2 naming what is wrong); start nothing",
+    )
     p.add_argument("--identity", help="leader-election identity (default <hostname>-<pid>)")
     p.add_argument(
         "--embedded",
         action="store_true",
         help="start the simulated demo fleet in-process and run against it (make demo)",
     )
-    p.add_argument("--scenario", help="embedded: scenario YAML (default: the demo scenario)")
-    p.add_argument("--speed", type=float, default=20.0, help="embedded: scenario speed")
+    p.add_argument(
+        "--scenario", help="embedded: scenario YAML (default: the live demo, demo-live.yaml)"
+    )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="embedded: scenario seconds per wall second (default 1: every screen, Kubernetes "
+        "and Prometheus on the wall clock; faster runs put the journal ahead of the wall clock)",
+    )
     p.add_argument("--workdir", default=".gpufleet", help="embedded: journal and config dir")
     p.add_argument("--metrics-port", type=int, default=9400, help="embedded: exporters port")
     p.add_argument("--k8s-port", type=int, default=6443, help="embedded: Kubernetes API port")
@@ -79,10 +103,16 @@ def register(sub: Any) -> None:
         "--kubeconfig-out", default=".gpufleet/demo-kubeconfig", help="embedded: kubeconfig"
     )
     p.add_argument(
+        "--no-prometheus",
+        dest="prometheus",
+        action="store_false",
+        help="embedded: scrape the exporters directly even when Prometheus is installed",
+    )
+    p.add_argument(
         "--warmup",
         type=float,
-        default=300.0,
-        help="embedded: scenario seconds before the first fault at start",
+        default=120.0,
+        help="embedded: scenario seconds before the first fault at start (default 120)",
     )
     p.add_argument(
         "--dashboard-port",
@@ -102,13 +132,19 @@ def identity_of(args: argparse.Namespace, cfg: GpufleetConfig) -> str:
     )
 
 
-def _sleeper(halt: threading.Event, speed: float) -> Callable[[float], None]:
-    """The actuator's back-off (PDB retries), cut short when the service stops: the action
-    stays parked in the journal at its step and resumes on the next run or leader."""
+def _sleeper(
+    halt: threading.Event, leading: threading.Event, speed: float
+) -> Callable[[float], None]:
+    """The actuator's back-off (PDB retries), cut short when the service stops or stops
+    leading: the action stays at its journaled step and resumes on the next run or leader."""
 
     def sleep(seconds: float) -> None:
-        if halt.wait(seconds / speed):
-            raise TemporaryError("the service is stopping; the action resumes on the next run")
+        until = time.monotonic() + seconds / speed
+        while (left := until - time.monotonic()) > 0:
+            if halt.wait(min(left, BACKOFF_SLICE)):
+                raise TemporaryError("the service is stopping; the action resumes on the next run")
+            if not leading.is_set():
+                raise TemporaryError("this process no longer leads; the next leader resumes it")
 
     return sleep
 
@@ -120,23 +156,27 @@ def build(
     *,
     store: Store,
     kubeconfig: str | None,
-    scrape: ScrapeSettings,
+    scrape: CollectorSettings,
     clock: Callable[[], float],
     interval: float,
     speed: float = 1.0,
     source_name: str = "<config>",
 ) -> tuple[ServiceParts, threading.Event]:
     svc = cfg.service
+    _claim_cluster(store, kubeconfig, identity)
     telemetry = Telemetry(svc.telemetry, identity)
     halt = threading.Event()
+    leading = threading.Event()
     closers: list[Callable[[], None]] = [store.close]
     kube = KubeCollector(KubeSettings(kubeconfig=kubeconfig)).start()
     closers.append(kube.stop)
     if not kube.wait_synced(SYNC_TIMEOUT):
         log.warning("Kubernetes collector not synced after %.0f s; starting anyway", SYNC_TIMEOUT)
-    scraper = ScrapeCollector(scrape, now=clock)
-    closers.append(scraper.close)
-    actuator = KubeActuator.from_kubeconfig(kubeconfig, clock=clock, sleep=_sleeper(halt, speed))
+    collect, close_source = open_source(scrape, kube, clock)
+    closers.append(close_source)
+    actuator = KubeActuator.from_kubeconfig(
+        kubeconfig, clock=clock, sleep=_sleeper(halt, leading, speed)
+    )
     closers.append(actuator.close)
     cache = SnapshotCache()
     loop = RemediationCycle(
@@ -151,9 +191,9 @@ def build(
         idle_wait=max(0.2, min(5.0, interval)),
     )
     suite, grace = detector_suite(cfg, source_name)
-    alerts = _alerts(cfg, store, loop, clock, source_name, closers)
+    alerts = _alerts(cfg, store, loop, clock, source_name, closers, telemetry)
     live = LiveCycle(
-        cache.wrap(scrape_source(scraper, kube)),
+        cache.wrap(collect),
         traced_suite(suite, telemetry),
         loop,
         meter=Meter(store, cfg.metering),
@@ -186,8 +226,20 @@ def build(
         alerts=alerts,
         closers=closers,
         halt=halt,
+        leading=leading,
     )
     return parts, halt
+
+
+def _claim_cluster(store: Store, kubeconfig: str | None, identity: str) -> None:
+    """One journal per cluster: bind the configured name to this cluster's kube-system UID, or
+    refuse (ClusterMismatch) when the name belongs to another cluster; before anything starts."""
+    api = api_client(kubeconfig)
+    try:
+        uid, server = cluster_uid(api)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    claim_cluster(store.engine, store.cluster, uid, server, identity, time.time())
 
 
 def _alerts(
@@ -197,18 +249,24 @@ def _alerts(
     clock: Callable[[], float],
     source_name: str,
     closers: list[Callable[[], None]],
+    telemetry: Telemetry,
 ) -> AlertsRuntime | None:
     """Slack and Alertmanager: messages after each cycle (to the log and the store without a
-    token), their endpoints when `alerts.http.enabled`, Socket Mode when an app token is set."""
+    token), the Slack listener when `alerts.http.enabled`, the Alertmanager webhook's when
+    `alerts.webhook_http.enabled`, Socket Mode when an app token is set."""
     if not cfg.alerts.enabled:
         return None
     source = Path(source_name)
     acfg = cfg.alerts.relative_to(source if source.is_file() else None)
-    rt = AlertsRuntime(acfg, store, loop.engine, clock=clock)
+    rt = AlertsRuntime(acfg, store, loop.engine, clock=clock, started_at=loop.engine.started_at)
     if acfg.http.enabled:
-        server = rt.serve()
+        server = rt.serve(on_refused=telemetry.refused)
         closers.append(server.close)
-        log.info("alerts endpoints on %s:%d", acfg.http.host, server.port)
+        log.info("Slack endpoints on %s:%d", acfg.http.host, server.port)
+    if acfg.webhook_http.enabled:
+        webhook = rt.serve_webhook(on_refused=telemetry.refused)
+        closers.append(webhook.close)
+        log.info("Alertmanager webhook on %s:%d", acfg.webhook_http.host, webhook.port)
     if acfg.secret("app_token"):
         link = rt.socket_mode()
         closers.append(link.close)
@@ -223,31 +281,41 @@ def run(args: argparse.Namespace) -> int:
         return run_embedded(args)
     cfg, policy = load_all(args)
     svc = cfg.service
-    if not svc.source.discovery_url and not svc.source.targets:
+    scrape = source_settings(svc.source, cfg.cluster)
+    if scrape is None:
         print(
             f"gpufleet run: {args.config or '<no --config>'}: service.source: expected "
-            "`discovery_url` or `targets` (or use --embedded)",
+            "`prometheus`, `discovery_url` or `targets` (or use --embedded)",
             file=sys.stderr,
         )
         return 2
+    if args.check_config:
+        print(f"gpufleet run: {args.config or '<defaults>'}: config and policy are valid "
+              f"(source: {svc.source.chosen()[0]}, cluster: {cfg.cluster})")  # fmt: skip
+        return 0
     identity = identity_of(args, cfg)
     store = Store.open(cfg.store_url, cluster=cfg.cluster)
-    scrape = ScrapeSettings(
-        targets=tuple(svc.source.targets),
-        discovery_url=svc.source.discovery_url or "",
-        cluster=cfg.cluster,
-    )
-    parts, _ = build(
-        cfg,
-        policy,
-        identity,
-        store=store,
-        kubeconfig=cfg.kubeconfig,
-        scrape=scrape,
-        clock=time.time,
-        interval=svc.interval or DEFAULT_INTERVAL,
-        source_name=str(args.config or "<defaults>"),
-    )
+    try:
+        parts, _ = build(
+            cfg,
+            policy,
+            identity,
+            store=store,
+            kubeconfig=cfg.kubeconfig,
+            scrape=scrape,
+            clock=time.time,
+            interval=svc.interval or DEFAULT_INTERVAL,
+            source_name=str(args.config or "<defaults>"),
+        )
+    except ClusterMismatch as exc:
+        store.close()
+        print(f"gpufleet run: {args.config or '<defaults>'}: cluster: {exc.render()}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except GpufleetError as exc:
+        store.close()
+        print(f"gpufleet run: cannot start: {exc.render()}", file=sys.stderr)
+        return 1
     parts.on_report = _log_report
     service = Service(parts)
     with stop_on_signal() as stop:
@@ -270,7 +338,7 @@ def _log_report(r: Any) -> None:
 
 
 def _start_simulation(args: argparse.Namespace) -> SimulationHandle:
-    sc = load_scenario(Path(args.scenario) if args.scenario else DEMO_SCENARIO)
+    sc = load_scenario(Path(args.scenario) if args.scenario else LIVE_DEMO_SCENARIO)
     first = min((f.start for f in sc.faults), default=0.0)
     offset = max(0.0, first - args.warmup)
     sc = sc.model_copy(update={"start": float(int(time.time() - offset))})
@@ -292,6 +360,23 @@ def _start_simulation(args: argparse.Namespace) -> SimulationHandle:
         return start_simulation(sc, metrics_port=0, k8s_port=0, **kw)
 
 
+def _slack_to_file(path: Path) -> None:
+    """The demo has no Slack token: the messages it would send go to `path`, not the story."""
+    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    lg = logging.getLogger("alerts.slack.log_only")
+    lg.addHandler(handler)
+    lg.propagate = False
+
+
+def service_clock(handle: SimulationHandle) -> Callable[[], float]:
+    """The clock the embedded service stamps everything with. At 1x (the default) it is the
+    wall clock itself, as in production: the dashboard, the CLI, Kubernetes objects, Prometheus
+    and the journal then agree to the second. Faster runs keep the scenario's clock (the
+    journal runs ahead of the wall clock; fine for tests, confusing on screens)."""
+    return time.time if handle.clock.speed == 1.0 else handle.clock
+
+
 def run_embedded(args: argparse.Namespace) -> int:
     if args.speed <= 0:
         print("gpufleet run: --speed must be positive", file=sys.stderr)
@@ -305,12 +390,23 @@ def run_embedded(args: argparse.Namespace) -> int:
         logging.getLogger("gpufleet.service").setLevel(logging.WARNING)
     handle = _start_simulation(args)
     dash: Dashboard | None = None
+    prom: lp.PrometheusHandle | None = None
     try:
         assert handle.kubeconfig is not None
         cluster = handle.scenario.cluster
         files = DemoFiles(Path(args.workdir))
         store = fresh_store(files, cluster)
-        write_config(files, cluster, handle.kubeconfig, dry_run=cfg.dry_run)
+        # Prometheus stamps samples with the wall clock: only a 1x demo can read it back.
+        if args.prometheus and handle.clock.speed == 1.0:
+            prom = demo_prometheus.start(handle, files.workdir)
+        write_config(
+            files,
+            cluster,
+            handle.kubeconfig,
+            dry_run=cfg.dry_run,
+            metering=cfg.metering,
+            prometheus_url=prom.url if prom is not None else None,
+        )
         if cfg.policy is None and getattr(args, "policy", None) is None:
             # The demo opts in explicitly: the policy it just wrote says `actuation: live`
             # (shadow when the config says dry_run), and the banner says so.
@@ -326,12 +422,16 @@ def run_embedded(args: argparse.Namespace) -> int:
             identity_of(args, cfg),
             store=store,
             kubeconfig=str(handle.kubeconfig),
-            scrape=ScrapeSettings(discovery_url=f"{handle.metrics_url}/targets", cluster=cluster),
-            clock=handle.clock,
+            scrape=source_settings(cfg.service.source, cluster)
+            or (PromSettings(prom.url, cluster=cluster) if prom is not None else None)
+            or ScrapeSettings(discovery_url=f"{handle.metrics_url}/targets", cluster=cluster),
+            clock=service_clock(handle),
             interval=interval,
             speed=speed,
             source_name=str(cfg_path),
         )
+        if getattr(args, "log_level", "INFO") != "DEBUG":
+            _slack_to_file(files.workdir / "slack.log")
         report = DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
         parts.on_report = report.report
         parts.first_cycle_in = 1.0 / speed
@@ -339,7 +439,20 @@ def run_embedded(args: argparse.Namespace) -> int:
         with stop_on_signal() as stop:
             if args.dashboard_port >= 0:  # its URL first: that is where a new user looks
                 dash = start_dashboard(files.config, args.dashboard_port, files.workdir)
-            print(banner(handle, files.config, dry_run=cfg.dry_run), flush=True)
+            collect = "read Prometheus" if prom is not None else "scrape exporters"
+            print(banner(handle, files.config, dry_run=cfg.dry_run, collect=collect), flush=True)
+            print(
+                "prometheus    "
+                + (
+                    f"{prom.url} (scrapes the simulator every {demo_prometheus.SCRAPE_INTERVAL:g}"
+                    " s; the service, What-if, incident history and the Jobs heatmap read it)"
+                    if prom is not None
+                    else demo_prometheus.MISSING
+                    if args.prometheus and handle.clock.speed == 1.0
+                    else "off (--no-prometheus, or a speed other than 1x): direct scrape"
+                ),
+                flush=True,
+            )
             service.start()
             print(f"service       {service.http.url}  (/healthz /readyz /metrics)", flush=True)
             for e in service.entries:
@@ -350,4 +463,6 @@ def run_embedded(args: argparse.Namespace) -> int:
     finally:
         if dash is not None:
             dash.stop()
+        if prom is not None:
+            prom.stop()
         handle.stop()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from errors.config_files import describe_validation_error
 from gpufleet.service.registry import JOB_KINDS
+from gpufleet.service.source_config import SourceConfig
 from observer.fleet.units import Duration
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -133,13 +134,6 @@ class TelemetryConfig(_Strict):
     otlp_endpoint: str | None = None
     """OTLP/HTTP collector base URL (`http://otel-collector:4318`); none: no OTLP export."""
     service_name: str = "gpufleet"
-
-
-class SourceConfig(_Strict):
-    discovery_url: str | None = None
-    """dcgm-exporter target list (`<url>/targets`), scraped directly each cycle."""
-    targets: list[str] = Field(default_factory=list)
-    """Or a fixed list of exporter URLs."""
 
 
 class ServiceConfig(_Strict):

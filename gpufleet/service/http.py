@@ -11,84 +11,65 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from alerts.bounded_http import BoundedHttpServer, Handler, Limits, OnRefused, Request, Response
 
 log = logging.getLogger(__name__)
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s", format % args)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            self._send(200, b"ok\n", "text/plain; charset=utf-8")
-        elif path == "/readyz":
-            ready, body = self.server.readiness()
-            self._send(200 if ready else 503, json.dumps(body).encode() + b"\n", "application/json")
-        elif path == "/metrics":
-            self._send(200, self.server.metrics(), PROMETHEUS_TEXT)
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    def _send(self, code: int, data: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def _handler(readiness: Readiness, metrics: Callable[[], bytes]) -> Handler:
+    def handle(req: Request) -> Response:
+        if req.path not in ("/healthz", "/readyz", "/metrics"):
+            return Response(404, b"not found\n", TEXT)
+        if req.method not in ("GET", "HEAD"):
+            return Response(405, b"method not allowed\n", TEXT)
+        if req.path == "/healthz":
+            return Response(200, b"ok\n", TEXT)
+        if req.path == "/readyz":
+            ready, body = readiness()
+            return Response(200 if ready else 503, json.dumps(body).encode() + b"\n")
+        return Response(200, metrics(), PROMETHEUS_TEXT)
 
-    def __init__(
-        self,
-        addr: tuple[str, int],
-        readiness: Callable[[], tuple[bool, dict[str, Any]]],
-        metrics: Callable[[], bytes],
-    ) -> None:
-        super().__init__(addr, _Handler)
-        self.readiness = readiness
-        self.metrics = metrics
+    return handle
 
 
 class HealthServer:
+    """The probes and metrics on a bounded server (alerts.bounded_http): a flood of slow or
+    malformed connections neither exhausts it nor gets a stack trace back."""
+
     def __init__(
         self,
         host: str,
         port: int,
-        readiness: Callable[[], tuple[bool, dict[str, Any]]],
+        readiness: Readiness,
         metrics: Callable[[], bytes],
+        limits: Limits | None = None,
+        on_refused: OnRefused | None = None,
     ) -> None:
-        self._server = _Server((host, port), readiness, metrics)
-        self._thread: threading.Thread | None = None
+        self._server = BoundedHttpServer(
+            _handler(readiness, metrics),
+            host,
+            port,
+            limits or Limits(max_body=0, workers=4),
+            name="probes",
+            start=False,
+            on_refused=on_refused,
+        )
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._server.url
 
     def start(self) -> HealthServer:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            daemon=True,
-            name="gpufleet-http",
-        )
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._server.close()

@@ -28,8 +28,17 @@ class LeaseState:
     resource_version: str = ""
 
 
+class MicroTime(datetime):
+    """A Lease time as the API server parses it (metav1.MicroTime, RFC 3339 with exactly six
+    fractional digits): the client writes `isoformat()`, which drops the fraction of a whole
+    second, and a real server answers such a Lease with 400."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "microseconds") -> str:
+        return super().isoformat(sep, "microseconds").replace("+00:00", "Z")
+
+
 def _ts(t: float | None) -> datetime | None:
-    return None if t is None else datetime.fromtimestamp(t, UTC)
+    return None if t is None else MicroTime.fromtimestamp(t, UTC)
 
 
 def _secs(d: datetime | None) -> float | None:

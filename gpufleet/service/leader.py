@@ -5,6 +5,11 @@ successful renewal is younger than `lease_duration - renew_every` (client-go's r
 a leader that cannot renew stops acting before any standby may take over, which needs the lease
 unrenewed for a full `lease_duration`. Together with the resourceVersion check on every write,
 two processes never both believe they lead.
+
+A standby never compares the holder's timestamps with its own clock (clocks of two machines
+differ): as client-go's leaderelection does, it notes on its own clock when it last saw the
+Lease record change, and takes over only once the record has stayed the same for a full
+`lease_duration` of its own time since then.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ class LeaderElector:
         self.wall = wall
         self.on_change = on_change
         self._renewed_at: float | None = None
+        self._observed: tuple[object, ...] | None = None
+        """The Lease record (holder, duration, times, transitions) as last read."""
+        self._observed_at = 0.0
+        self.last_contact: float | None = None
+        """When a read of the Lease last succeeded (this process's clock)."""
+        self.holder: str | None = None
+        """The holder as last read (None: free, or never read)."""
+        """This process's clock when it first read `_observed` (client-go's observedTime)."""
         self._leading = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -59,6 +72,10 @@ class LeaderElector:
             if not self._leading or self._renewed_at is None:
                 return False
             return self.wall() - self._renewed_at < self.duration - self.renew_every
+
+    def contact_age(self) -> float | None:
+        """Seconds since the Lease was last read (None: never)."""
+        return None if self.last_contact is None else self.wall() - self.last_contact
 
     def _set(self, leading: bool, renewed: float | None) -> None:
         with self._lock:
@@ -76,6 +93,7 @@ class LeaderElector:
         now = self.wall()
         try:
             cur = self.lease.get()
+            self.last_contact, self.holder = now, (cur.holder if cur is not None else None)
             got: LeaseState | None
             if cur is None:
                 got = self.lease.create(LeaseState(self.identity, self.duration, now, now, 0))
@@ -90,7 +108,7 @@ class LeaderElector:
                         cur.resource_version,
                     )
                 )
-            elif cur.holder is None or (cur.renewed or 0.0) + cur.duration < now:
+            elif cur.holder is None or self._silent_for(cur, now) >= cur.duration:
                 got = self.lease.replace(
                     LeaseState(
                         self.identity,
@@ -110,6 +128,13 @@ class LeaderElector:
                 return True  # keep leading until the renew deadline; next try may work
         self._set(got is not None, now if got is not None else None)
         return got is not None
+
+    def _silent_for(self, cur: LeaseState, now: float) -> float:
+        """Seconds of this process's clock since it saw the Lease record last change."""
+        record = (cur.holder, cur.duration, cur.acquired, cur.renewed, cur.transitions)
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        return now - self._observed_at
 
     def release(self) -> None:
         """Give the lease up at once (a standby need not wait for it to expire)."""

@@ -31,7 +31,7 @@ from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
 from remediations.actuator_api import NodeJobs
 from remediations.cluster_view import ClusterView
-from remediations.cycle import RemediationCycle
+from remediations.cycle import RemediationCycle, TakeOver
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
@@ -65,6 +65,8 @@ class ServiceParts:
     first_cycle_in: float = 0.0
     halt: threading.Event = field(default_factory=threading.Event)
     """Set at shutdown: no new work; the actuator's back-off sleeps end with it."""
+    leading: threading.Event = field(default_factory=threading.Event)
+    """Set while this process leads: the actuator's back-off sleeps end when it is cleared."""
 
 
 class Service:
@@ -101,14 +103,26 @@ class Service:
         if parts.alerts is not None:
             self.scheduler.add_periodic("alerts-outbox", OUTBOX_EVERY, self._outbox)
         self.http = HealthServer(
-            self.cfg.http.host, self.cfg.http.port, self.readiness, self.t.exposition
+            self.cfg.http.host,
+            self.cfg.http.port,
+            self.readiness,
+            self.t.exposition,
+            on_refused=self.t.refused,
         )
         self.started = time.time()
         self.last_ok: float | None = None
+        self.last_observed: float | None = None
+        """Wall time of the standby's latest successful collect-and-detect cycle."""
         self.last_report: CycleReport | None = None
         self._busy = threading.Lock()
         self._inflight = 0
         self._seen_findings: set[tuple[str, str]] = set()
+        self.outages = parts.live.outages
+        """One line per failing dependency per minute (shared with the live cycle)."""
+        self._warm = False
+        """The journal's incidents and claims were read for the current leadership term."""
+        self._claims_taken = False
+        """The previous leader's claims were ended for the current leadership term."""
         self.t.leader.set(0)
         # The background executor (if any) acts between cycles only while this process leads
         # and is not stopping, like every other write.
@@ -129,6 +143,11 @@ class Service:
         return self.p.elector is None or self.p.elector.is_leader()
 
     def _leadership(self, leading: bool) -> None:
+        if leading:
+            self.p.leading.set()
+        else:
+            self.p.leading.clear()  # a running drain's back-off ends now; the action waits
+            self._warm = self._claims_taken = False
         self.t.leader.set(1 if leading else 0)
         try:
             self.p.store.audit(
@@ -138,10 +157,45 @@ class Service:
                 actor=self.p.identity,
                 detail={"wall": time.time(), "leading": leading},
             )
-        except Exception:
-            log.exception("could not journal the leadership change")
+        except Exception as exc:
+            self.outages.exception("journaling the leadership change", exc)
         if leading and not self.halt.is_set():
+            # Not on the election thread: the read waits for a running standby cycle (the
+            # cycle lock), and the Lease must be renewed meanwhile.
+            threading.Thread(target=self.warm_up, name="leader-warm-up", daemon=True).start()
             self.catch_up()
+
+    def warm_up(self) -> bool:
+        """Once per leadership term, before deciding: end the claims the previous leader held
+        (its actions resume at once; resuming needs no incident state, so this does not wait
+        for the cycle lock), then read what it knew from the journal (open incidents, adopting
+        duplicates). Retried before each cycle until it succeeds."""
+        if not self._claims_taken and self.is_leader():
+            try:
+                claims = self.p.loop.take_over_claims(
+                    self.p.clock(), "it no longer holds the leader Lease"
+                )
+                self._claims_taken = True
+                for a in claims:
+                    log.warning("took over action %s (%s on %s)", a.id, a.playbook, a.target)
+            except Exception as exc:
+                self.outages.exception("taking over the previous leader's claims", exc)
+        with self.ctx.lock:
+            if self._warm or not self.is_leader() or not self._claims_taken:
+                return self._warm
+            now = self.p.clock()
+            try:
+                ended = self.p.loop.engine.reload(now, self.p.identity)
+            except Exception as exc:
+                self.outages.exception("reading the journal on becoming leader (retried)", exc)
+                return False
+            self._warm = True
+        if ended and self.p.alerts is not None:
+            try:
+                self.p.alerts.on_cycle(TakeOver(tuple(ended), ()), now)
+            except Exception as exc:
+                self.outages.exception("notifying the adopted duplicates' end", exc)
+        return True
 
     def catch_up(self) -> None:
         """Missed fires within grace run once now (after a restart or on becoming leader)."""
@@ -170,6 +224,11 @@ class Service:
 
     def _cycle(self) -> None:
         if not self._enter():
+            if not self.halt.is_set():
+                self._observe()
+            return
+        if not self.warm_up():
+            self._leave()
             return
         try:
             with self.t.span("cycle") as span, self.ctx.lock:
@@ -180,10 +239,23 @@ class Service:
             self.p.on_report(report)
             if self.p.alerts is not None:
                 self.p.alerts.on_cycle(report, report.now)
-        except Exception:
-            log.exception("cycle failed")
+        except Exception as exc:
+            self.outages.exception("cycle", exc)
         finally:
             self._leave()
+
+    def _observe(self) -> None:
+        """A standby's cycle: collect and detect without acting, so the detectors' history
+        (which faults began while the fleet was watched) is warm when this process leads."""
+        try:
+            with self.t.span("observe"), self.ctx.lock:
+                if self.is_leader():
+                    return  # became leader meanwhile: the next cycle decides
+                report = self.p.live.observe(self.p.clock())
+            if report.ok:
+                self.last_observed = time.time()
+        except Exception as exc:
+            self.outages.exception("standby cycle", exc)
 
     def _outbox(self) -> None:
         """The alerts outbox worker (leader only, like every write): Slack messages, approvals'
@@ -192,8 +264,8 @@ class Service:
             return
         try:
             self.p.alerts.run_outbox(self.p.clock())
-        except Exception:
-            log.exception("alerts outbox failed; its rows stay for the next run")
+        except Exception as exc:  # its rows stay for the next run
+            self.outages.exception("alerts outbox", exc)
         finally:
             self._leave()
 
@@ -258,8 +330,8 @@ class Service:
         self._acted(r.touched)
         try:
             t.breaker.set(1 if self.p.store.engine_state().breaker_tripped else 0)
-        except Exception:
-            log.exception("reading the breaker failed")
+        except Exception as exc:
+            self.outages.exception("reading the breaker", exc)
 
     def _acted(self, touched: Sequence[ActionRecord]) -> None:
         """Actions a cycle or a background executor pass started, resumed or finished."""
@@ -267,22 +339,40 @@ class Service:
             self.t.actions.add(1, {"playbook": a.playbook, "outcome": a.state.value})
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready means this replica is doing its job. A leader: it read the journal for its
+        term (warm) and collected within the last 3 intervals + 30 s (its own cycles, or its
+        standby cycles just before it took over). A standby: it read the Lease within the last
+        3 renew periods, so it knows a leader holds it or is trying to take it over itself.
+        A stopping process is not ready."""
         leading = self.is_leader()
-        age = None if self.last_ok is None else round(time.time() - self.last_ok, 1)
         stale_after = 3 * self.p.interval + 30.0
-        if not leading:
-            ready = True
-        elif age is None:
-            ready = time.time() - self.started < stale_after
+        now = time.time()
+        seen = max(self.last_ok or 0.0, self.last_observed or 0.0) or None
+        age = None if seen is None else round(now - seen, 1)
+        within = age < stale_after if age is not None else now - self.started < stale_after
+        el = self.p.elector
+        contact = None if el is None else el.contact_age()
+        if self.halt.is_set():
+            ready, why = False, "stopping"
+        elif leading:
+            ready = self._warm and within
+            why = "leading" if ready else "journal not read yet" if not self._warm else "stale"
         else:
-            ready = age < stale_after
+            assert el is not None  # without election this process always leads
+            reach = contact is not None and contact < 3 * el.renew_every
+            ready = reach
+            why = "standby, Lease reachable" if reach else "cannot reach the Lease"
         body: dict[str, Any] = {
             "role": "leader" if leading else "standby",
             "identity": self.p.identity,
             "last_successful_cycle_age_seconds": age,
             "ready": ready,
+            "reason": why,
             "stopping": self.halt.is_set(),
         }
+        if el is not None:
+            body["lease_holder"] = el.holder
+            body["lease_contact_age_seconds"] = None if contact is None else round(contact, 1)
         cov = self.p.live.coverage
         if cov is not None:
             body["detector_coverage"] = cov.states()

@@ -96,6 +96,10 @@ class Telemetry:
         self.k8s_writes = m.create_counter(
             "gpufleet_k8s_writes", description="Kubernetes writes by operation and result"
         )
+        self.http_refused = m.create_counter(
+            "gpufleet_http_refused",
+            description="Inbound requests answered 400 or more, by listener and status",
+        )
         self.detector_coverage = m.create_gauge(
             "gpufleet_detector_coverage",
             description="1 for each detector's evidence state (full, reduced, cannot_run) "
@@ -106,6 +110,10 @@ class Telemetry:
             unit="s",
             description="Unix time of the last cycle without errors",
         )
+
+    def refused(self, listener: str, status: int) -> None:
+        """An inbound listener answered `status` (>= 400): malformed input is counted."""
+        self.http_refused.add(1, {"listener": listener, "status": str(status)})
 
     def record_coverage(self, states: Mapping[str, str]) -> None:
         """Per detector, 1 on its coverage state and 0 on the others."""

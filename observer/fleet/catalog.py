@@ -24,6 +24,13 @@ class MetricSpec:
     aliases: tuple[str, ...] = ()
     default_on: bool = True
     """Whether dcgm-exporter's default-counters.csv enables it (users must enable the rest)."""
+    typed: Kind | None = None
+    """The TYPE dcgm-exporter writes when it is not what the value is (None: `kind`)."""
+
+    @property
+    def exposed_kind(self) -> Kind:
+        """The TYPE line an exporter writes for this family."""
+        return self.typed if self.typed is not None else self.kind
 
 
 def _m(
@@ -34,8 +41,9 @@ def _m(
     *,
     aliases: tuple[str, ...] = (),
     default_on: bool = True,
+    typed: Kind | None = None,
 ) -> MetricSpec:
-    return MetricSpec(name, unit, kind, help_, aliases, default_on)
+    return MetricSpec(name, unit, kind, help_, aliases, default_on, typed)
 
 
 G, C = Kind.GAUGE, Kind.COUNTER
@@ -85,11 +93,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Total number of NVLink flow-control CRC errors.",
         default_on=False,
     ),
+    # DCGM field 449 is the links' current throughput in MiB/s; dcgm-exporter's CSVs type it
+    # `counter` (dcgm-exporter #472, PR #658). Read as the gauge it is: never increase() it.
     _m(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "bytes",
-        C,
+        "MiB/s",
+        G,
         "Total number of NVLink bandwidth counters for all lanes.",
+        typed=C,
     ),
     _m(
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
@@ -107,7 +118,32 @@ METRICS: tuple[MetricSpec, ...] = (
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 ALIASES: dict[str, str] = {alias: m.name for m in METRICS for alias in m.aliases}
 XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
-"""dcgm-exporter's optional XID counter (labelled by `xid`): repeats are visible only here."""
+"""dcgm-exporter's optional XID counter (labelled by `xid`): repeats are visible only here.
+The snapshot column of this name is the GPU's total over codes; each code has its own column
+(`xid_count_column`)."""
+LABEL_XID = "xid"
+XID_COLUMN_PREFIX = XID_COUNT_METRIC + ":"
+XID_FOLLOWERS: dict[int, frozenset[int]] = {
+    43: frozenset({13, 94, 95, 48}),
+    45: frozenset({13, 94, 95, 48}),
+}
+"""Codes the driver logs right after another XID (cleanup of the contexts the first one
+killed: "preemptive cleanup, due to previous errors") -> the codes they follow."""
+
+
+def xid_count_column(code: int | str) -> str:
+    """The snapshot column of one XID code's count (`DCGM_EXP_XID_ERRORS_COUNT{xid="48"}`)."""
+    return f"{XID_COLUMN_PREFIX}{code}"
+
+
+def xid_column_code(name: str) -> int | None:
+    """The XID code of a per-code count column, None for any other column."""
+    if not name.startswith(XID_COLUMN_PREFIX):
+        return None
+    tail = name[len(XID_COLUMN_PREFIX) :]
+    return int(tail) if tail.isdigit() else None
+
+
 STEPS_METRIC = "training_steps_total"
 
 

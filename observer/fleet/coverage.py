@@ -62,7 +62,7 @@ def exporter_line(field: str) -> str:
     DCGM_FI_DEV_CLOCKS_EVENT_REASONS, use that name instead."""
     spec = BY_NAME.get(field)
     if spec is not None:
-        return f"{field}, {spec.kind.value}, {spec.help}"
+        return f"{field}, {spec.exposed_kind.value}, {spec.help}"
     kind, text = _OFF_CATALOG.get(
         field, (Kind.GAUGE, field.removeprefix("DCGM_FI_DEV_").replace("_", " ").lower() + ".")
     )

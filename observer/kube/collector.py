@@ -36,11 +36,17 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from observer.fleet.model import Event, Node, Pod
 from observer.kube.events import event_from_api
+from observer.kube.exporters import ExporterSelector, exporter_urls
 from observer.snapshot.kube_records import node_from_api, pod_from_api
 
 log = logging.getLogger(__name__)
 GONE = 410
 TEMPORARY = frozenset({408, 429, 500, 502, 503, 504})
+WARN_AFTER = 3
+"""Connection failures of one watch in a row before they are logged as warnings (a server that
+closes a long watch, as the simulator and load balancers do, is reconnected at debug level)."""
+REPEAT_WINDOW = 10.0
+"""Seconds (plus the back-off) within which a failure counts as the same streak."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,13 @@ class KubeCollector:
         pods = [pod_from_api(o) for o in objs]
         return [p for p in pods if p.phase not in ("Succeeded", "Failed")]
 
+    def exporter_urls(self, selectors: Iterable[ExporterSelector]) -> list[str]:
+        """The dcgm-exporter pods' scrape URLs from the pods already watched
+        (observer.kube.exporters); empty before the first list."""
+        with self._lock:
+            objs = list(self._resources["pods"].objects.values())
+        return exporter_urls(objs, selectors)
+
     def events(self, since: float | None = None) -> list[Event]:
         with self._lock:
             kept = list(self._events)
@@ -184,6 +197,7 @@ class KubeCollector:
 
     def _run(self, res: _Resource) -> None:
         backoff = self.settings.backoff_initial
+        streak, last_failure = 0, -REPEAT_WINDOW
         while not self._stop.is_set():
             try:
                 if res.rv is None:
@@ -212,7 +226,14 @@ class KubeCollector:
                 if self._stop.is_set():
                     break
                 self._count(res, type(exc).__name__)
-                log.warning("kube %s: %s, retrying in %.1f s", res.name, exc, backoff)
+                now = time.monotonic()
+                streak = streak + 1 if now - last_failure < REPEAT_WINDOW + backoff else 1
+                last_failure = now
+                # A watch the server closed is reconnected in silence; one that keeps failing
+                # is worth a warning (each failure is counted in stats either way).
+                level = logging.WARNING if streak >= WARN_AFTER else logging.DEBUG
+                log.log(level, "kube %s: %s, retrying in %.1f s (%d failure(s) in a row)",
+                        res.name, exc, backoff, streak)  # fmt: skip
                 self._sleep(_jitter(backoff))
                 backoff = min(backoff * 2, self.settings.backoff_max)
 

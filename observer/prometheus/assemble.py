@@ -146,9 +146,9 @@ def gpu_metrics(
     xid = answers.get("xid_count")
     if xid is not None:  # dcgm-exporter omits zero counts: reporting GPUs without one have 0
         fresh = fresh_xid_counts(xid, stamp_of)
-        metrics[XID_COUNT_METRIC] = fill_zero(
-            gpu_series(fresh, stamp_of) if fresh else None, gpus, n_cur
-        )
+        for name, rows in fresh.items():
+            metrics[name] = gpu_series(rows, stamp_of)
+        metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_cur)
     return metrics
 
 

@@ -35,6 +35,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from errors import DEFAULT_DELAY, GpufleetError, PermanentError, TemporaryError
+from observer.prometheus.credentials import FileSecret, PromAuth, SecretUnreadable
 from observer.prometheus.plan import PromSettings
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
@@ -98,6 +99,48 @@ def retry_policy(s: PromSettings) -> Retry:
     )
 
 
+class CredentialsUnreadable(QueryRejected):
+    """The bearer token or password file could not be read: nothing was sent."""
+
+
+class _Credentials(requests.auth.AuthBase):
+    """The Authorization header of every request, from files read again when they rotate."""
+
+    def __init__(self, a: PromAuth) -> None:
+        self.token = FileSecret(a.bearer_token_file) if a.bearer_token_file else None
+        self.username = a.username
+        self.password = a.password
+        self.password_file = FileSecret(a.password_file) if a.password_file else None
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        try:
+            if self.token is not None:
+                r.headers["Authorization"] = f"Bearer {self.token.value()}"
+            elif self.username:
+                pw = self.password_file.value() if self.password_file else self.password
+                return requests.auth.HTTPBasicAuth(self.username, pw)(r)
+        except SecretUnreadable as exc:
+            raise CredentialsUnreadable(
+                str(exc), hint="check the credentials file the source config names"
+            ) from None
+        return r
+
+
+def apply_auth(session: requests.Session, a: PromAuth) -> _Credentials | None:
+    """Credentials and TLS settings of `a` on `session` (None: no Authorization header)."""
+    if a.insecure_skip_verify:
+        session.verify = False
+    elif a.ca_file:
+        session.verify = a.ca_file
+    if a.cert_file:
+        session.cert = (a.cert_file, a.key_file) if a.key_file else a.cert_file
+    if not (a.bearer_token_file or a.username):
+        return None
+    creds = _Credentials(a)
+    session.auth = creds
+    return creds
+
+
 class _OrjsonResponse(requests.Response):
     """A response whose `.json()` decodes with orjson: prometheus-api-client calls `.json()` on
     every answer, and a 10k-GPU cycle's ~28 MB of JSON took the stdlib decoder ~0.45 CPU s,
@@ -118,6 +161,7 @@ class PrometheusClient:
         if not s.compress:  # requests asks for gzip by default; see PromSettings.compress
             self._session.headers["Accept-Encoding"] = "identity"
         self._session.hooks["response"].append(self._capture)
+        self.credentials = apply_auth(self._session, s.auth)
         self._local = threading.local()
         self._base = s.url.rstrip("/")
         self._conn = PrometheusConnect(
@@ -157,6 +201,12 @@ class PrometheusClient:
         except PrometheusApiClientException as exc:
             seen: Seen = self._local.seen
             raise _status_error(seen, str(exc)) from None
+        except requests.exceptions.SSLError as exc:
+            raise QueryRejected(
+                f"TLS handshake failed: {_short(str(exc))}",
+                source=self._base,
+                hint="check the source's CA bundle and client certificate",
+            ) from None
         except requests.exceptions.ConnectionError as exc:
             text = str(exc)
             if "timed out" in text:
@@ -250,6 +300,8 @@ def _status_error(seen: Seen, fallback: str) -> QueryFailed:
     if seen.status in RETRY_STATUS or seen.status == 0:
         delay = seen.retry_after if seen.retry_after is not None else DEFAULT_DELAY
         return QueryTemporary(message, delay=delay)
+    if seen.status in (401, 403):
+        return QueryRejected(message, hint="check the credentials the source config names")
     return QueryRejected(message)
 
 
@@ -281,12 +333,14 @@ def _short(text: str) -> str:
 __all__ = [
     "PARTIAL_WARNING",
     "Answer",
+    "CredentialsUnreadable",
     "PrometheusClient",
     "PrometheusUnreachable",
     "QueryFailed",
     "QueryRejected",
     "QueryTemporary",
     "Seen",
+    "apply_auth",
     "flagged_partial",
     "retry_policy",
 ]

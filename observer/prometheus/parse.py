@@ -22,7 +22,10 @@ from observer.fleet.catalog import (
     LABEL_NAMESPACE,
     LABEL_POD,
     LABEL_UUID,
+    LABEL_XID,
+    XID_COUNT_METRIC,
     canonical_name,
+    xid_count_column,
 )
 from observer.fleet.model import FloatArray, Pod, StrArray
 from observer.prometheus.plan import IDENTITY_LABELS, TS_LABEL
@@ -158,15 +161,18 @@ def present_families(names: Sequence[Any]) -> set[str]:
     return {canonical_name(str(n)) for n in names}
 
 
-def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> Vector:
-    """XID count series whose own sample is as new as their GPU's newest, summed per GPU."""
+def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> dict[str, Vector]:
+    """XID count series whose own sample is as new as their GPU's newest, as one vector per
+    snapshot column: the GPU's total (`XID_COUNT_METRIC`) and each code's count
+    (`xid_count_column`). A code seen by several series of one GPU (one per pod sharing it,
+    with `vgpu`) counts once."""
     stamps: dict[tuple[tuple[str, str], ...], float] = {}
     for r in vector:
         m = r["metric"]
         if m.get(TS_LABEL):
             key = tuple(sorted((k, v) for k, v in m.items() if k != TS_LABEL))
             stamps[key] = float(r["value"][1])
-    total: dict[tuple[str, str], float] = {}
+    by_code: dict[tuple[str, str, str], float] = {}
     for r in vector:
         m = r["metric"]
         if m.get(TS_LABEL):
@@ -175,11 +181,21 @@ def fresh_xid_counts(vector: Vector, stamp_of: Mapping[str, float]) -> Vector:
         uuid, mig = m.get(LABEL_UUID, ""), m.get(LABEL_MIG_INSTANCE, "")
         gpu = f"{uuid}/{mig}" if mig else uuid
         if stamps.get(key, -np.inf) >= stamp_of.get(gpu, np.inf):
-            total[(uuid, mig)] = total.get((uuid, mig), 0.0) + float(r["value"][1])
-    return [
-        {"metric": {LABEL_UUID: u, LABEL_MIG_INSTANCE: m}, "value": [0, repr(v)]}
-        for (u, m), v in total.items()
-    ]
+            at = (uuid, mig, m.get(LABEL_XID, ""))
+            by_code[at] = max(by_code.get(at, 0.0), float(r["value"][1]))
+    total: dict[tuple[str, str], float] = {}
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for (u, g, code), v in by_code.items():
+        total[(u, g)] = total.get((u, g), 0.0) + v
+        if code:
+            out.setdefault(xid_count_column(code), []).append(_row(u, g, v))
+    if total:
+        out[XID_COUNT_METRIC] = [_row(u, g, v) for (u, g), v in total.items()]
+    return dict(out)
+
+
+def _row(uuid: str, mig: str, v: float) -> Mapping[str, Any]:
+    return {"metric": {LABEL_UUID: uuid, LABEL_MIG_INSTANCE: mig}, "value": [0, repr(v)]}
 
 
 def merge_counter(value: MetricSeries | None, inc: MetricSeries | None) -> MetricSeries | None:

@@ -1,9 +1,8 @@
 """The PromQL of one Prometheus collection cycle: a fixed plan, independent of fleet size.
 
-Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 24 on a cold
-start, 14 afterwards (the 10 `cold` ones are then answered from memory: observer.prometheus.memory
-for
-3, observer.prometheus.memory for the 7 counter increases). Each does its
+Every cycle asks the same requests whatever the fleet holds (10 GPUs or 100k): 23 on a cold
+start, 14 afterwards (the 9 `cold` ones are then answered from memory: the cold start's answers
+for 3, observer.prometheus.memory for the 6 counter increases). Each does its
 filtering and label stripping on the server, so the payload stays close to "one number per GPU
 per metric", and the plan avoids reading any series twice where it can (Prometheus spends
 ~10 us per series read; at 10k GPUs x 22 families that is the cycle's main cost):
@@ -50,6 +49,8 @@ from observer.fleet.catalog import (
     XID_COUNT_METRIC,
     Kind,
 )
+from observer.prometheus.credentials import PromAuth
+from observer.snapshot.inputs import NODE_HINT_LABELS
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from observer.snapshot.kube_records import (
     KSM_FAMILIES,
@@ -75,8 +76,10 @@ IDENTITY_LABELS = (
     LABEL_NAMESPACE,
     "exported_pod",
     "exported_namespace",
+    *NODE_HINT_LABELS,
 )
-"""GPU identity labels; `exported_*` carry the workload's pod when Prometheus scraped
+"""GPU identity labels (`node`/`kubernetes_node`: the exporter pod's node, where the scrape
+config relabels it); `exported_*` carry the workload's pod when Prometheus scraped
 dcgm-exporter without `honorLabels` (observer.prometheus.parse.workload_labels)."""
 KEY = f"{LABEL_UUID}, {LABEL_MIG_INSTANCE}"
 SPARSE_COUNTERS = (
@@ -150,6 +153,10 @@ class PromSettings:
     attributed from Kubernetes by node), `auto` (per answer: `exported` when such labels
     appear, else `direct`). Never the exporter's own pod (the `up` series name it)."""
     headers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    """Sent with every request, e.g. (`X-Scope-OrgID`, tenant) for Mimir or Cortex."""
+    auth: PromAuth = field(default_factory=PromAuth)
+    """Bearer token file, basic auth, CA bundle and client certificate
+    (observer.prometheus.credentials)."""
     target_labels: tuple[str, ...] = ("job", "instance", "endpoint", "service", "prometheus")
     """Labels Prometheus adds on scrape; stripped from kube-state-metrics pod/node labels."""
 

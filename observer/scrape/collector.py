@@ -14,7 +14,7 @@ columns as the Prometheus path to the one snapshot builder, so both modes yield 
   simulator's scenario clock), not the exporter's.
 
 Memory: per counter series `16 * capacity` bytes (capacity 8: 128 B); with dcgm-exporter's
-seven counter families that is ~0.9 KB per GPU, plus the last page's parsed samples.
+six counter families that is ~0.8 KB per GPU, plus the last page's parsed samples.
 """
 
 from __future__ import annotations
@@ -101,9 +101,18 @@ class _Columns:
 
 
 class ScrapeCollector:
-    def __init__(self, settings: ScrapeSettings, *, now: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: ScrapeSettings,
+        *,
+        now: Callable[[], float] = time.time,
+        discover: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self.settings = settings
         self.now = now
+        self.discover = discover
+        """Lists the exporter URLs each cycle (the Kubernetes way: pods by label from the
+        service's watch cache); used when `settings` names no targets or discovery URL."""
         self.builder = SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
         ).with_pod_cache()
@@ -132,6 +141,15 @@ class ScrapeCollector:
         s = self.settings
         if s.targets:
             return list(s.targets)
+        if self.discover is not None and not s.discovery_url:
+            urls = list(self.discover())
+            if not urls:
+                raise TemporaryError(
+                    "no dcgm-exporter pod found (none running with an IP matches the selectors)",
+                    source="kubernetes",
+                    hint="check service.source.kubernetes: namespaces, labels and ports",
+                )
+            return urls
         try:
             return discover(self._session, s.discovery_url, s.timeout)
         except Exception as exc:

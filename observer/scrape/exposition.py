@@ -20,8 +20,11 @@ from observer.fleet.catalog import (
     LABEL_NAMESPACE,
     LABEL_POD,
     LABEL_UUID,
+    LABEL_XID,
     STEPS_METRIC,
+    XID_COUNT_METRIC,
     canonical_name,
+    xid_count_column,
 )
 from observer.snapshot.kube_records import KSM_FAMILIES, KSM_GPU_FAMILIES, KSM_STATUS_FAMILIES
 
@@ -39,6 +42,9 @@ class ParsedPage:
     """Family (catalog name) -> (GPU keys, values, explicit timestamps or None)."""
     steps: list[tuple[str, str, float]] = field(default_factory=list)
     kube: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    xid: dict[str, dict[str, float]] = field(default_factory=dict)
+    """GPU key -> XID code -> count ("" for the zero series without `xid`), folded into
+    `gpu` by `finish`."""
     samples: int = 0
     malformed: int = 0
     first_error: str = ""
@@ -70,9 +76,17 @@ def _add(
         if not uuid:
             return
         key = gpu_key(labels)
+        family = canonical_name(name)
+        if family == XID_COUNT_METRIC:
+            # One series per code (and one per pod sharing the GPU, with `vgpu`): a code's
+            # count is the GPU's, never a sum over the pods that see it.
+            codes = page.xid.setdefault(key, {})
+            code = labels.get(LABEL_XID, "")
+            codes[code] = max(codes.get(code, 0.0), value)
+            return
         if key not in page.identity:
             page.identity[key] = labels
-        keys, values, stamps = page.gpu.setdefault(canonical_name(name), ([], [], []))
+        keys, values, stamps = page.gpu.setdefault(family, ([], [], []))
         keys.append(key)
         values.append(value)
         stamps.append(ts)
@@ -80,6 +94,17 @@ def _add(
         page.steps.append((labels.get(LABEL_NAMESPACE, ""), labels.get(LABEL_POD, ""), value))
     elif name in KUBE_NAMES:
         page.kube.append((name, labels, value))
+
+
+def _finish_xid(page: ParsedPage) -> None:
+    """XID counts as columns: the GPU's total, and one column per code (`xid_count_column`)."""
+    for key, codes in page.xid.items():
+        for code, v in [("", sum(codes.values())), *((c, v) for c, v in codes.items() if c)]:
+            name = xid_count_column(code) if code else XID_COUNT_METRIC
+            keys, values, stamps = page.gpu.setdefault(name, ([], [], []))
+            keys.append(key)
+            values.append(v)
+            stamps.append(None)
 
 
 def parse_page(text: str) -> ParsedPage:
@@ -142,4 +167,5 @@ class PageParser:
                     page.first_error = f"{type(exc).__name__}: {exc} (line {stripped[:80]!r})"
                 continue
             _add(page, name, labels, value, ts)
+        _finish_xid(page)
         return page

@@ -70,6 +70,7 @@ from observer.fleet.model import (
 from observer.snapshot.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
+from observer.snapshot.node_join import join_hostnames
 from observer.snapshot.pod_assignment import (
     PodAssignment,
     PodAssignmentCache,
@@ -146,12 +147,18 @@ class SnapshotBuilder:
         exporters: ExporterHealth | None = None,
         events: Iterable[Event] = (),
     ) -> tuple[FleetSnapshot, BuildReport]:
+        node_list = list(nodes)
+        pod_list = list(pods)
         extra_nodes: set[str] = set()
         if exporters is not None:
             extra_nodes = set(exporters.up) | set(exporters.last_scrape)
-        rows = resolve_gpu_rows(gpus, list(nodes), extra_nodes)
+        hosts = {str(h) for h in np.unique(gpus.hostname).tolist()} | extra_nodes
+        join = join_hostnames(hosts, [str(n.name) for n in node_list], pod_list)
+        if exporters is not None and any(k != v for k, v in join.items()):
+            exporters = _rename_exporters(exporters, join)
+            extra_nodes = {join.get(k, k) for k in extra_nodes}
+        rows = resolve_gpu_rows(gpus, node_list, extra_nodes, join)
         columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
-        pod_list = list(pods)
         labels = attribute_by_node(rows.pod_labels(), pod_list)  # no pod labels: by node
         pod_records, jobs, pod_index, synthesised = (
             self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
@@ -288,6 +295,19 @@ def _sum_by_job(job: IntArray, values: np.ndarray, jobs: tuple[Job, ...]) -> dic
     sums = np.bincount(job[ok], weights=values[ok], minlength=len(jobs))
     seen = np.bincount(job[ok], minlength=len(jobs)) > 0
     return {jobs[j].key: float(sums[j]) for j in np.flatnonzero(seen)}
+
+
+def _rename_exporters(ex: ExporterHealth, join: Mapping[str, str]) -> ExporterHealth:
+    """The exporters' health keyed by the Kubernetes node each hostname joined."""
+    up: dict[str, bool] = {}
+    for k, v in ex.up.items():
+        node = join.get(k, k)
+        up[node] = up.get(node, False) or v
+    last: dict[str, float] = {}
+    for k, t in ex.last_scrape.items():
+        node = join.get(k, k)
+        last[node] = max(last.get(node, t), t)
+    return replace(ex, up=up, last_scrape=last)
 
 
 def build_snapshot(

@@ -8,7 +8,7 @@ series - keyed by UUID or by identity row - to GPU positions.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ from observer.fleet.columns import (
     same_keys,
 )
 from observer.fleet.model import NO_INDEX, GpuTable, IntArray, Node, NodeName, StrArray
-from observer.snapshot.inputs import GpuColumns, MetricSeries, gpu_keys
+from observer.snapshot.inputs import GpuColumns, MetricSeries, gpu_keys, str_column
 
 NO_HOSTNAME = "<no-hostname>"
 """Node name for GPUs whose series carry neither `Hostname` nor `hostname` (not a valid
@@ -155,9 +155,13 @@ class GpuRows:
 
 
 def resolve_gpu_rows(
-    gpus: GpuColumns, k8s_nodes: Sequence[Node], extra_node_names: Collection[str] = ()
+    gpus: GpuColumns,
+    k8s_nodes: Sequence[Node],
+    extra_node_names: Collection[str] = (),
+    join: Mapping[str, str] | None = None,
 ) -> GpuRows:
-    """Dedupe identity rows, join to nodes, and order GPUs canonically."""
+    """Dedupe identity rows, join to nodes, and order GPUs canonically. `join`: hostname ->
+    the Kubernetes node it joined, where they differ (observer.snapshot.node_join)."""
     keys = gpus.mig_keys()
     n = len(keys)
     group, key_to_group = first_occurrence(keys)
@@ -170,6 +174,9 @@ def resolve_gpu_rows(
     host = gpus.hostname[kept]
     if host.size and (host == "").any():
         host = np.where(host == "", NO_HOSTNAME, host)
+    if join and host.size:
+        codes, names = factorize(host)
+        host = str_column([join.get(str(h), str(h)) for h in names])[codes]
     host_code, hostnames = factorize(host)
     by_name = {str(nd.name): nd for nd in k8s_nodes}
     names = sorted(set(by_name) | set(hostnames) | set(extra_node_names))

@@ -71,6 +71,12 @@ def float_column(values: Iterable[float] | np.ndarray) -> FloatArray:
     return np.asarray(values, dtype=np.float64)
 
 
+NODE_HINT_LABELS = ("node", "kubernetes_node")
+"""Labels Prometheus' Kubernetes service discovery is commonly relabelled to carry the scrape
+target pod's `spec.nodeName` (`__meta_kubernetes_pod_node_name`); when present they name the
+GPU's node, whatever the exporter's own `Hostname` says (the later one wins)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GpuColumns:
     """GPU identity rows as parallel columns (dcgm-exporter labels)."""
@@ -127,6 +133,11 @@ class GpuColumns:
             hostname = str_column(new)
         else:
             hostname = np.full(n, "", dtype=object)
+        for hint in NODE_HINT_LABELS:  # the exporter pod's spec.nodeName, relabelled by SD
+            col = labels.get(hint)
+            if col is not None:
+                given = str_column(col)
+                hostname = np.where(given != "", given, hostname)
 
         def opt(name: str) -> StrArray | None:
             col = labels.get(name)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from observer.fleet.model import FleetSnapshot
+from observer.snapshot.node_join import unjoined_gpus
 
 STALE_INTERVALS = 2.0
 
@@ -75,6 +76,13 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
         lines += _table(jrows)
     lines.append("")
     lines.append("stale: " + ("; ".join(stale) if stale else "none"))
+    unjoined = unjoined_gpus(s)
+    if unjoined:
+        lines.append(
+            "GPUs on no Kubernetes node (exporter hostname not a node name; set NODE_NAME in "
+            "the exporter or relabel kubernetes_node): "
+            + "; ".join(f"{h} ({n} GPUs)" for h, n in sorted(unjoined.items()))
+        )
     if s.events:
         lines.append(f"events: {len(s.events)} GPU/node warnings (latest: "
                      f"{s.events[-1].reason} on {s.events[-1].node or '?'})")  # fmt: skip

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from observer.fleet.units import Duration
 from remediations.cluster_view import ClusterReader, ClusterView, NodeView
+from remediations.kube_names import job_name
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -39,7 +40,7 @@ from remediations.playbooks.base import (
     node_target,
 )
 from remediations.playbooks.reset import REPAIR_LABEL
-from remediations.types import REBOOT_ANNOTATION, REBOOTS_ANNOTATION, Intent, stable_id
+from remediations.types import JOBS_NAMESPACE, REBOOT_ANNOTATION, REBOOTS_ANNOTATION, Intent
 
 KEEP_REBOOTS = 10
 """Reboot times kept in `gpufleet.io/reboots` (newest last)."""
@@ -55,7 +56,8 @@ class RebootParams(BaseParams):
     reboot_window: Duration = Field(default=86400.0, gt=0)
     """Past `max_reboots` completed gpufleet reboots of a node within this window, a person
     decides (the loop guard, read from the node's own `gpufleet.io/reboots`)."""
-    namespace: str = Field(default="gpufleet", min_length=1)
+    namespace: str = Field(default=JOBS_NAMESPACE, min_length=1)
+    """`mode: job`: where the Job runs (see the reset playbook's `namespace`)."""
     image: str = Field(default="busybox:1.36", min_length=1)
     command: list[str] = Field(
         default_factory=lambda: ["touch", "/var/run/reboot-required"], min_length=1
@@ -85,7 +87,8 @@ def rebooting(view: ClusterView, besides: str) -> list[str]:
 
 
 def reboot_job_name(node: str, incident_id: str, taken_at: float) -> str:
-    return f"gpufleet-reboot-{node[:30].lower()}-{stable_id(incident_id, node, taken_at)[:8]}"
+    """A DNS-1123 label from the node and the planning moment, valid for any node name."""
+    return job_name("gpufleet-reboot", node, incident_id, node, taken_at, limit=30)
 
 
 def marker_boot_id(value: str) -> str:

@@ -32,7 +32,7 @@ from remediations.playbooks.base import (
     VerifyStatus,
     gpu_of,
 )
-from remediations.types import Intent, stable_id
+from remediations.types import JOBS_NAMESPACE, Intent, stable_id
 
 REPAIR_LABEL = "gpufleet.io/repair"
 """On every repair Job gpufleet creates: what it does (`reset-gpu`, `reboot-sentinel`)."""
@@ -70,9 +70,10 @@ class ResetParams(BaseParams):
     command: list[str] = Field(default_factory=lambda: ["nvidia-smi", "-r", "-i", "{index}"])
     """`{index}` is the GPU's index on the node (`{uuid}` its UUID); nvidia-smi's `-i` also takes
     a UUID, which `{index}` becomes when the index is not known."""
-    namespace: str = Field(default="gpufleet", min_length=1)
-    """Where the Job runs (gpufleet's namespace: its Role grants batch/jobs create/get/delete;
-    the namespace must admit privileged pods)."""
+    namespace: str = Field(default=JOBS_NAMESPACE, min_length=1)
+    """Where the Job runs (`gpufleet-jobs`: the one namespace gpufleet's Role lets it create
+    Jobs in, Pod Security `privileged`; deploy/base's admission policy must list its image and
+    command)."""
 
     @field_validator("command")
     @classmethod

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from detectors.findings import INTAKE_DETECTOR
 from remediations.store.base import StoreBase
 from remediations.store.convert import action_record
 from remediations.store.records import (
@@ -23,7 +24,7 @@ from remediations.store.records import (
     ActionRecord,
     NewAction,
 )
-from remediations.store.schema import ActionRow, AuditRow
+from remediations.store.schema import ActionRow, AuditRow, IncidentRow
 from remediations.types import (
     ACTOR,
     ActionId,
@@ -252,10 +253,15 @@ class ActionStore(StoreBase):
             ActionRow.started_at,
             ActionRow.decision,
             ActionRow.deadline,
+            IncidentRow.evidence,
         )
-        q = select(*cols).where(
-            ActionRow.cluster == self.cluster,
-            (ActionRow.updated_at >= since) | ActionRow.state.in_(active),
+        q = (
+            select(*cols)
+            .outerjoin(IncidentRow, IncidentRow.id == ActionRow.incident_id)
+            .where(
+                ActionRow.cluster == self.cluster,
+                (ActionRow.updated_at >= since) | ActionRow.state.in_(active),
+            )
         )
         with self.engine.connect() as conn:
             return [
@@ -273,6 +279,7 @@ class ActionStore(StoreBase):
                     r[10],
                     Verdict(r[11]),
                     r[12],
+                    (r[13] or {}).get("source") == INTAKE_DETECTOR,
                 )
                 for r in conn.execute(q)
             ]

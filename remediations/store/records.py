@@ -137,6 +137,8 @@ class ActionBrief:
     started_at: float | None = None
     decision: Verdict = Verdict.EXECUTE
     deadline: float | None = None
+    from_intake: bool = False
+    """Its incident came from alerts delivered to gpufleet (their own blast-radius budget)."""
 
     @property
     def at(self) -> float:

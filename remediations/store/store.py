@@ -36,6 +36,27 @@ class Store(ActionStore, StateStore):
         with Session(self.engine) as s:
             return [incident_record(r) for r in s.scalars(q)]
 
+    def incidents(self, since: float | None = None) -> list[IncidentRecord]:
+        """Incidents open at any time since `since` (all without it), oldest first."""
+        q = select(IncidentRow).where(IncidentRow.cluster == self.cluster)
+        if since is not None:
+            q = q.where(IncidentRow.resolved_at.is_(None) | (IncidentRow.resolved_at >= since))
+        with Session(self.engine) as s:
+            return [incident_record(r) for r in s.scalars(q.order_by(IncidentRow.opened_at))]
+
+    def find_incidents(self, prefix: str) -> list[IncidentRecord]:
+        q = select(IncidentRow).where(
+            IncidentRow.cluster == self.cluster, IncidentRow.id.startswith(prefix)
+        )
+        with Session(self.engine) as s:
+            return [incident_record(r) for r in s.scalars(q)]
+
+    def incidents_on(self, node: str) -> list[IncidentRecord]:
+        """Every incident (open or resolved) about `node` or one of its GPUs."""
+        q = select(IncidentRow).where(IncidentRow.cluster == self.cluster, IncidentRow.node == node)
+        with Session(self.engine) as s:
+            return [incident_record(r) for r in s.scalars(q)]
+
     def get_incident(self, incident_id: str) -> IncidentRecord | None:
         with Session(self.engine) as s:
             row = s.get(IncidentRow, incident_id)

@@ -52,7 +52,15 @@ RESOURCES = (
     Resource("", "v1", "pods", "Pod", True, (*READ, "update", "patch", "delete"), ("po",)),
     Resource("", "v1", "events", "Event", True, (*READ, *WRITE), ("ev",)),
     Resource("", "v1", "namespaces", "Namespace", False, (*READ, "create"), ("ns",)),
-    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, READ, ("pdb",)),
+    Resource(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        (*READ, *WRITE),
+        ("pdb",),
+    ),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, (*READ, *WRITE)),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, READ, ("ds",)),
     Resource("batch", "v1", "jobs", "Job", True, (*READ, *WRITE)),
@@ -61,13 +69,32 @@ RESOURCES = (
     Resource(
         "resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False, (*READ, *WRITE)
     ),
+    Resource(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        False,
+        ("create",),
+    ),
+    Resource(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        False,
+        ("create",),
+    ),
 )
+REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews")
 SUBRESOURCES = {
     ("", "v1", "pods/eviction"): ("policy", "v1", "Eviction", ("create",)),
     ("", "v1", "pods/status"): ("", "v1", "Pod", ("get", "patch", "update")),
     ("", "v1", "nodes/status"): ("", "v1", "Node", ("get", "patch", "update")),
 }
-GROUPS = ("policy", "coordination.k8s.io", "apps", "batch", "resource.k8s.io")
+GROUPS = (
+    "policy", "coordination.k8s.io", "apps", "batch", "resource.k8s.io", "authorization.k8s.io",
+)  # fmt: skip
 
 
 def find(group: str, version: str, plural: str) -> Resource | None:

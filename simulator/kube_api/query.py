@@ -108,6 +108,35 @@ def _field_test(path: str, value: str, equal: bool) -> Matcher:
     return lambda o: (field_value(o, path) == value) == equal
 
 
+FIELD_LABELS: dict[str, frozenset[str]] = {
+    "pods": frozenset({
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+        "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+        "status.nominatedNodeName",
+    }),
+    "nodes": frozenset({"spec.unschedulable"}),
+    "events": frozenset({
+        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+        "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
+    }),
+    "jobs": frozenset({"status.successful"}),
+    "namespaces": frozenset({"status.phase"}),
+    "resourceslices": frozenset({"spec.nodeName", "spec.driver"}),
+}  # fmt: skip
+"""Field selectors each resource supports beside metadata.name and metadata.namespace (the
+field label conversion funcs registered in pkg/apis/*/v1/conversion.go)."""
+
+
+def check_field_selector(resource: str, selector: str | None) -> None:
+    """400 for a field the real server cannot select on, as it answers before listing."""
+    allowed = FIELD_LABELS.get(resource, frozenset()) | {"metadata.name", "metadata.namespace"}
+    for part in _split_selector(selector or ""):
+        key = part.replace("!=", "=").split("=", 1)[0].strip()
+        if key and key not in allowed:
+            raise BadRequest(f"field label not supported: {key}")
+
+
 def field_matcher(selector: str | None) -> Matcher:
     """`spec.nodeName=n1,status.phase!=Succeeded,metadata.name==x` -> predicate."""
     if not selector:

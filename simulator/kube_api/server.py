@@ -4,13 +4,16 @@ No API server binary can run here, yet the collectors and the actuator must be t
 real `kubernetes` client and kubectl must be able to get, cordon and drain. So this stdlib HTTP
 server speaks the wire protocol: discovery documents, JSON lists and objects, chunked watch
 streams, `v1 Status` errors, and injectable faults (410, 429 with Retry-After, 500, slowness).
-It binds 127.0.0.1 on a free port by default and writes a kubeconfig without credentials.
+Every request is authenticated (bearer tokens, `authn`) and authorised by RBAC (`rbac`), and
+`SelfSubjectAccessReview` answers what the caller may do. It binds 127.0.0.1 on a free port by
+default and writes kubeconfigs with the admin's or a service account's token.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import time
 from collections import Counter
@@ -21,9 +24,19 @@ from urllib.parse import parse_qsl, urlsplit
 
 from simulator.cluster import SimCluster
 from simulator.kube_api import discovery as disc
+from simulator.kube_api import protobuf
+from simulator.kube_api.access_review import InvalidReview, access_review, rules_review
+from simulator.kube_api.authn import (
+    Authenticator,
+    ImpersonationForbidden,
+    Unauthorized,
+    impersonation_headers,
+)
 from simulator.kube_api.faults import FaultInjector, status_body
 from simulator.kube_api.kubeconfig import write_kubeconfig
 from simulator.kube_api.query import BadRequest
+from simulator.kube_api.rbac import Attributes, Identity, Rbac, forbidden_message
+from simulator.kube_api.tls import ca_pem, maybe_wrap
 from simulator.kube_api.verbs import Reply, Request, Verbs, error
 
 log = logging.getLogger(__name__)
@@ -40,6 +53,7 @@ def _parse_path(parts: list[str]) -> tuple[str, str, list[str]] | None:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    identity: Identity
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("k8s-sim %s", format % args)
@@ -76,6 +90,8 @@ class _Handler(BaseHTTPRequestHandler):
             raw = self.rfile.read(length) if length else b""
         if not raw.strip():
             return None
+        if self.headers.get("Content-Type", "").startswith(protobuf.CONTENT_TYPE):
+            return protobuf.decode(raw)
         try:
             return json.loads(raw)
         except ValueError:
@@ -106,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):  # the client went away
             pass
         except Exception:  # headers are sent: end the stream rather than answer twice
             log.exception("k8s-sim: watch %s failed", self.path)
@@ -122,6 +138,17 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             if path.startswith("/_sim/"):
                 self._send(self.server.control(method, path, body))
+                return
+            try:
+                who = self.server.authn.authenticate(self.headers.get("Authorization"))
+                self.identity = self.server.authn.impersonate(
+                    who, *impersonation_headers(self.headers)
+                )
+            except Unauthorized:
+                self._send(error(401, "Unauthorized", "Unauthorized"))
+                return
+            except ImpersonationForbidden as exc:
+                self._send(error(403, str(exc), "Forbidden"))
                 return
             rule = self.server.faults.take(method, path, query)
             if rule is not None:
@@ -145,13 +172,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(method, path, dict(parse_qsl(query)), body)
         except BadRequest as exc:
             self._send(error(400, str(exc), "BadRequest"))
-        except (BrokenPipeError, ConnectionResetError):
+        except protobuf.Unsupported as exc:
+            self._send(error(415, str(exc), "UnsupportedMediaType"))
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             self.close_connection = True
         except Exception as exc:  # the server must answer, never hang a client
             log.exception("k8s-sim: %s %s failed", method, self.path)
             self._send(error(500, f"Internal error occurred: {exc!r}", "InternalError"))
 
+    def _allowed(self, attrs: Attributes, details: dict[str, Any] | None = None) -> bool:
+        """Authorise the request; on refusal answer 403 as the real server does."""
+        if self.server.rbac.authorize(self.identity, attrs).allowed:
+            return True
+        extra: dict[str, Any] = details if details is not None else {}
+        self._send(error(403, forbidden_message(self.identity, attrs), "Forbidden", None, **extra))
+        return False
+
     def _route(self, method: str, path: str, params: dict[str, str], body: Any) -> None:
+        parts = [p for p in path.split("/") if p]
+        parsed = _parse_path(parts)
+        rest: list[str] = parsed[2] if parsed is not None else []
+        if (parsed is None or not rest) and not self._allowed(
+            Attributes(verb=method.lower(), path=path)
+        ):
+            return
         if path == "/version":
             self._send(Reply(200, dict(disc.SERVER_VERSION)))
             return
@@ -164,11 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/apis":
             self._send(Reply(200, disc.group_list()))
             return
-        parts = [p for p in path.split("/") if p]
         if len(parts) == 2 and parts[0] == "apis" and parts[1] in disc.GROUPS:
             self._send(Reply(200, disc.group(parts[1])))
             return
-        parsed = _parse_path(parts)
         if parsed is None:
             self._send(error(404, "the server could not find the requested resource", "NotFound"))
             return
@@ -215,6 +257,23 @@ class _Handler(BaseHTTPRequestHandler):
         verbs = self.server.verbs
         m, name, sub = req.method, req.name, req.subresource
         self.server.count(_verb(req), req.resource.plural + (f"/{sub}" if sub else ""))
+        res = req.resource
+        attrs = Attributes(
+            verb=_verb(req),
+            group=res.group,
+            resource=res.plural,
+            subresource=sub or "",
+            # RequestInfo: a request for a namespace object is in that namespace
+            namespace=req.namespace or (name or "" if res.plural == "namespaces" else ""),
+            name=name or "",
+        )
+        details: dict[str, Any] = {"name": name} if name else {}
+        details.update({"group": res.group} if res.group else {}, kind=res.plural)
+        if not self._allowed(attrs, details):
+            return
+        if res.plural in disc.REVIEWS:
+            self._send(self._review(req))
+            return
         if sub not in (None, "status", "eviction"):
             self._send(error(404, "the server could not find the requested resource", "NotFound"))
             return
@@ -243,6 +302,29 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
 
+    def _review(self, req: Request) -> Reply:
+        if req.method != "POST" or req.name is not None:
+            return error(
+                405,
+                "the server does not allow this method on the requested resource",
+                "MethodNotAllowed",
+            )
+        access = req.resource.plural == "selfsubjectaccessreviews"
+        review = access_review if access else rules_review
+        try:
+            out = review(self.server.rbac, self.identity, req.body)
+        except InvalidReview as exc:
+            cause = {"reason": "FieldValueInvalid", "message": str(exc), "field": exc.field}
+            return error(
+                422,
+                f'{req.resource.kind}.authorization.k8s.io "" is invalid: {exc}',
+                "Invalid",
+                kind=req.resource.kind,
+                group="authorization.k8s.io",
+                causes=[cause],
+            )
+        return Reply(201, out)
+
 
 def _verb(req: Request) -> str:
     """The Kubernetes verb of a request, as RBAC and the API server's metrics name it."""
@@ -266,10 +348,25 @@ class _Server(ThreadingHTTPServer):
         self.cluster = cluster
         self.faults = faults
         self.verbs = verbs
+        self.authn = Authenticator()
+        self.rbac = Rbac()
         self._stop = threading.Event()
         self._counts_lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
         """(verb, resource[/subresource]) -> requests served since start or the last reset."""
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Serve one connection, over TLS when the client starts a TLS handshake."""
+        try:
+            conn = maybe_wrap(request)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("k8s-sim: TLS handshake from %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            if conn is not request:
+                conn.close()
 
     def count(self, verb: str, resource: str) -> None:
         with self._counts_lock:
@@ -313,6 +410,7 @@ class KubeApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         bookmark_interval: float = 10.0,
+        rbac: Rbac | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -320,7 +418,28 @@ class KubeApiServer:
         self._server = _Server(
             (host, port), cluster, self.faults, Verbs(cluster, bookmark_interval=bookmark_interval)
         )
+        if rbac is not None:
+            self._server.rbac = rbac
         self._thread: threading.Thread | None = None
+
+    @property
+    def rbac(self) -> Rbac:
+        """The Roles, ClusterRoles and bindings requests are authorised against (plus the
+        bootstrap policy); replace it to change what identities may do."""
+        return self._server.rbac
+
+    @rbac.setter
+    def rbac(self, value: Rbac) -> None:
+        self._server.rbac = value
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of the cluster admin (`system:masters`)."""
+        return self._server.authn.admin_token
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A bearer token that authenticates as the service account `namespace/name`."""
+        return self._server.authn.service_account_token(namespace, name)
 
     def request_counts(self, reset: bool = False) -> dict[str, int]:
         """API requests served by `"<verb> <resource>"` (e.g. `"list pods"`, `"watch nodes"`)."""
@@ -332,7 +451,14 @@ class KubeApiServer:
 
     @property
     def url(self) -> str:
+        """Plain HTTP: the simulator's control endpoints and raw probes."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def https_url(self) -> str:
+        """The same port over TLS: what kubeconfigs point at (kubectl sends credentials only
+        over TLS)."""
+        return f"https://{self.host}:{self.port}"
 
     def start(self) -> KubeApiServer:
         self._thread = threading.Thread(
@@ -358,8 +484,26 @@ class KubeApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def write_kubeconfig(self, path: str | Path, *, context: str = "gpufleet-sim") -> Path:
-        return write_kubeconfig(path, self.url, context=context)
+    def write_kubeconfig(
+        self, path: str | Path, *, context: str = "gpufleet-sim", token: str | None = None
+    ) -> Path:
+        """A kubeconfig for this server, as the admin unless `token` says otherwise."""
+        return write_kubeconfig(
+            path,
+            self.https_url,
+            context=context,
+            token=token or self.admin_token,
+            ca_pem=ca_pem(),
+        )
+
+    def service_account_kubeconfig(
+        self, path: str | Path, namespace: str, name: str, *, context: str = "gpufleet-sim"
+    ) -> Path:
+        """A kubeconfig that authenticates as the service account `namespace/name`, as
+        gpufleet's pod does in-cluster."""
+        return self.write_kubeconfig(
+            path, context=context, token=self.service_account_token(namespace, name)
+        )
 
 
 __all__ = ["KubeApiServer", "write_kubeconfig"]

@@ -17,13 +17,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator import dra
 from simulator.cluster import Invalid, NotFound, SimCluster, TooManyRequests
 from simulator.controller import NAME_CHARS
 from simulator.kube_api import discovery as disc
 from simulator.kube_api import tables as tables
+from simulator.kube_api import validation
 from simulator.kube_api.faults import status_body
-from simulator.kube_api.query import BadRequest, apply_patch, field_matcher, label_matcher
+from simulator.kube_api.query import (
+    BadRequest,
+    apply_patch,
+    check_field_selector,
+    field_matcher,
+    label_matcher,
+)
 from simulator.kube_api.store import Conflict
 from simulator.kube_api.watch import decorate, watch_events
 
@@ -48,6 +54,10 @@ class Request:
     body: Any = None
     content_type: str = "application/json"
     accept: str = "application/json"
+
+
+STATUS_RESOURCES = frozenset({"pods", "nodes", "jobs", "poddisruptionbudgets", "namespaces"})
+"""Resources with a `/status` subresource: writes to the object leave status alone."""
 
 
 def error(code: int, message: str, reason: str, req: Request | None = None, **extra: Any) -> Reply:
@@ -79,6 +89,7 @@ class Verbs:
     # --- reads --------------------------------------------------------------------------------
 
     def _matching(self, req: Request) -> tuple[int, list[Obj]]:
+        check_field_selector(req.resource.plural, req.params.get("fieldSelector"))
         labels = label_matcher(req.params.get("labelSelector"))
         fields = field_matcher(req.params.get("fieldSelector"))
         rv, items = self.cluster.store.objects(req.resource.plural, req.namespace)
@@ -148,6 +159,7 @@ class Verbs:
 
     def watch(self, req: Request, stopping: Callable[[], bool] = lambda: False) -> Iterator[Obj]:
         """Watch events as JSON dicts (see `k8s_watch`); Table rows when kubectl asks for them."""
+        check_field_selector(req.resource.plural, req.params.get("fieldSelector"))
         events = watch_events(
             self.cluster.store,
             req.resource,
@@ -208,6 +220,9 @@ class Verbs:
             body.setdefault("spec", {"finalizers": ["kubernetes"]})
             body["status"] = {"phase": "Active"}
         meta.pop("resourceVersion", None)
+        if req.resource.plural == "poddisruptionbudgets":
+            meta["generation"] = 1
+            body.pop("status", None)  # the disruption controller writes it
         invalid = self._invalid(req, body)
         if invalid is not None:
             return invalid
@@ -222,12 +237,22 @@ class Verbs:
         return Reply(201, decorate(req.resource, out))
 
     def _invalid(self, req: Request, body: Obj) -> Reply | None:
-        """422 Invalid for a body the real API server's validation would reject."""
-        why = dra.check_rule(body) if req.resource.plural == dra.RULES else None
-        if why is None:
+        """400 for a body the real API server cannot decode, 422 Invalid (with causes) for one
+        its validation rejects."""
+        res = req.resource
+        try:
+            validation.decode(res.plural, body)
+        except validation.Undecodable as exc:
+            return error(400, str(exc), "BadRequest")
+        errors = validation.validate(res.plural, body)
+        if not errors:
             return None
-        name = body["metadata"].get("name", "")
-        return error(422, f'{req.resource.kind} "{name}" is invalid: {why}', "Invalid", req)
+        name = str(body["metadata"].get("name", ""))
+        message = validation.invalid_message(res.kind, res.group, name, errors)
+        details: Obj = {"name": name, "kind": res.kind, "causes": [e.cause() for e in errors]}
+        if res.group:
+            details["group"] = res.group
+        return Reply(422, status_body(422, message, "Invalid", details))
 
     def update(self, req: Request) -> Reply:
         body = self._body(req)
@@ -250,6 +275,19 @@ class Verbs:
         return self._write(req, new, expect)
 
     def _write(self, req: Request, obj: Obj, expect: str | None) -> Reply:
+        res = req.resource
+        current = self.cluster.store.get(res.plural, req.namespace or "", req.name or "")
+        if current is not None and res.plural == "poddisruptionbudgets":
+            gen = int(current["metadata"].get("generation", 1))
+            changed = obj.get("spec") != current.get("spec")
+            obj["metadata"]["generation"] = gen + 1 if changed else gen
+        if current is not None and res.plural in STATUS_RESOURCES:
+            # the main resource ignores status, /status ignores spec (the status strategies)
+            kept = "spec" if req.subresource == "status" else "status"
+            if kept in current:
+                obj[kept] = copy.deepcopy(current[kept])
+            else:
+                obj.pop(kept, None)
         invalid = self._invalid(req, obj)
         if invalid is not None:
             return invalid

@@ -36,6 +36,9 @@ gates:
   breaker: {threshold_percent: 100, window: 5m, min_nodes: 100000}
   rate: {max_actions_per_hour: 100000}
   approval_timeout: 1h
+intake:
+  allow:
+    - {kinds: [gpu_xid], severities: [critical, warning]}
 rules:
   - name: cordon-xid
     match: {kinds: [gpu_xid], severities: [critical]}

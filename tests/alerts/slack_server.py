@@ -46,6 +46,8 @@ class SlackState:
     app_token: str = "xapp-test"
     socket_url: str = ""
     ts: int = 1_700_000_000
+    member_of: set[str] = field(default_factory=lambda: set(CHANNELS.values()))
+    """Channel IDs the bot is in (`conversations.info` answers `is_member`)."""
 
 
 class SlackServer:
@@ -131,6 +133,14 @@ class SlackServer:
 
     def _apply(self, method: str, b: dict[str, Any]) -> dict[str, Any]:
         st = self.state
+        if method == "auth.test":
+            return {"ok": True, "team": "gpufleet-test", "user": "gpufleet", "user_id": "U0BOT",
+                    "bot_id": "B0BOT"}  # fmt: skip
+        if method == "conversations.info":
+            ch = str(b.get("channel"))
+            if ch not in CHANNELS.values():
+                return {"ok": False, "error": "channel_not_found"}
+            return {"ok": True, "channel": {"id": ch, "is_member": ch in st.member_of}}
         if method == "chat.postMessage":
             ch = CHANNELS.get(str(b.get("channel")), str(b.get("channel")))
             if ch not in CHANNELS.values():

@@ -44,7 +44,7 @@ def prom_alert(name: str, host: str, uuid: str, ends: float | None = None) -> di
 @pytest.fixture
 def am_rig(rig, tmp_path: Path) -> Iterator[tuple[Rig, Alertmanager]]:
     r: Rig = rig(am={"intake": INTAKE, "validity": 120})
-    server = r.rt.serve(port=0)
+    server = r.rt.serve_webhook(port=0)
     try:
         with alertmanager(tmp_path, server.url + "/alertmanager/webhook") as am:
             r.am = {"intake": INTAKE, "validity": 120, "url": am.url}
@@ -93,7 +93,7 @@ def test_intake_refuses_a_webhook_without_the_token(am_rig: tuple[Rig, Alertmana
     from tests.alerts.conftest import post
 
     r, _ = am_rig
-    server = r.rt.serve(port=0)
+    server = r.rt.serve_webhook(port=0)
     try:
         body = json.dumps({"version": "4", "alerts": []}).encode()
         assert post(server.url + "/alertmanager/webhook", body, {})[0] == 401

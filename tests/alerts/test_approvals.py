@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from remediations.types import ActionState
 from tests.alerts.conftest import (
@@ -247,3 +250,61 @@ def test_approval_on_the_cli_shows_in_slack(
         if "thread_ts" in c.body
     ]
     assert any("approved by bob" in t for t in thread)
+
+
+def test_the_shipped_slack_app_manifest_points_at_routes_the_listener_serves(
+    pending: tuple[Rig, str, Any],
+) -> None:
+    """deploy/slack/app-manifest.yaml is what an operator pastes into Slack: its slash command
+    and interactivity URLs must be paths this listener answers, behind the shipped Ingress."""
+    root = Path(__file__).resolve().parents[2] / "deploy" / "slack"
+    manifest = yaml.safe_load((root / "app-manifest.yaml").read_text())
+    ingress = yaml.safe_load((root / "ingress.yaml").read_text())
+    (cmd,) = manifest["features"]["slash_commands"]
+    assert cmd["command"] == "/gpufleet"
+    interactions = urlsplit(manifest["settings"]["interactivity"]["request_url"])
+    commands = urlsplit(cmd["url"])
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert {"chat:write", "commands", "channels:history", "usergroups:read"} <= scopes
+    (rule,) = ingress["spec"]["rules"]
+    (route,) = rule["http"]["paths"]
+    for url in (interactions, commands):
+        assert url.scheme == "https" and url.netloc == rule["host"]
+        assert url.path.startswith(route["path"])
+    assert route["backend"]["service"] == {"name": "gpufleet-slack", "port": {"name": "slack"}}
+    base = yaml.safe_load_all((root.parent / "base" / "service.yaml").read_text())
+    (svc,) = [s for s in base if s and s["metadata"]["name"] == "gpufleet-slack"]
+    assert "slack" in {p["name"] for p in svc["spec"]["ports"]}  # the Service it routes to
+
+    _r, action_id, server = pending
+    body = slash_body("status", APPROVER)
+    status, answer = post(server.url + commands.path, body, sign(body))
+    assert status == 200 and "1 awaiting approval" in answer["text"]
+    click = click_body(action_id, APPROVER, verb="gpufleet_reject")
+    assert post(server.url + interactions.path, click, sign(click))[0] == 200
+
+
+def test_a_late_click_on_a_request_whose_incident_ended_expires_it_and_says_why(
+    pending: tuple[Rig, str, Any], slack: SlackServer
+) -> None:
+    """The journal changed after the prompt was posted (the incident ended, as the leader's
+    cycle wrote it): approving re-checks it, expires the action, and the person reads why."""
+    from dataclasses import replace
+
+    from remediations.types import IncidentStatus
+
+    r, action_id, server = pending
+    a = r.store.get_action(action_id)
+    assert a is not None
+    inc = r.store.get_incident(a.incident_id)
+    assert inc is not None
+    ended = time.time()
+    r.store.save_incidents([replace(inc, status=IncidentStatus.RESOLVED, resolved_at=ended)])
+    body = click_body(action_id)
+    assert post(server.url + "/slack/interactions", body, sign(body))[0] == 200
+    done = r.store.get_action(action_id)
+    assert done is not None and done.state is ActionState.EXPIRED
+    assert done.result.startswith(f"expired on approval: its incident {inc.id[:12]}")
+    r.rt.run_outbox(time.time())
+    told = slack.calls("chat.postEphemeral", ok_only=True)
+    assert told and "not approved, expired on approval: its incident" in told[-1].body["text"]

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from alerts.outbox import LogTransport
 from alerts.schema import AlertsBase
 from detectors.findings import Severity
 from remediations.store import Store
@@ -189,10 +190,13 @@ def test_without_a_token_messages_go_to_the_log_and_the_store(
 ) -> None:
     r = Rig(db_url, tmp_path, None)
     assert r.rt.config == alerts_config(None)
-    with caplog.at_level(logging.INFO, logger="alerts.outbox"):
+    with caplog.at_level(logging.INFO, logger="alerts.slack.log_only"):
         r.cycle([xid("n1", 0, T0)], T0)
         r.rt.run_outbox(T0)
-    assert "slack (log only) chat.postMessage" in caplog.text
+    assert any(
+        rec.name == "alerts.slack.log_only" and rec.getMessage().startswith("chat.postMessage")
+        for rec in caplog.records
+    )
     log = r.rt.astore.sent_log()
     assert log and all(e["state"] == "sent" for e in log)
     r.close()
@@ -297,3 +301,14 @@ def test_a_needs_person_row_is_posted_to_the_default_channel(rig, slack: SlackSe
     r.rt.run_outbox(T0 + 30)
     (told,) = slack.calls("chat.postMessage")
     assert told.body["text"].startswith(":wrench: gpu/GPU-x on h100-0003 failed")
+
+
+def test_messages_without_a_token_go_to_their_own_logger(caplog: pytest.LogCaptureFixture) -> None:
+    """The demo (no Slack token) logs what it would send; those lines have their own logger so
+    they can be kept out of the service's story (the demo writes them to slack.log)."""
+    caplog.set_level(logging.INFO)
+    reply = LogTransport().call("chat.postMessage", {"channel": "#gpufleet", "text": "XID 48"})
+    assert reply["ok"] and reply["ts"]
+    (rec,) = [r for r in caplog.records if "XID 48" in r.getMessage()]
+    assert rec.name == "alerts.slack.log_only"
+    assert rec.getMessage() == "chat.postMessage #gpufleet: XID 48"

@@ -30,6 +30,7 @@ GROUPS = {
     "AppsV1Api": "apps",
     "EventsV1Api": "events.k8s.io",
     "ResourceV1Api": "resource.k8s.io",
+    "AuthorizationV1Api": "authorization.k8s.io",
 }
 VERBS = (
     ("delete_collection_", "deletecollection"),

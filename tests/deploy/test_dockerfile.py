@@ -39,7 +39,9 @@ def test_runtime_stage_is_non_root_and_read_only_friendly() -> None:
     assert "compileall" in stages()[0]  # ...because they were compiled at build time
     assert re.search(r"(?m)^ENTRYPOINT \[\"gpufleet\"\]$", final)
     assert "EXPOSE 8080" in final
-    assert "pip install ." in stages()[0] and ".[dev]" not in DOCKERFILE
+    # the runtime dependencies (project.dependencies, never the dev extras), then the project
+    assert "['project']['dependencies']" in stages()[0] and "pip install --no-deps ." in stages()[0]
+    assert ".[dev]" not in DOCKERFILE and "optional-dependencies" not in DOCKERFILE
     assert not re.search(r"(?im)^(ARG|ENV) .*(TOKEN|SECRET|PASSWORD)", DOCKERFILE)
 
 

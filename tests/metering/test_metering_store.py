@@ -22,6 +22,7 @@ from metering import (
 from metering import tables as t
 from observer.fleet.model import FleetSnapshot
 from remediations.store import Store
+from tests.fleet import Fleet
 from tests.metering.support import (
     T0,
     as_mig,
@@ -278,3 +279,36 @@ def test_long_windows_read_hours_and_agree_with_five_minute_buckets(store: Store
         usage(store, T0, T0 + 60, per_bucket=True, resolution=60)
     with pytest.raises(ValueError, match="by: expected one of"):
         usage(store, T0, T0 + 60, by="rack")  # type: ignore[arg-type]
+
+
+def test_a_lost_gpu_stays_in_the_fleet_state_as_lost(store: Store) -> None:
+    """XID 79: the GPU stops reporting and leaves the snapshot. The grid must show the hole
+    (its last row, marked lost) rather than a smaller, healthy-looking node."""
+    meter = Meter(store)
+    meter.record_cycle(snapshot(fleet(), T0))
+    fewer = Fleet(nodes=3, gpus_per_node=3)  # device 3 of every node stops reporting
+    lost = Finding(
+        FindingKind.GPU_LOST, Severity.CRITICAL, "gone", T0, T0 + 30,
+        node="node-002", gpu_uuid="GPU-002-3",
+    )  # fmt: skip
+    for at in (T0 + 30, T0 + 60):  # kept cycle after cycle while the finding holds
+        meter.record_cycle(snapshot(fewer, at), findings=[lost])
+        state = {s.uuid: s for s in fleet_state(store)}
+        assert state["GPU-002-3"].health == Health.LOST and state["GPU-002-3"].issue == "gpu_lost"
+        assert (state["GPU-002-3"].node, state["GPU-002-3"].device) == ("node-002", 3)
+        assert state["GPU-002-3"].utilization is None and not state["GPU-002-3"].allocated
+        assert "GPU-001-3" not in state  # gone without a gpu_lost finding: not invented
+    assert len(state) == 9 + 1
+
+
+def test_a_lost_gpu_still_listed_is_lost_even_on_a_quarantined_node(store: Store) -> None:
+    """The exporter may keep a row for a GPU that fell off the bus; on a node gpufleet
+    quarantined it is still the one GPU that is gone, not one of eight quarantined ones."""
+    lost = Finding(
+        FindingKind.GPU_LOST, Severity.CRITICAL, "gone", T0, T0,
+        node="node-002", gpu_uuid="GPU-002-1",
+    )  # fmt: skip
+    Meter(store).record_cycle(quarantine(snapshot(fleet(), T0), node=2), findings=[lost])
+    state = {s.uuid: s for s in fleet_state(store)}
+    assert state["GPU-002-1"].health == Health.LOST
+    assert {state[f"GPU-002-{d}"].health for d in (0, 2, 3)} == {Health.QUARANTINED}

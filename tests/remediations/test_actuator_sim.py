@@ -56,7 +56,7 @@ def actuator(sim: Sim) -> Iterator[KubeActuator]:
         clock[0] += seconds
         sim.advance(seconds)
 
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: clock[0], sleep=sleep)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=lambda: clock[0], sleep=sleep)
     yield act
     act.close()
 
@@ -97,8 +97,10 @@ def test_quarantine_taints_labels_and_annotates(
     assert a.state is ActionState.DONE, a
     node = actuator.core.read_node("h100-0003")
     assert spec(node).unschedulable
+    # the node lifecycle controller's taint of the cordon, then gpufleet's
     assert [(t.key, t.value, t.effect) for t in present(spec(node).taints, "taints")] == [
-        (QUARANTINE_TAINT, "gpu_xid", "NoSchedule")
+        ("node.kubernetes.io/unschedulable", None, "NoSchedule"),
+        (QUARANTINE_TAINT, "gpu_xid", "NoSchedule"),
     ]
     assert labels_of(node)[QUARANTINE_LABEL] == "gpu_xid"
     ann = annotations_of(node)
@@ -138,7 +140,7 @@ def test_drain_gives_up_at_the_timeout_when_a_pdb_blocks(sim: Sim, store: Store)
     def sleep(seconds: float) -> None:  # time passes for the drain, not for the cluster
         clock[0] += seconds
 
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: clock[0], sleep=sleep)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=lambda: clock[0], sleep=sleep)
     policy = _policy("drain", timeout="2m", backoff_initial="10s", backoff_max="30s")
     eng = DecisionJournal(policy, store, started_at=T0 - 60)
     eng.cycle([finding(node="h100-0000")], act.cluster_view(T0), T0)
@@ -239,7 +241,7 @@ def test_two_runners_race_and_each_step_runs_once(sim: Sim, store: Store) -> Non
     data["gates"]["breaker"]["threshold_percent"] = 100  # 3 of 4 nodes: keep the breaker out
     policy = live_policy(data)
     eng = DecisionJournal(policy, store, started_at=T0 - 60)
-    acts = [KubeActuator.from_kubeconfig(sim.kubeconfig) for _ in range(2)]
+    acts = [KubeActuator.from_kubeconfig(sim.sa_kubeconfig) for _ in range(2)]
     fs = [finding(node=f"h100-000{i}", gpu=f"G{i}") for i in (1, 2, 3)]
     eng.cycle(fs, acts[0].cluster_view(T0), T0)
     runners = [Executor(policy, store, a, owner=f"r{i}") for i, a in enumerate(acts)]
@@ -284,9 +286,12 @@ def test_request_reset_and_uncordon_what_we_cordoned(
     node = actuator.core.read_node("h100-0003")
     assert spec(node).unschedulable and annotations_of(node)[OWNER_ANNOTATION] == "gpufleet"
     assert annotations_of(node)[REQUEST_ANNOTATION] == "reset:GPU-9"
-    # later a (hypothetical) all-clear rule undoes gpufleet's own cordon, once a diagnostic
-    # has passed after the reset (the validation gate refuses any return without one)
+    # later a (hypothetical) all-clear rule undoes gpufleet's own cordon, once the XID has
+    # stopped (its incident resolved) and a diagnostic has passed after the reset (the one
+    # return rule refuses any return without both)
     eng = DecisionJournal(policy, store, started_at=T0 - 60)
+    for t in (T0 + 10, T0 + 20, T0 + 30):
+        eng.cycle([], actuator.cluster_view(t), t)
     later = T0 + 100
     record_diagnosis(store, later - 1, "node/h100-0003", "passed", node="h100-0003")
     eng.cycle(

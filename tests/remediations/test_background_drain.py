@@ -68,7 +68,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 def test_pdb_blocked_drain_never_delays_detection_cycles(sim: Sim, store: Store) -> None:
     fleet = FleetClock(T0)
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=fleet.now, sleep=fleet.sleep)
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=fleet.now, sleep=fleet.sleep)
     policy = live_policy({
         "hysteresis": {"open_after": 1},
         "gates": {"blast_radius": {"max_nodes": 3, "max_percent_of_pool": 100},

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from detectors.findings import Severity
 from gpufleet.cli import main
 from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
@@ -57,7 +58,14 @@ def test_approve_reject_pause_breaker_audit(
     assert main(["actions", "approve", waiting[1].id, "--config", cfg]) == 1  # not awaiting
     assert main(["actions", "show", "nope", "--config", cfg]) == 1
     capsys.readouterr()
-    assert main(["actions", "show", waiting[0].id, "--config", cfg]) == 0
+    assert main(["actions", "show", waiting[0].id[:8], "--config", cfg]) == 0
+    readable = capsys.readouterr().out
+    assert "  state:       approved" in readable and "approved by: alice" in readable
+    assert "UTC (" in readable and "ago)" in readable  # times with their age
+    node = waiting[0].target.removeprefix("node/")
+    assert f"plan:\n  1. [ next] cordon {node}" in readable
+    assert "approval    alice" in readable  # the audit trail, in order
+    assert main(["actions", "show", waiting[0].id, "--json", "--config", cfg]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["state"] == "approved" and shown["approved_by"] == "alice"
     assert any(r["kind"] == "approval" for r in shown["audit"])
@@ -101,3 +109,61 @@ def test_bad_policy_and_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     cfg3 = _config(tmp_path, f"sqlite:///{tmp_path / 'j.db'}", policy="policy.yaml")
     assert main(["breaker", "status", "--config", str(cfg3)]) == 2
     assert "rules[0].mode" in capsys.readouterr().err
+
+
+def test_incidents_list_worst_first_and_show(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    store = Store.open(store_url, cluster="cli-test")
+    eng = DecisionJournal(live_policy(), store, started_at=now - 60)
+    found = [
+        finding(node="a-0001", gpu="G1", first_seen=now - 30, severity=Severity.WARNING),
+        finding(node="a-0002", gpu="G2", first_seen=now),
+    ]
+    for t in (now - 60, now - 30, now):  # a warning opens an incident after a few cycles
+        eng.cycle(found, FakeCluster({"a": 10}).view(t), t)
+    cfg = str(_config(tmp_path, store_url))
+
+    assert main(["incidents", "list", "--config", cfg]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["ID", "SEVERITY", "STATUS"]
+    assert [line.split()[1] for line in lines[1:]] == ["critical", "warning"]  # worst first
+    assert "a-0002" in lines[1] and "ago" in lines[1]
+    ident = lines[1].split()[0]
+    assert main(["incidents", "show", ident, "--config", cfg]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"incident {ident}") and "  node:          a-0002" in out
+    assert "what happened:" in out and "decision" in out
+    assert main(["incidents", "show", ident, "--json", "--config", cfg]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["node"] == "a-0002" and raw["audit"]
+    assert main(["incidents", "show", "zzz", "--config", cfg]) == 1
+
+
+def test_config_is_found_from_the_environment_then_the_working_directory(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = tmp_path / "j.db"
+    Store.open(f"sqlite:///{db}", cluster="cli-test").close()
+    here = tmp_path / "work"
+    (here / ".gpufleet").mkdir(parents=True)
+    _config(here / ".gpufleet", f"sqlite:///{db}").rename(here / ".gpufleet" / "config.yaml")
+    monkeypatch.chdir(here)
+    monkeypatch.delenv("GPUFLEET_CONFIG", raising=False)
+    assert main(["incidents", "list"]) == 0  # ./.gpufleet/config.yaml
+    assert "no open incidents" in capsys.readouterr().out
+
+    # GPUFLEET_CONFIG wins over the working directory; a journal that does not exist is
+    # refused with the file and field named, instead of a new empty one listing nothing.
+    other = _config(tmp_path, f"sqlite:///{tmp_path / 'missing.db'}")
+    monkeypatch.setenv("GPUFLEET_CONFIG", str(other))
+    assert main(["actions", "list"]) == 2
+    err = capsys.readouterr().err
+    assert f"{other}: store_url: no journal at {tmp_path / 'missing.db'}" in err
+    assert not (tmp_path / "missing.db").exists()
+    assert (
+        main(["audit", "--config", str(here / ".gpufleet" / "config.yaml")]) == 0
+    )  # --config first

@@ -72,3 +72,33 @@ def test_pre_existing_faults_do_not_trip_the_breaker(store: Store) -> None:
     held = [finding(node=f"a-{n:04d}", gpu=f"G{n}", first_seen=T0, pre_existing=True)
             for n in range(8)]  # fmt: skip
     assert eng.cycle(held, cluster.view(T0), T0).trip is None
+
+
+def _quarantine_verdict(eng: DecisionJournal, cluster: FakeCluster, t: float, node: str) -> Verdict:
+    f = finding(node=node, gpu="G9", first_seen=t, last_seen=t, pre_existing=True)
+    res = eng.cycle([f], cluster.view(t), t)
+    (d,) = [d for d in res.decisions if d.playbook == "quarantine"]
+    return d.decision
+
+
+def test_cold_start_is_judged_on_the_fleets_clock_not_the_process(store: Store) -> None:
+    """ "Present before gpufleet started watching" means before any replica first watched the
+    fleet, as the journal records it: a fresh install's first look is cold start; a process
+    that starts (or takes over) on a fleet watched before, and sees a fault at its first look
+    that no incident knew, saw it begin while the fleet was watched; an incident the journal
+    already holds as pre-existing stays so across a restart."""
+    cluster = FakeCluster({"a": 40})
+    first = DecisionJournal(live_policy(), store, started_at=T0 - 60)
+    assert first.first_look(T0, "one") is False  # a fresh install: the fleet's first watch
+    assert _quarantine_verdict(first, cluster, T0, "a-0001") is Verdict.AWAIT_APPROVAL
+
+    later = T0 + 3600  # a new process (restart, or a standby started late) looks first now
+    second = DecisionJournal(live_policy(), store, started_at=later - 60)
+    assert second.first_look(later, "two") is True
+    assert _quarantine_verdict(second, cluster, later, "a-0002") is Verdict.EXECUTE
+    held = [t for t in second.open_incidents() if t.node == "a-0001"]
+    assert held and held[0].pre_existing  # the first process's cold start stays cold
+    f = finding(node="a-0001", gpu="G9", first_seen=later, last_seen=later + 30, pre_existing=True)
+    second.cycle([f], cluster.view(later + 30), later + 30)
+    q = [a for a in store.actions() if a.playbook == "quarantine" and a.target == "node/a-0001"]
+    assert [a.state for a in q] == [ActionState.AWAITING_APPROVAL]

@@ -132,16 +132,22 @@ def test_pause_blocks_auto_actions_and_execution(store: Store) -> None:
     assert any(d.playbook == "quarantine" and d.decision is Verdict.EXECUTE for d in res.decisions)
 
 
-def test_failed_quarantine_rolls_back(store: Store) -> None:
+def test_a_half_done_quarantine_of_a_faulty_node_is_kept_out_for_a_person(store: Store) -> None:
+    """Undoing a quarantine that failed midway would return the node to service: it goes
+    through the one return rule, which refuses while its hardware incident is open (and no
+    diagnostic passed), so the node stays held and a person is told."""
     cluster = FakeCluster({"a": 10})
     cluster.fail_ops.add("label")
     eng = _engine(store)
     eng.cycle([finding(node="a-0005", first_seen=T0)], cluster.view(T0), T0)
     Executor(eng.policy, store, cluster, "t").run(cluster.view(T0), T0 + 1)
     q = next(a for a in store.actions() if a.playbook == "quarantine")
-    assert q.state is ActionState.ROLLED_BACK, q
+    assert q.state is ActionState.FAILED, q
+    assert "not rolled back: node/a-0005: no diagnostic has passed" in q.result
     n = cluster.nodes["a-0005"]
-    assert not n.unschedulable and n.taints == []
+    assert n.unschedulable and n.taints != []
+    (told,) = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert told.target == "node/a-0005" and told.action_id == q.id
 
 
 def test_shadow_replay_engine_for_backtest() -> None:

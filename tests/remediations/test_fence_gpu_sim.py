@@ -53,7 +53,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 @pytest.fixture
 def actuator(sim: Sim) -> Iterator[KubeActuator]:
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
     yield act
     act.close()
 

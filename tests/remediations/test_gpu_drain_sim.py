@@ -74,7 +74,7 @@ def exporter_view(sim: Sim, act: KubeActuator, now: float, node: str = NODE) -> 
 def _run(policy: Policy, store: Store, sim: Sim, kind: FindingKind = FindingKind.GPU_XID) -> tuple[
     ActionRecord, KubeActuator
 ]:  # fmt: skip
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
     t0 = sim.wall()  # the cluster's clock: pod creation times and the view's agree
     eng = DecisionJournal(policy, store, started_at=t0 - 60)
     eng.cycle([_finding(t0, kind)], exporter_view(sim, act, t0), t0)
@@ -103,7 +103,7 @@ def test_the_exporter_labels_each_gpu_with_the_pod_the_cluster_placed_there(
     tmp_path: Path,
 ) -> None:
     with running_sim(tmp_path, dra=False) as sim:
-        act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         view = exporter_view(sim, act, sim.wall())
         act.close()
         placed = {
@@ -208,7 +208,7 @@ def test_on_a_dra_node_a_fenced_gpu_keeps_the_node_schedulable(
         ],
     }  # fmt: skip
     with running_sim(tmp_path, dra=True) as sim:
-        act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         policy = live_policy(rules)
         t0 = sim.wall()
         eng = DecisionJournal(policy, store, started_at=t0 - 60)
@@ -258,7 +258,7 @@ def test_a_holder_replaced_while_awaiting_approval_fails_the_action_untouched(
     rules["gates"] = {"blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100}}
     policy = live_policy(rules)
     with running_sim(tmp_path, dra=False) as sim:
-        act = KubeActuator.from_kubeconfig(sim.kubeconfig)
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         try:
             t0 = sim.wall()
             f = dataclasses.replace(_finding(t0), node=node, gpu_uuid=bad)

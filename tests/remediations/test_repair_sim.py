@@ -54,7 +54,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 @pytest.fixture
 def actuator(sim: Sim) -> Iterator[KubeActuator]:
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
     yield act
     act.close()
 
@@ -120,7 +120,7 @@ class Loop:
 
 
 def jobs(sim: Sim) -> list[dict[str, Any]]:
-    return sim.cluster.store.objects("jobs", "gpufleet")[1]
+    return sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]
 
 
 def test_reset_waits_for_the_pod_then_resets_the_gpu(
@@ -205,7 +205,7 @@ def test_a_failing_reset_fails_the_action_with_the_jobs_reason(
     loop.cycle([finding(*FAILS, sim.cluster.clock())])
     (a,) = loop.run(30)
     assert a.state is ActionState.FAILED
-    assert "reset job gpufleet/gpufleet-reset-" in (a.result or "")
+    assert "reset job gpufleet-jobs/gpufleet-reset-" in (a.result or "")
     assert "GPU 5 reset failed" in (a.result or "")
     (job,) = jobs(sim)
     assert job["status"]["failed"] == 1
@@ -216,7 +216,7 @@ def test_a_failing_reset_fails_the_action_with_the_jobs_reason(
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{name}-x7k2p", "namespace": "gpufleet", "uid": "u1",
+        "metadata": {"name": f"{name}-x7k2p", "namespace": "gpufleet-jobs", "uid": "u1",
                      "labels": {"batch.kubernetes.io/job-name": name}},
         "spec": {"nodeName": FAILS[0], "containers": [{"name": "repair", "image": "i"}]},
         "status": {"phase": "Failed", "containerStatuses": [
@@ -224,7 +224,7 @@ def test_a_failing_reset_fails_the_action_with_the_jobs_reason(
              "state": {"terminated": {"exitCode": 255, "reason": "Error", "message": said}}}]},
     }  # fmt: skip
     sim.cluster.store.put("pods", pod)
-    status = actuator.node_job("gpufleet", name)
+    status = actuator.node_job("gpufleet-jobs", name)
     assert status is not None and status.detail.endswith(f"; {said}")
 
 
@@ -253,7 +253,7 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
         actuator.apply(reset, WriteContext("a2", "i", "reset_gpu", "test"))
     sim.advance(1)  # the Job starts
     sim.advance(11)  # and ends, reset_seconds later
-    status = actuator.node_job("gpufleet", str(plan.intents[0].args["name"]))
+    status = actuator.node_job("gpufleet-jobs", str(plan.intents[0].args["name"]))
     assert status is not None and status.outcome == "failed"
     assert "being used by some other process (pod ml/train-" in status.detail
     service = CachedActuator(actuator, None, None)  # what `gpufleet run` hands the executor

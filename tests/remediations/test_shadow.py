@@ -38,7 +38,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 @pytest.fixture
 def actuator(sim: Sim) -> Iterator[KubeActuator]:
-    act = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=lambda: 0.0, sleep=sim.advance)
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=lambda: 0.0, sleep=sim.advance)
     yield act
     act.close()
 

@@ -4,6 +4,7 @@ fire), writes the day's report to the store, and bad params fail at config load.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,9 @@ def test_scheduled_daily_report_writes_the_days_report_once(store: Store) -> Non
     outcome = jobs.fire(entry)
     assert outcome is not None and outcome.ok, outcome
     assert "GPU-h allocated" in outcome.summary
+    day = datetime.fromtimestamp(T0, UTC).strftime("%Y-%m-%d")
+    nxt = datetime.fromtimestamp(T0 + DAY, UTC).strftime("%Y-%m-%d")
+    assert f"daily report c1 for {day} 00:00 to {nxt} 00:00 UTC:" in outcome.summary
     assert jobs.fire(entry) is None  # the same fire again: already claimed, no second report
     (report,) = reports(store)
     assert (report.start, report.end) == (int(T0), int(T0 + DAY))
@@ -64,3 +68,24 @@ def test_unknown_report_time_zone_is_refused_at_load() -> None:
         ScheduleEntry(
             name="daily", kind="daily_report", cron="5 0 * * *", params={"timezone": "Mars/Olympus"}
         )
+
+
+def test_a_report_of_the_last_24_hours_covers_a_fleet_younger_than_a_day(store: Store) -> None:
+    """The demo's fleet started minutes ago: the previous day is empty, the last 24 h are not."""
+    meter = Meter(store, MeteringConfig())
+    f = fleet()
+    meter.record_cycle(snapshot(f, T0 + 600))
+    meter.record_cycle(snapshot(f, T0 + 630))
+    wall = [T0 + 3600.0]
+    loop = RemediationCycle(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
+    ctx = JobContext(loop, clock=lambda: wall[0], metering=MeteringConfig())
+    jobs = ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), "a", wall=lambda: wall[0])
+    entry = ScheduleEntry(
+        name="demo-daily", kind="daily_report", cron="*/4 * * * *", params={"covers": "last_24h"}
+    )
+    outcome = jobs.fire(entry)
+    assert outcome is not None and outcome.ok, outcome
+    (report,) = reports(store)
+    assert report.end >= T0 + 3300 and report.start <= T0 + 600
+    assert report.totals.allocated_gpu_hours == pytest.approx(8 * 30 / 3600)
+    assert f"{report.totals.allocated_gpu_hours:.1f} GPU-h allocated" in outcome.summary

@@ -42,11 +42,11 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 @pytest.fixture
 def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeNodeJobs]]:
     store = Store.open(f"sqlite:///{tmp_path / 'j.db'}", cluster="small")
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
     loop = RemediationCycle(
         service_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
     )
-    diag = KubeNodeJobs(api_client(sim.kubeconfig))
+    diag = KubeNodeJobs(api_client(sim.sa_kubeconfig))
     yield loop, diag
     diag.close()
     actuator.close()
@@ -94,7 +94,7 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     out = run_diagnose(ctx, req)
     assert out.details["outcomes"] == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
 
-    jobs = sim.cluster.store.objects("jobs", "gpufleet")[1]
+    jobs = sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]
     assert len(jobs) == 2
     pinned = {j["spec"]["template"]["spec"]["nodeName"] for j in jobs}
     assert pinned == {"h100-0001", "h100-0003"}
@@ -124,15 +124,15 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
 
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
     assert again.details["outcomes"] == {}
-    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+    assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2
 
 
 def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> None:
     """Under the policy's top-level `actuation: shadow` the job creates no Job (a Kubernetes
     write) and journals which it would have created."""
     store = Store.open(f"sqlite:///{tmp_path / 'shadow.db'}", cluster="small")
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
-    diag = KubeNodeJobs(api_client(sim.kubeconfig))
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
+    diag = KubeNodeJobs(api_client(sim.sa_kubeconfig))
     try:
         n = _node(sim, "h100-0003")  # quarantined earlier (by a person, or a live gpufleet)
         labels = {**n["metadata"].get("labels", {}), QUARANTINE_LABEL: "x"}
@@ -144,9 +144,9 @@ def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> No
         req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
         out = run_diagnose(ctx, req)
         assert out.ok and out.summary.startswith("shadow: would diagnose 1 node(s)"), out
-        assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+        assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
         msgs = [r.message for r in store.audit_log()]
-        assert any(m.startswith("shadow: would create diagnostic job gpufleet/") for m in msgs)
+        assert any(m.startswith("shadow: would create diagnostic job gpufleet-jobs/") for m in msgs)
         assert store.actions() == []
     finally:
         diag.close()

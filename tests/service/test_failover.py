@@ -49,7 +49,7 @@ def test_kill_leader_standby_takes_over(handle: SimulationHandle, tmp_path: Path
         b.wait_url()
         assert b.ready()["role"] == "standby"
         wait_for(lambda: a.metric("gpufleet_cycles_total") >= 3, 20, "alpha's cycles")
-        assert b.metric("gpufleet_cycles_total") == 0  # a standby never collects or acts
+        assert b.metric("gpufleet_cycles_total") == 0  # a standby only collects and detects
         assert b.metric("gpufleet_leader") == 0 and a.metric("gpufleet_leader") == 1
         assert b.get("/healthz")[0] == 200 and b.get("/readyz")[0] == 200
 

@@ -33,7 +33,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 @pytest.fixture
 def loop(sim: Sim, tmp_path: Path) -> Iterator[RemediationCycle]:
     store = Store.open(f"sqlite:///{tmp_path / 'j.db'}", cluster="small")
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
     yield RemediationCycle(
         service_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
     )
@@ -102,7 +102,7 @@ def test_shadow_policy_drains_nothing_and_journals_what_it_would_do(
     shadow = live_policy_dict([{**QUARANTINE_CRITICAL, "actuation": "live"}])
     shadow["actuation"] = "shadow"
     store = Store.open(f"sqlite:///{tmp_path / 'shadow.db'}", cluster="small")
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
     try:
         loop = RemediationCycle(
             policy_from_dict(shadow), store, actuator, "svc-shadow",

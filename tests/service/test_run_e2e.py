@@ -1,7 +1,8 @@
 """`gpufleet run` end to end against the simulator: several cycles see findings; a critical
 fault is quarantined automatically and its drain waits for approval; the maintenance window
 drains the node with a warning-level hardware incident only inside its window; the quarantined
-node is diagnosed by a batch/v1 Job and returned to service. Scheduled runs go through
+node is diagnosed by a batch/v1 Job, which fails while its DBE fault persists, so it stays out
+of service, marked for hardware replacement. Scheduled runs go through
 APScheduler (`run_once_now`) and the store's once-per-fire claim like cron fires do."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
+from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import Policy
@@ -155,17 +157,21 @@ def test_run_end_to_end(service: Service, handle: SimulationHandle, slack: Slack
              "the maintenance drain")  # fmt: skip
     assert _node(handle, "h100-0002")["unschedulable"] is True
 
-    # Diagnostics pass on the quarantined node: back in service, gpufleet's marks gone.
+    # Diagnostics on the quarantined node: its double-bit errors persist (nothing reset the
+    # GPU), so `dcgmi diag` fails whatever the scenario hoped: it stays out of service, marked
+    # for hardware replacement, and a person is told (never returned with its fault open).
     service.scheduler.run_once_now(entries["diag"], time.time() - 1)
-    wait_for(lambda: states("schedule:diag") == {"uncordon node/h100-0001": "done"}, 40,
-             "diagnose and return to service", 0.3)  # fmt: skip
+    wait_for(lambda: states("schedule:diag") == {"quarantine node/h100-0001": "done"}, 40,
+             "diagnose, keep and mark for replacement", 0.3)  # fmt: skip
     node = handle.cluster.get("nodes", "", "h100-0001")
-    assert not node["spec"].get("unschedulable")
-    assert QUARANTINE_LABEL not in node["metadata"].get("labels", {})
-    assert len(handle.cluster.store.objects("jobs", "gpufleet")[1]) == 1
+    assert node["spec"].get("unschedulable") is True
+    assert QUARANTINE_LABEL in node["metadata"].get("labels", {})
+    assert REPLACEMENT_LABEL in node["metadata"].get("labels", {})
+    assert [r.target for r in store.audit_log() if r.kind == "needs_person"] == ["node/h100-0001"]
+    assert len(handle.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 1
     names = {s.name for s in SPANS.get_finished_spans()}
     for span in ("cycle", "collect", "detect", "detector:gpu_xid", "remediate", "k8s:cordon",
-                 "k8s:evict_pods", "k8s:untaint", "schedule:mw", "schedule:diag"):  # fmt: skip
+                 "k8s:evict_pods", "k8s:label", "schedule:mw", "schedule:diag"):  # fmt: skip
         assert span in names, (span, sorted(names))
     runs = {r.job: r for r in service.jobs.runs.all()}
     assert runs["mw"].runs == 2 and runs["diag"].runs == 1 and runs["diag"].last_ok

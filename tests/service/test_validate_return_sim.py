@@ -44,11 +44,11 @@ def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeNode
     from remediations.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path / 'v.db'}", cluster="small")
-    actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
     loop = RemediationCycle(
         live_policy(), store, actuator, "svc-test", started_at=sim.cluster.clock() - 60
     )
-    diag = KubeNodeJobs(api_client(sim.kubeconfig))
+    diag = KubeNodeJobs(api_client(sim.sa_kubeconfig))
     yield loop, diag
     diag.close()
     actuator.close()
@@ -158,7 +158,7 @@ def test_passing_gpu_returns_failing_gpu_is_marked_and_a_person_told(
     sim.advance(600)
     outcomes = _diagnose(loop, diag, sim)
     assert outcomes == {f"gpu/{GOOD}": "passed", f"gpu/{BAD}": "failed"}
-    jobs = sim.cluster.store.objects("jobs", "gpufleet")[1]
+    jobs = sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]
     commands = sorted(j["spec"]["template"]["spec"]["containers"][0]["command"] for j in jobs)
     assert commands == [
         ["dcgmi", "diag", "-r", "2", "-i", "2"],
@@ -184,7 +184,7 @@ def test_passing_gpu_returns_failing_gpu_is_marked_and_a_person_told(
 
     # a re-run creates no Job and touches nothing: the marked GPU waits for a person
     assert _diagnose(loop, diag, sim) == {}
-    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+    assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2
 
 
 def test_a_change_after_the_verdict_needs_a_new_diagnostic(
@@ -203,7 +203,7 @@ def test_a_change_after_the_verdict_needs_a_new_diagnostic(
     action, why = _propose(loop, sim, "unfence_gpu", GOOD, fault=2)
     assert action is None and any("no diagnostic has passed since fence_gpu" in w for w in why)
     assert _diagnose(loop, diag, sim) == {f"gpu/{GOOD}": "passed"}
-    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2  # a second Job
+    assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2  # a second Job
 
 
 def test_a_node_returns_only_on_a_node_wide_pass(
@@ -247,11 +247,11 @@ def test_a_persons_journaled_waiver_returns_a_gpu_whose_diagnostic_cannot_run(
     with running_sim(tmp_path, start=1_700_000_000, gpu_diagnostics={f"{NODE}/5": "fail"}) as sim:
         url = f"sqlite:///{tmp_path / 'w.db'}"
         store = Store.open(url, cluster="small")
-        actuator = KubeActuator.from_kubeconfig(sim.kubeconfig, clock=sim.cluster.clock)
+        actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
         loop = RemediationCycle(
             live_policy(), store, actuator, "svc", started_at=sim.cluster.clock() - 60
         )
-        diag = KubeNodeJobs(api_client(sim.kubeconfig))
+        diag = KubeNodeJobs(api_client(sim.sa_kubeconfig))
         try:
             _fence(loop, sim, BAD)
             sim.advance(600)
@@ -264,7 +264,7 @@ def test_a_persons_journaled_waiver_returns_a_gpu_whose_diagnostic_cannot_run(
                 == 0
             )
             assert _diagnose(loop, diag, sim) == {}  # no Job: the waiver is the verdict
-            assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+            assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
             assert fence_rule_name(BAD) not in _rules(loop)
             (back,) = [a for a in store.actions() if a.playbook == "unfence_gpu"]
             assert back.state is ActionState.DONE and "waived" in back.reasons[0]
@@ -338,7 +338,7 @@ def test_a_repair_after_the_replacement_mark_earns_a_new_diagnostic(
     sim.advance(600)
     assert _diagnose(loop, diag, sim) == {f"gpu/{BAD}": "passed"}
     assert fence_rule_name(BAD) not in _rules(loop)
-    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+    assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2
 
 
 def test_a_repair_in_flight_holds_the_diagnostic(
@@ -357,7 +357,7 @@ def test_a_repair_in_flight_holds_the_diagnostic(
     lines: list[str] = []
     assert _diagnose(loop, diag, sim, lines) == {}
     assert f"gpu/{GOOD}: waits for request_reset (action {action.id}" in " ".join(lines), lines
-    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
 
 
 def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
@@ -381,11 +381,11 @@ def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     lines: list[str] = []
     assert _diagnose(loop, diag, sim, lines) == {}
     assert f"h100-0000 GPU 2: waits for {holder} to release it" in lines, lines
-    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
     lines.clear()  # the exporter attributes it to no pod (no DRA support): the claim still does
     assert _diagnose(loop, diag, sim, lines, hide=frozenset({held})) == {}
     assert f"h100-0000 GPU 2: waits for {holder} (ResourceClaim) to release it" in lines, lines
-    assert sim.cluster.store.objects("jobs", "gpufleet")[1] == []
+    assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
     act = loop.actuator
     assert isinstance(act, KubeActuator)
     assert [g.held_by for g in act.fenced_gpus()] == [(holder,)]
@@ -424,4 +424,4 @@ def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(
     assert not [r for r in loop.engine.store.audit_log() if r.kind == "diagnostic"]
     assert fence_rule_name(GOOD) in _rules(loop)
     assert _diagnose(loop, diag, sim) == {f"gpu/{GOOD}": "passed"}  # a new Job, after the reset
-    assert len(sim.cluster.store.objects("jobs", "gpufleet")[1]) == 2
+    assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2

@@ -1,16 +1,18 @@
 """The daily report job: GPU-hours allocated vs busy by namespace, idle waste, incidents and
-actions of the day that ended at the last midnight in `timezone`, written to the store
-(metering.daily_job), then metering's retention applied. The dashboard and Slack read it there.
+actions of the day that ended at the last midnight in `timezone` (or of the last 24 hours, for a
+demo whose fleet is younger than a day), written to the store (metering.daily_job), then
+metering's retention applied. Its summary names the window. The dashboard and Slack read it there.
 """
 
 from __future__ import annotations
 
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from metering import daily_job
+from metering import daily_job, window_label
 
 
 class ReportParams(BaseModel):
@@ -18,6 +20,8 @@ class ReportParams(BaseModel):
 
     timezone: str = "UTC"
     """Where the report's day starts and ends (an IANA name)."""
+    covers: Literal["previous_day", "last_24h"] = "previous_day"
+    """The day that ended at the last midnight (production), or the 24 hours up to the run."""
 
     @field_validator("timezone")
     @classmethod
@@ -32,12 +36,19 @@ class ReportParams(BaseModel):
 def run_daily_report(ctx: JobContext, req: JobRequest) -> JobOutcome:
     params = req.params
     assert isinstance(params, ReportParams)
-    report = daily_job(ctx.loop.engine.store, ctx.metering, now=req.now, tz=params.timezone)
+    report = daily_job(
+        ctx.loop.engine.store,
+        ctx.metering,
+        now=req.now,
+        tz=params.timezone,
+        last_24h=params.covers == "last_24h",
+    )
     t = report.totals
     return JobOutcome(
         ok=True,
         summary=(
-            f"daily report {report.cluster}: {t.allocated_gpu_hours:.1f} GPU-h allocated, "
+            f"daily report {report.cluster} for {window_label(report, params.timezone)}: "
+            f"{t.allocated_gpu_hours:.1f} GPU-h allocated, "
             f"{t.busy_gpu_hours:.1f} busy, {t.idle_gpu_hours:.1f} idle, "
             f"{report.incidents_opened} incidents opened"
         ),

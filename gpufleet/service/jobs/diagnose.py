@@ -43,9 +43,10 @@ from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
 from remediations.actuator_api import FencedGpuReader, NodeJobs
+from remediations.repeats import lemon
 from remediations.store import Store
-from remediations.types import stable_id
-from remediations.validation import current_verdict, in_flight, record_diagnosis
+from remediations.types import JOBS_NAMESPACE, stable_id
+from remediations.validation import NEEDS_PERSON, current_verdict, in_flight, record_diagnosis
 
 __all__ = [
     "DIAG_NODE_LABEL",
@@ -55,8 +56,6 @@ __all__ = [
     "job_name",
     "run_diagnose",
 ]
-NEEDS_PERSON = "needs_person"
-"""Audit kind of a verdict a person must act on (the alerts outbox posts it)."""
 
 
 class DiagnoseParams(BaseModel):
@@ -70,8 +69,9 @@ class DiagnoseParams(BaseModel):
     """For one fenced GPU; `{index}` becomes the GPU's index (its ResourceSlice `index`)."""
     gpus: bool = True
     """Also diagnose single GPUs fenced by gpufleet's DeviceTaintRules."""
-    namespace: str = "gpufleet"
-    """Where the diagnostic Jobs are created (the service's own namespace)."""
+    namespace: str = JOBS_NAMESPACE
+    """Where the diagnostic Jobs are created: `gpufleet-jobs`, apart from the service's own
+    (Pod Security `restricted`) namespace."""
     max_nodes: int = Field(default=2, ge=1)
     """New diagnostic Jobs per run (nodes and GPUs together)."""
     wait: Duration = Field(default=600.0, ge=0)
@@ -182,6 +182,7 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     stop = gates.first_failure([gates.paused(state), gates.breaker(state)])
     if stop is not None:
         return JobOutcome(True, f"nothing diagnosed ({stop.gate}: {stop.reason})")
+    g = loop.engine.policy.gates
     targets, lines = _targets(ctx, p, ctx.clock())
     verdicts: dict[str, str] = {}
     notes: dict[str, str] = {}
@@ -190,6 +191,11 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
         busy = in_flight(store, t.subject, t.node)
         if busy is not None:
             lines.append(f"{t.subject}: waits for {busy.playbook} (action {busy.id}, {busy.state})")
+            continue
+        worn = lemon(store, t.subject, t.node, g.lemon_window, g.lemon_repeats, ctx.clock())
+        if worn is not None:  # no diagnostic, no return: marked for replacement at once
+            store.audit(ctx.clock(), NEEDS_PERSON, worn, target=t.subject, detail={"node": t.node})
+            verdicts[t.subject], notes[t.subject] = "lemon", worn
             continue
         v = current_verdict(store, t.subject, t.node)
         if v is not None:

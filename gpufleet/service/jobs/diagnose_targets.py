@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from remediations.actuator_api import FencedGpu
 from remediations.cluster_view import ClusterView, NodeView
+from remediations.holds import marked_by_us, orphans
+from remediations.kube_names import job_name as job_name_of
+from remediations.kube_names import label_value
 from remediations.playbooks import Plan
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import Store
@@ -24,7 +27,6 @@ from remediations.types import (
     QUARANTINE_LABEL,
     QUARANTINE_TAINT,
     Intent,
-    stable_id,
 )
 from remediations.validation import last_change, scope
 
@@ -34,10 +36,10 @@ DIAG_GPU_LABEL = "gpufleet.io/diagnose-gpu"
 
 
 def job_name(node: str, action: str, gpu: int | None = None) -> str:
-    """A DNS-1123 name per node (or GPU) and change: `gpufleet-diag-<node>[-g<i>]-<hash>`."""
-    head = f"gpufleet-diag-{node}" + ("" if gpu is None else f"-g{gpu}")
+    """A DNS-1123 name per node (or GPU) and change: `gpufleet-diag-<node>[-g<i>]-<hash>`,
+    valid whatever the node's name (see kube_names)."""
     key = (node, action) if gpu is None else (node, str(gpu), action)
-    return head[:48].rstrip("-") + "-" + stable_id(*key)[:8]
+    return job_name_of("gpufleet-diag", node, *key, suffix="" if gpu is None else f"-g{gpu}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +87,21 @@ def node_return_plan(node: NodeView) -> Plan:
         False,
         (node.name,),
         undo=True,
-        owned=node.cordoned_by_us,
+        owned=marked_by_us(node),
     )
 
 
 def node_targets(
     store: Store, view: ClusterView, command: list[str], require_idle: bool
 ) -> tuple[list[Target], list[str]]:
-    """Quarantined nodes without a replacement mark (drained, unless `require_idle` is off)."""
+    """Quarantined nodes, and nodes gpufleet holds with no owner left (`remediations.holds`:
+    a drain whose incident ended), without a replacement mark (drained, unless `require_idle`
+    is off)."""
     out: list[Target] = []
     notes: list[str] = []
+    orphaned = {h.node for h in orphans(store, view)}
     for n in sorted(view.nodes.values(), key=lambda n: n.name):
-        if QUARANTINE_LABEL not in n.labels:
+        if QUARANTINE_LABEL not in n.labels and n.name not in orphaned:
             continue
         if REPLACEMENT_LABEL in n.labels and awaits_person(store, f"node/{n.name}", n.name):
             continue
@@ -115,7 +120,7 @@ def node_targets(
                 n.name,
                 name,
                 tuple(command),
-                {DIAG_NODE_LABEL: n.name},
+                {DIAG_NODE_LABEL: label_value(n.name)},
                 n.gpu_count,
                 node_return_plan(n),
                 Plan("quarantine", subject, (mark,), True, (n.name,)),
@@ -169,7 +174,7 @@ def gpu_targets(
                 g.node,
                 name,
                 gpu_command(template, g.index),
-                {DIAG_NODE_LABEL: g.node, DIAG_GPU_LABEL: g.uuid.lower()[:63]},
+                {DIAG_NODE_LABEL: label_value(g.node), DIAG_GPU_LABEL: g.uuid.lower()[:63]},
                 0,
                 Plan("unfence_gpu", subject, (unfence,), False, (g.node,), undo=True),
                 Plan("fence_gpu", subject, (mark,), False, (g.node,)),

@@ -69,7 +69,7 @@ def propose(
     results = gates.static_gates(
         g, plan, view, kind, summary.ledger, now, last_seen, engine.started_at
     )
-    results.append(gates.validated(plan, validation_for(store, plan)))
+    results.append(gates.validated(plan, validation_for(store, plan, now, g)))
     results += gates.execution_gates(
         g, plan, Fleet.of(view, g.pool_label), store.engine_state(), summary.ledger, now
     )

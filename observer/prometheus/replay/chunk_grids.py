@@ -36,7 +36,10 @@ from observer.fleet.catalog import (
     LABEL_MIG_INSTANCE,
     LABEL_POD,
     LABEL_UUID,
+    LABEL_XID,
+    XID_COUNT_METRIC,
     canonical_name,
+    xid_count_column,
 )
 from observer.fleet.model import BoolArray, FloatArray
 from observer.prometheus.memory import CounterMemory
@@ -308,15 +311,29 @@ def _prometheus_increase(
     return out
 
 
-def xid_counts(block: RawBlock, grid: IndexGrid, ident: Identity) -> FloatArray:
-    """(keys x steps) XID count summed over the GPU's series whose own sample is as new as the
-    GPU's newest (older ones belong to an emptied window); NaN where none."""
+def xid_counts(block: RawBlock, grid: IndexGrid, ident: Identity) -> dict[str, FloatArray]:
+    """Snapshot column -> (keys x steps): each code's XID count (`xid_count_column`; a code
+    seen by several series of one GPU, one per pod sharing it, counts once) and the GPU's total
+    (`XID_COUNT_METRIC`), over the series whose own sample is as new as the GPU's newest (older
+    ones belong to an emptied window); NaN where none."""
     key = _series_keys(block, ident)
     ok = key >= 0
     val = pick(block.values, grid)[ok]
     own = (pick(block.t_ms, grid) / 1000.0)[ok]
     fresh = own >= ident.key_stamp[key[ok]]
-    return reduce_rows(np.where(fresh, val, np.nan), key[ok], len(ident.keys), "sum")
+    code_of, code_names = codes([m.get(LABEL_XID, "") for m in block.labels])
+    n_codes = max(1, len(code_names))
+    g = len(ident.keys)
+    group = key[ok] * n_codes + code_of[ok]
+    per = reduce_rows(np.where(fresh, val, np.nan), group, g * n_codes, "max")
+    per = per.reshape(g, n_codes, -1)
+    with np.errstate(invalid="ignore"):
+        seen = ~np.isnan(per).all(axis=1)
+        out = {XID_COUNT_METRIC: np.where(seen, np.nansum(per, axis=1), np.nan)}
+    for i, code in enumerate(code_names):
+        if code:
+            out[xid_count_column(str(code))] = per[:, i, :]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ class Chunk:
     """Per counter family, the seconds each increase covers (observer.prometheus.memory)."""
     missing: frozenset[str]
     """Families whose fetch failed this chunk (no values, no increase)."""
-    xid: FloatArray | None
+    xid: Mapping[str, FloatArray] | None
     steps: PodSteps | None
     up: Selected | None
     kube: Selected | None
@@ -197,10 +197,13 @@ def _metrics(
         elif inc_given:
             out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window,
                                span)  # fmt: skip
-    if c.xid is not None:
-        col = c.xid[:, k]
-        col = np.where(current & np.isnan(col), 0.0, col)
-        out[XID_COUNT_METRIC] = _series(col, ~np.isnan(col), key_row, stamp)
+    for name, grid in (c.xid or {}).items():
+        col = grid[:, k]
+        if name == XID_COUNT_METRIC:  # dcgm-exporter's zero series may be absent: 0, not NaN
+            col = np.where(current & np.isnan(col), 0.0, col)
+        elif bool(np.isnan(col).all()):
+            continue  # a code no GPU counts at this step has no column (as an instant cycle)
+        out[name] = _series(col, ~np.isnan(col), key_row, stamp)
     return out
 
 

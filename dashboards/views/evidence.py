@@ -1,0 +1,86 @@
+"""The evidence a detector used, one small panel per metric, each in its own units.
+
+A detector's evidence mixes scales (an SM clock in MHz, an activity fraction, seconds of
+accumulated gap); on one axis the small ones vanish. Keys are grouped by the metric they
+describe (`activity`, `job_median_activity`, `node_peers_median_activity` are one panel), each
+value labelled as this entity's, its peers' or a threshold, and drawn with its unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import altair as alt
+import pandas as pd  # type: ignore[import-untyped]
+
+from dashboards.views.charts import ROLE_COLORS, role
+
+PREFIXES = (
+    "job_median_", "node_peers_median_", "model_busy_median_", "peers_median_", "threshold_",
+    "min_", "max_",
+)  # fmt: skip
+DROPPED = {"median", "baseline", "busy", "evidence"}
+BARE_UNIT = {"mhz": "sm_clock_mhz"}
+"""A stem that is only a unit names the metric the detector compares in that unit."""
+UNITS = (("_mhz", "MHz"), ("_w", "W"), ("_c", "°C"), ("_s", "s"), ("_bytes_per_s", "bytes/s"))
+
+
+def stem(key: str) -> str:
+    k = key.lower()
+    for p in PREFIXES:
+        if k.startswith(p):
+            k = k[len(p) :]
+            break
+    k = "_".join(t for t in k.split("_") if t not in DROPPED)
+    return BARE_UNIT.get(k, k)
+
+
+def unit(metric: str) -> str:
+    if metric.endswith("_bytes_per_s"):
+        return "bytes/s"
+    for suffix, u in UNITS:
+        if metric.endswith(suffix):
+            return u
+    if metric in ("activity", "compute"):
+        return "fraction of time active (0-1)"
+    if metric.startswith("util"):
+        return "%"
+    return ""
+
+
+def panels(evidence: Mapping[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """(metric, frame of field/value/role/unit) for each metric with a comparison: at least two
+    numbers (this entity's and its peers' or a threshold). Counts and ids stand alone."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for k, v in evidence.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+            continue
+        m = stem(k)
+        groups.setdefault(m, []).append({"field": k, "value": float(v), "role": role(k)})
+    out = []
+    for m, rows in groups.items():
+        if len(rows) >= 2:
+            frame = pd.DataFrame(rows).assign(unit=unit(m))
+            out.append((m, frame))
+    return out
+
+
+def panel(metric: str, frame: pd.DataFrame) -> alt.Chart:
+    u = str(frame["unit"].iloc[0]) if len(frame) else ""
+    chart: alt.Chart = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("value:Q", title=f"{metric} ({u})" if u else metric),
+            y=alt.Y("field:N", sort=None, title=None),
+            color=alt.Color(
+                "role:N",
+                scale=alt.Scale(domain=list(ROLE_COLORS), range=list(ROLE_COLORS.values())),
+                legend=alt.Legend(orient="bottom", title=None),
+            ),
+            tooltip=["field", "value", "role"],
+        )
+        .properties(height=28 * len(frame) + 20, title=metric)
+    )
+    return chart

@@ -1,0 +1,185 @@
+"""Replay a long window on several cores: time shards, each warmed up on the time before it.
+
+A replay is sequential by nature (each cycle's detector state comes from the one before), but
+detector state is short-lived: persistence windows, holds, baselines and the anomaly forest's
+schedule look back minutes to hours, never days. So a window is cut into `shards` consecutive
+time chunks; a worker process replays each chunk from `warmup` seconds before its start (state
+only, findings discarded), then the chunk itself, and sends back each cycle's findings. The
+parent feeds them, in time order, to one episode tracker, exactly as a sequential replay does.
+
+`warmup_seconds(suite)` is the longest memory any enabled detector declares: per detector, the
+sum of its `*_seconds` parameters (the anomaly forest's refit period plus its persistence, a
+straggler's limit, noise and jump windows, gpu_idle's idle time plus its warning delay, ...).
+With that warm-up each shard's state has converged to the sequential replay's before its first
+counted cycle; `tests/test_sharded_replay.py` holds the episodes byte-identical on the suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
+
+from detectors.findings import Finding
+from detectors.suite import DetectorFailure, DetectorSuite, SuiteState
+from evaluation.episodes import EpisodeTracker
+from evaluation.replay import ReplayResult
+from observer.fleet.model import FleetSnapshot
+
+
+class FrameSource(Protocol):
+    """Snapshots at start, start + step, ... end (picklable: it is sent to a worker)."""
+
+    def frames(
+        self, start: float, end: float, step: float
+    ) -> Iterable[tuple[float, FleetSnapshot]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    warm_from: float
+    """First step replayed (to build state; its findings are not counted)."""
+    start: float
+    """First step whose findings count."""
+    end: float
+    """Last step whose findings count."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOutput:
+    shard: Shard
+    cycles: tuple[tuple[float, tuple[Finding, ...]], ...]
+    """Each counted cycle's findings (evidence as plain dicts, so that they pickle)."""
+    failures: tuple[DetectorFailure, ...]
+    detector_seconds: float
+    replayed: int
+    """Cycles replayed, warm-up included."""
+
+
+def warmup_seconds(suite: DetectorSuite) -> float:
+    """The longest state memory of any detector of `suite` (module docstring)."""
+    longest = 0.0
+    for det in suite.detectors:
+        params = det.params
+        if not dataclasses.is_dataclass(params):
+            continue
+        total = sum(
+            float(getattr(params, f.name))
+            for f in dataclasses.fields(params)
+            if f.name.endswith("seconds") and isinstance(getattr(params, f.name), int | float)
+        )
+        longest = max(longest, total)
+    return longest
+
+
+def plan(start: float, end: float, step: float, shards: int, warmup: float) -> tuple[Shard, ...]:
+    """`shards` chunks of whole steps covering start..end, each warmed up `warmup` seconds
+    (whole steps, never before `start`)."""
+    steps = int((end - start) // step) + 1 if end >= start else 0
+    if steps == 0:
+        return ()
+    per = math.ceil(steps / max(1, min(shards, steps)))
+    back = math.ceil(warmup / step)
+    out = []
+    for first in range(0, steps, per):
+        last = min(steps, first + per) - 1
+        out.append(
+            Shard(start + max(0, first - back) * step, start + first * step, start + last * step)
+        )
+    return tuple(out)
+
+
+def _portable(f: Finding) -> Finding:
+    return dataclasses.replace(f, evidence=dict(f.evidence))
+
+
+def _restored(f: Finding) -> Finding:
+    return dataclasses.replace(f, evidence=MappingProxyType(dict(f.evidence)))
+
+
+def replay_shard(
+    source: FrameSource, suite: DetectorSuite, shard: Shard, step: float
+) -> ShardOutput:
+    """One shard, in this process: warm up, then record each counted cycle's findings."""
+    state = SuiteState()
+    cycles: list[tuple[float, tuple[Finding, ...]]] = []
+    failures: list[DetectorFailure] = []
+    seconds = 0.0
+    replayed = 0
+    for now, snap in source.frames(shard.warm_from, shard.end, step):
+        res = suite.run(snap, now, state)
+        state = res.state
+        replayed += 1
+        if now >= shard.start:
+            cycles.append((now, tuple(_portable(f) for f in res.findings)))
+            failures.extend(res.failures)
+            seconds += sum(res.seconds.values())
+    return ShardOutput(shard, tuple(cycles), tuple(failures), seconds, replayed)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardedRun:
+    result: ReplayResult
+    """Episodes as a sequential replay finds them; `state` is empty (it stays in the workers)."""
+    shards: tuple[Shard, ...]
+    replayed: int
+    """Cycles replayed over all shards, warm-ups included."""
+    seconds: float
+
+
+def merge(outputs: Iterable[ShardOutput], grace_cycles: int = 0) -> Iterator[list[Finding]]:
+    """Feed shard outputs (in time order) to one tracker; yields the episodes found so far
+    after each shard (the last yield is every episode, open ones finished)."""
+    tracker = EpisodeTracker(grace_cycles=grace_cycles)
+    for out in outputs:
+        for now, found in out.cycles:
+            tracker.observe(now, [_restored(f) for f in found])
+        yield [*tracker.closed, *tracker.active()]
+    yield tracker.finish()
+
+
+def replay_sharded(
+    source: FrameSource,
+    suite: DetectorSuite,
+    start: float,
+    end: float,
+    step: float,
+    shards: int = 2,
+    workers: int | None = None,
+    warmup: float | None = None,
+    grace_cycles: int = 0,
+    on_shard: Callable[[ShardOutput, list[Finding]], None] | None = None,
+) -> ShardedRun:
+    """Replay start..end in `shards` time chunks on `workers` processes (default: as many as
+    shards, at most the CPUs); `on_shard(output, episodes so far)` after each chunk in order."""
+    began = time.perf_counter()
+    chunks = plan(start, end, step, shards, warmup_seconds(suite) if warmup is None else warmup)
+    n_workers = max(1, min(len(chunks), workers or multiprocessing.cpu_count()))
+    outputs: list[ShardOutput] = []
+    episodes: list[Finding] = []
+    pool = multiprocessing.get_context("spawn").Pool(n_workers)
+    try:
+        pending = [pool.apply_async(replay_shard, (source, suite, c, step)) for c in chunks]
+        for i, episodes in enumerate(merge((p.get() for p in pending), grace_cycles)):
+            if i < len(pending):
+                outputs.append(pending[i].get())
+                if on_shard is not None:
+                    on_shard(outputs[-1], episodes)
+    except BaseException:
+        pool.terminate()  # a cancelled or failed replay stops every worker now
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()
+    failures = tuple(x for o in outputs for x in o.failures)
+    cycles = sum(len(o.cycles) for o in outputs)
+    result = ReplayResult(
+        tuple(episodes), failures, cycles, sum(o.detector_seconds for o in outputs), SuiteState()
+    )
+    return ShardedRun(result, chunks, sum(o.replayed for o in outputs), time.perf_counter() - began)

@@ -1,0 +1,84 @@
+"""gpufleet's taint writes never drop a taint another controller adds at the same moment.
+
+The node lifecycle controller, the autoscaler and node-problem-detector write `spec.taints` (an
+atomic list) beside gpufleet. Here another writer adds a taint of its own while gpufleet's PATCH
+is in flight (the server holds it back): the write carries the resourceVersion
+it was computed from, gets 409, re-reads and keeps both taints. Without the precondition the
+other writer's taint is silently lost.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from remediations.actuator_api import WriteContext
+from remediations.kube_actuator import KubeActuator
+from remediations.types import QUARANTINE_TAINT, Intent
+from tests.k8s_sim_support import Sim, running_sim, spec
+
+NODE = "h100-0003"
+OTHER = {"key": "example.com/kernel-deadlock", "effect": "NoSchedule"}
+"""What node-problem-detector might add while gpufleet writes."""
+CTX = WriteContext(action_id="a1", incident_id="i1", playbook="quarantine", reason="test")
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    with running_sim(tmp_path) as s:
+        yield s
+
+
+def _taints(sim: Sim) -> set[tuple[str, str]]:
+    node = sim.cluster.store.get("nodes", "", NODE)
+    assert node is not None
+    return {(t["key"], t["effect"]) for t in node["spec"].get("taints") or []}
+
+
+def _race(sim: Sim, intent: Intent) -> str:
+    """Run `intent` while another writer adds OTHER during gpufleet's PATCH."""
+    rule = sim.api.faults.add(rf"^/api/v1/nodes/{NODE}$", 0, count=1, delay=1.0, method="PATCH")
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
+    out: list[str] = []
+    t = threading.Thread(target=lambda: out.append(act.apply(intent, CTX)))
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while rule.hits == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rule.hits == 1, "gpufleet's PATCH never reached the server"
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+        with client.ApiClient(cfg) as admin:  # the other controller, with its own read
+            core = client.CoreV1Api(admin)
+            have = spec(core.read_node(NODE)).taints or []
+            taints = [core.api_client.sanitize_for_serialization(x) for x in have]
+            core.patch_node(NODE, {"spec": {"taints": [*taints, OTHER]}})
+        t.join(timeout=30)
+    finally:
+        act.close()
+    assert out, "the intent did not finish"
+    return out[0]
+
+
+def test_taint_keeps_a_taint_added_during_the_write(sim: Sim) -> None:
+    intent = Intent("taint", NODE, {"key": QUARANTINE_TAINT, "value": "gpu_xid",
+                                    "effect": "NoSchedule"})  # fmt: skip
+    assert _race(sim, intent).startswith("tainted")
+    assert _taints(sim) == {(QUARANTINE_TAINT, "NoSchedule"), (OTHER["key"], "NoSchedule")}
+
+
+def test_untaint_keeps_a_taint_added_during_the_write(sim: Sim) -> None:
+    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
+    try:
+        act.apply(Intent("taint", NODE, {"key": QUARANTINE_TAINT, "value": "x",
+                                         "effect": "NoSchedule"}), CTX)  # fmt: skip
+    finally:
+        act.close()
+    assert _race(sim, Intent("untaint", NODE, {"key": QUARANTINE_TAINT})).startswith("removed")
+    assert _taints(sim) == {(OTHER["key"], "NoSchedule")}

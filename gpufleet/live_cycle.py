@@ -103,10 +103,22 @@ def scrape_source(scrape: ScrapeCollector, kube: KubeCollector | None = None) ->
 
     def collect() -> FleetSnapshot:
         if kube is None or not kube.wait_synced(0):
-            return scrape.collect().snapshot
-        return scrape.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+            return kube_health(scrape.collect().snapshot, kube)
+        got = scrape.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events())
+        return kube_health(got.snapshot, kube)
 
     return collect
+
+
+def kube_health(snapshot: FleetSnapshot, kube: KubeCollector | None) -> FleetSnapshot:
+    """The snapshot, its `degraded_reason` naming the Kubernetes API when the API is failing
+    (its nodes, pods and events are then the watch cache's last view)."""
+    problem = kube.problem() if kube is not None else ""
+    t = snapshot.telemetry
+    if not problem or t is None:
+        return snapshot
+    reason = "; ".join(r for r in (t.degraded_reason, problem) if r)
+    return replace(snapshot, telemetry=replace(t, degraded_reason=reason))
 
 
 def monitoring_gap(cause: str, since: float, now: float) -> Finding:
@@ -124,6 +136,22 @@ def monitoring_gap(cause: str, since: float, now: float) -> Finding:
     )
 
 
+def partial_gap(cause: str, since: float, now: float) -> Finding:
+    """The fleet-level finding of a cycle that collected, but not from every source (an
+    exporter of many, the Kubernetes API, some queries): a warning carrying the cause, since
+    part of the fleet is judged on old or no data until the source returns."""
+    return Finding(
+        kind=FindingKind.MONITORING_GAP,
+        severity=Severity.WARNING,
+        summary=f"telemetry source failing: {cause}"[:500],
+        first_seen=since,
+        last_seen=now,
+        evidence={"reason": cause, "source": "partial", "outage_seconds": round(now - since, 1)},
+        recommended_action="check the failing source named here; what it feeds is unknown, "
+        "not bad, and nothing acts on its absence",
+    )
+
+
 def prometheus_source(
     prom: PrometheusCollector, kube: KubeCollector | None = None
 ) -> SnapshotSource:
@@ -134,8 +162,9 @@ def prometheus_source(
 
     def collect() -> FleetSnapshot:
         if kube is None or not kube.wait_synced(0):
-            return prom.collect().snapshot
-        return prom.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+            return kube_health(prom.collect().snapshot, kube)
+        got = prom.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events())
+        return kube_health(got.snapshot, kube)
 
     return collect
 
@@ -175,6 +204,8 @@ class LiveCycle:
         self.coverage: CoverageReport | None = None
         self.blind_since: float | None = None
         """Cycle time of the first of the current run of cycles that collected nothing."""
+        self.partial_since: float | None = None
+        """Cycle time of the first of the current run of cycles with a failing source."""
         self.outages = OutageLog(log)
         self.first_look: float | None = None
         """When this process first collected the fleet."""
@@ -199,6 +230,8 @@ class LiveCycle:
         if len(snapshot.gpus) == 0:
             return self._blind(now, began, "the source answered with no GPUs", None, act)
         self.outages.recovered("collect")
+        if self.blind_since is not None and self._degraded(snapshot):
+            self.partial_since = self.blind_since  # one outage, narrowing
         self.blind_since = None
         self.latest = snapshot
         self._note_first_look(now)
@@ -221,6 +254,7 @@ class LiveCycle:
             except Exception as exc:  # an intake failure must not stop detection
                 log.exception("reading findings from the intake failed")
                 errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
+        findings = self._partial(snapshot, findings, now)
         started, escalated, ended = self._episodes(now, findings)
         changes: tuple[IncidentChange, ...] = ()
         decisions: tuple[ActionDecision, ...] = ()
@@ -265,6 +299,28 @@ class LiveCycle:
             coverage=self.coverage,
             coverage_changed=changed,
         )
+
+    @staticmethod
+    def _degraded(snapshot: FleetSnapshot) -> str:
+        return snapshot.telemetry.degraded_reason if snapshot.telemetry is not None else ""
+
+    def _partial(
+        self, snapshot: FleetSnapshot, findings: tuple[Finding, ...], now: float
+    ) -> tuple[Finding, ...]:
+        """A source failing while others answer is a fleet-level gap carrying its cause (in
+        place of the detector's own fleet-wide notice, which has the same entity), logged once
+        a minute; nothing when every source answered."""
+        cause = self._degraded(snapshot)
+        if not cause:
+            self.partial_since = None
+            self.outages.recovered("telemetry source")
+            return findings
+        self.outages.failed("telemetry source", cause)
+        if self.partial_since is None:
+            self.partial_since = now
+        fleet = (FindingKind.MONITORING_GAP.value, None, None, None)
+        kept = tuple(f for f in findings if f.entity != fleet)
+        return (*kept, partial_gap(cause, self.partial_since, now))
 
     def _note_first_look(self, now: float) -> None:
         """Tell the journal when this process first collected the fleet (retried each cycle

@@ -8,7 +8,9 @@ columns as the Prometheus path to the one snapshot builder, so both modes yield 
 
 - A target that fails keeps its last page for `inventory_window` seconds, with the old sample
   time: its node reads stale in TelemetryHealth (`up` False), the rest of the fleet is fresh.
-- Every target failing raises errors.TemporaryError (no snapshot is invented).
+- Every target failing raises errors.TemporaryError (no snapshot is invented); some failing
+  name themselves in `TelemetryHealth.degraded_reason` (the source still answers, so
+  `source_ok` stays True) for the live cycle to say out loud; they are logged at DEBUG here.
 - Malformed lines are skipped and counted; each target's first bad page is logged once.
 - Sample times are the collector's clock at the scrape (`now` is injectable, e.g. a
   simulator's scenario clock), not the exporter's.
@@ -206,11 +208,11 @@ class ScrapeCollector:
                 hint="check the exporter URLs and that the exporters are running",
             )
         for p in problems:
-            log.warning("scrape: %s", p)
+            log.debug("scrape: %s", p)
         self._cycles.append(t)
         self.counters.expire(t)
         self.steps.expire(t)
-        snap, report = self._build(t, urls, nodes, pods, events)
+        snap, report = self._build(t, urls, nodes, pods, events, "; ".join(problems))
         took = time.perf_counter() - began
         return ScrapeResult(
             snap, CycleStats(tuple(stats), took, tuple(problems)), report, malformed
@@ -232,6 +234,7 @@ class ScrapeCollector:
         nodes: Sequence[Node] | None,
         pods: Sequence[Pod] | None,
         events: Iterable[Event],
+        problems: str = "",
     ) -> tuple[FleetSnapshot, BuildReport]:
         s = self.settings
         cols = _Columns()
@@ -274,7 +277,12 @@ class ScrapeCollector:
         n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
         metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_paged)
         ksm_nodes, ksm_pods = records_from_series(kube, status, ())
-        exporters = ExporterHealth(up=up, last_scrape=last, sample_times=[np.array(self._cycles)])
+        exporters = ExporterHealth(
+            up=up,
+            last_scrape=last,
+            sample_times=[np.array(self._cycles)],
+            degraded_reason=problems[:2000],
+        )
         return self.builder.build_with_report(
             t,
             gpus,

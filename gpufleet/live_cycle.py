@@ -252,7 +252,7 @@ class LiveCycle:
             try:
                 findings = (*findings, *self.extra_findings(now))
             except Exception as exc:  # an intake failure must not stop detection
-                log.exception("reading findings from the intake failed")
+                self.outages.exception("reading findings from the intake", exc)
                 errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
         findings = self._partial(snapshot, findings, now)
         started, escalated, ended = self._episodes(now, findings)
@@ -280,6 +280,8 @@ class LiveCycle:
         open_incidents, awaiting = self._backlog() if act else (0, 0)
         if errors:
             self.failed_cycles += 1
+        elif act:  # every stage answered: the store and the rest are back
+            self.outages.all_recovered(but=frozenset({"telemetry source"}))
         return CycleReport(
             now=now,
             gpus=len(snapshot.gpus),

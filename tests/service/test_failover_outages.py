@@ -75,7 +75,7 @@ def _wait_scenario(h: SimulationHandle, seconds: float) -> None:
 def test_exporter_outage_across_a_failover_is_one_gap_said_once(
     tmp_path: Path, pg_url: str, journal: Store
 ) -> None:
-    down = [{"kind": "exporter_down", "node": n, "start": "120s", "end": "330s"} for n in NODES]
+    down = [{"kind": "exporter_down", "node": n, "start": "120s", "end": "300s"} for n in NODES]
     h = start_fleet(tmp_path, [], down)
     try:
         cfg = failover_config(tmp_path, h, pg_url, [QUARANTINE])
@@ -132,9 +132,13 @@ def test_store_outage_is_survived_and_the_fault_it_hid_is_acted_on_once(
             wait_for(quarantined, 90, "the leader to quarantine h100-0001", step=0.5)
             rows = journal.audit_log()
             _no_traceback(a, b)
-            for p in (a, b):
-                said = [ln for ln in p.log.read_text().splitlines() if "store failing" in ln]
-                assert 1 <= len(said) <= 3, said  # a line a minute, not one per cycle
+            lines = a.log.read_text().splitlines()
+            said = [ln for ln in lines if "store failing" in ln]
+            # one line per minute from each worker that uses the journal (the cycle, the
+            # executor), not one per cycle; and one line each when it answers again
+            assert 1 <= len(said) <= 4, said
+            assert any("store recovered" in ln for ln in lines)
+            assert b.log.read_text().count("store failing") <= 2  # the standby's first look
         assert before <= {r.id for r in rows}  # no journal row lost
         assert _unschedulable(h, "h100-0001")
         did = writes(rows, "")

@@ -121,34 +121,26 @@ def kube_health(snapshot: FleetSnapshot, kube: KubeCollector | None) -> FleetSna
     return replace(snapshot, telemetry=replace(t, degraded_reason=reason))
 
 
-def monitoring_gap(cause: str, since: float, now: float) -> Finding:
-    """The fleet-level finding of a cycle that collected nothing (a warning: the whole fleet
-    is unwatched, which a person must hear about)."""
+def monitoring_gap(cause: str, since: float, now: float, *, partial: bool = False) -> Finding:
+    """The fleet-level finding of a cycle that collected nothing, or (`partial`) that
+    collected but not from every source (an exporter of many, the Kubernetes API, some
+    queries). A warning carrying the cause: the fleet, or part of it, is unwatched, which a
+    person must hear about; what it feeds is unknown, not bad, and nothing acts on it."""
+    what = "telemetry source failing" if partial else "no telemetry from the fleet"
     return Finding(
         kind=FindingKind.MONITORING_GAP,
         severity=Severity.WARNING,
-        summary=f"no telemetry from the fleet: {cause}"[:500],
+        summary=f"{what}: {cause}"[:500],
         first_seen=since,
         last_seen=now,
-        evidence={"reason": cause, "source": "collect", "outage_seconds": round(now - since, 1)},
-        recommended_action="check the metrics source (exporters, Prometheus) and the network; "
-        "GPU health is unknown, not bad, and nothing acts on it meanwhile",
-    )
-
-
-def partial_gap(cause: str, since: float, now: float) -> Finding:
-    """The fleet-level finding of a cycle that collected, but not from every source (an
-    exporter of many, the Kubernetes API, some queries): a warning carrying the cause, since
-    part of the fleet is judged on old or no data until the source returns."""
-    return Finding(
-        kind=FindingKind.MONITORING_GAP,
-        severity=Severity.WARNING,
-        summary=f"telemetry source failing: {cause}"[:500],
-        first_seen=since,
-        last_seen=now,
-        evidence={"reason": cause, "source": "partial", "outage_seconds": round(now - since, 1)},
-        recommended_action="check the failing source named here; what it feeds is unknown, "
-        "not bad, and nothing acts on its absence",
+        evidence={
+            "reason": cause,
+            "source": "partial" if partial else "collect",
+            "outage_seconds": round(now - since, 1),
+        },
+        recommended_action="check the source named here (exporters, Prometheus, the "
+        "Kubernetes API) and the network; GPU health is unknown, not bad, and nothing acts "
+        "on it meanwhile",
     )
 
 
@@ -322,7 +314,7 @@ class LiveCycle:
             self.partial_since = now
         fleet = (FindingKind.MONITORING_GAP.value, None, None, None)
         kept = tuple(f for f in findings if f.entity != fleet)
-        return (*kept, partial_gap(cause, self.partial_since, now))
+        return (*kept, monitoring_gap(cause, self.partial_since, now, partial=True))
 
     def _note_first_look(self, now: float) -> None:
         """Tell the journal when this process first collected the fleet (retried each cycle

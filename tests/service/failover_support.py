@@ -99,8 +99,8 @@ def audit_has(store: Store, text: str) -> bool:
 
 
 def assert_each_incident_once(store: Store, rows: Sequence[AuditRecord]) -> None:
-    """No entity has two incidents (in the journal's table or named by its audit), and Slack's outbox
-    announces each incident's opening once, across every failover."""
+    """No entity has two incidents (in the journal's table or named by its audit), and
+    Slack's outbox announces each incident's opening once, across every failover."""
     incidents = store.incidents() + [
         i for i in (store.get_incident(r.incident_id or "") for r in rows) if i is not None
     ]

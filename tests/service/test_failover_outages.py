@@ -59,6 +59,18 @@ def _unschedulable(h: SimulationHandle, node: str) -> bool:
     return bool(h.cluster.get("nodes", "", node)["spec"].get("unschedulable"))
 
 
+def _cut_api(h: SimulationHandle, *procs: Proc) -> None:
+    """Every Kubernetes API request answers 503 from now on; returns once nobody leads (the
+    Lease cannot be renewed, so the leader steps down)."""
+    h.faults.add(r"^/api", 503, count=-1)
+    wait_for(lambda: leader_of(procs) is None, 4 * LEASE, "the leader to step down")
+
+
+def _done(journal: Store, target: str) -> bool:
+    """An action on `target` finished."""
+    return any(x.state is ActionState.DONE for x in journal.actions() if x.target == target)
+
+
 def _scenario_seconds(h: SimulationHandle) -> float:
     return h.clock.scenario_time() - h.scenario.start
 
@@ -125,11 +137,7 @@ def test_store_outage_is_survived_and_the_fault_it_hid_is_acted_on_once(
             assert a.p.poll() is None and b.p.poll() is None  # both survive it
             proxy.restore()
 
-            def quarantined() -> bool:
-                done = [x for x in journal.actions() if x.target == "node/h100-0001"]
-                return any(x.state is ActionState.DONE for x in done)
-
-            wait_for(quarantined, 90, "the leader to quarantine h100-0001", step=0.5)
+            wait_for(lambda: _done(journal, "node/h100-0001"), 90, "the quarantine", step=0.5)
             rows = journal.audit_log()
             _no_traceback(a, b)
             lines = a.log.read_text().splitlines()
@@ -160,8 +168,7 @@ def test_api_outage_during_a_drain_then_the_drain_finishes_at_once(
         with replicas(cfg, tmp_path) as (a, b):
             wait_for(lambda: audit_has(journal, "about to evict_pods h100-0000"), 120,
                      "the drain to start evicting", step=0.3)  # fmt: skip
-            h.faults.add(r"^/api", 503, count=-1)  # the Kubernetes API answers nothing but 503
-            wait_for(lambda: leader_of([a, b]) is None, 4 * LEASE, "the leader to step down")
+            _cut_api(h, a, b)
             time.sleep(LEASE)
             assert leader_of([a, b]) is None  # nobody leads without the Lease
             assert a.get("/readyz")[0] == 503 and b.get("/readyz")[0] == 503
@@ -195,17 +202,12 @@ def test_a_fault_that_begins_while_no_replica_leads_is_acted_on(
         with replicas(cfg, tmp_path) as (a, b):
             wait_for(lambda: audit_has(journal, "gpufleet started watching"), 30, "first look")
             assert _scenario_seconds(h) < 200, "too slow to cut the API before the fault"
-            h.faults.add(r"^/api", 503, count=-1)
-            wait_for(lambda: leader_of([a, b]) is None, 4 * LEASE, "the leader to step down")
+            _cut_api(h, a, b)
             _wait_scenario(h, 240 + 60)  # the XID began, and was seen, with nobody leading
             assert leader_of([a, b]) is None
             h.faults.clear()
 
-            def quarantined() -> bool:
-                done = [x for x in journal.actions() if x.target == "node/h100-0002"]
-                return any(x.state is ActionState.DONE for x in done)
-
-            wait_for(quarantined, 60, "the next leader to quarantine h100-0002", step=0.5)
+            wait_for(lambda: _done(journal, "node/h100-0002"), 60, "the quarantine", step=0.5)
             rows = journal.audit_log()
         actions = [x for x in journal.actions() if x.target == "node/h100-0002"]
         assert all(not any("cold start" in r for r in x.reasons) for x in actions)

@@ -45,7 +45,7 @@ from observer.scrape.collector import ScrapeCollector
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
-from remediations.incidents import IncidentChange
+from remediations.incidents import HOLDS, IncidentChange
 from remediations.store import ActionRecord, AuditRecord
 from remediations.types import ActionState
 
@@ -121,11 +121,15 @@ def kube_health(snapshot: FleetSnapshot, kube: KubeCollector | None) -> FleetSna
     return replace(snapshot, telemetry=replace(t, degraded_reason=reason))
 
 
-def monitoring_gap(cause: str, since: float, now: float, *, partial: bool = False) -> Finding:
+def monitoring_gap(
+    cause: str, since: float, now: float, *, partial: bool = False, holds: bool = True
+) -> Finding:
     """The fleet-level finding of a cycle that collected nothing, or (`partial`) that
     collected but not from every source (an exporter of many, the Kubernetes API, some
     queries). A warning carrying the cause: the fleet, or part of it, is unwatched, which a
-    person must hear about; what it feeds is unknown, not bad, and nothing acts on it."""
+    person must hear about; what it feeds is unknown, not bad, and nothing acts on it.
+    `holds`: the gap keeps every incident open (no data is not health); False when the rest
+    of the fleet is still judged (nodes of a silent exporter have their own node-level gaps)."""
     what = "telemetry source failing" if partial else "no telemetry from the fleet"
     return Finding(
         kind=FindingKind.MONITORING_GAP,
@@ -137,6 +141,7 @@ def monitoring_gap(cause: str, since: float, now: float, *, partial: bool = Fals
             "reason": cause,
             "source": "partial" if partial else "collect",
             "outage_seconds": round(now - since, 1),
+            HOLDS: holds,
         },
         recommended_action="check the source named here (exporters, Prometheus, the "
         "Kubernetes API) and the network; GPU health is unknown, not bad, and nothing acts "
@@ -314,7 +319,9 @@ class LiveCycle:
             self.partial_since = now
         fleet = (FindingKind.MONITORING_GAP.value, None, None, None)
         kept = tuple(f for f in findings if f.entity != fleet)
-        return (*kept, monitoring_gap(cause, self.partial_since, now, partial=True))
+        silent = len(kept) < len(findings)  # the detector saw most of the fleet silent
+        gap = monitoring_gap(cause, self.partial_since, now, partial=True, holds=silent)
+        return (*kept, gap)
 
     def _note_first_look(self, now: float) -> None:
         """Tell the journal when this process first collected the fleet (retried each cycle

@@ -34,6 +34,10 @@ class Hysteresis:
 COLD_START = "cold_start"
 """Evidence key a stored incident carries while its evidence predates the fleet's watch (so a
 restarted or new leader keeps that judgement)."""
+HOLDS = "holds_incidents"
+"""Evidence key of a fleet-level monitoring_gap: False when one source of several fails (an
+exporter of many, the Kubernetes API) and the rest of the fleet is still judged, so incidents
+elsewhere may resolve; absent or True, no data holds every incident open."""
 COVERAGE = "coverage"
 """`Finding.detector` of the notice that a detector cannot run (detectors.coverage)."""
 
@@ -231,7 +235,7 @@ def step(
             by_key[key] = [f]
         if f.kind is gap_kind and not coverage:
             if f.node is None:
-                fleet_gap = True
+                fleet_gap = fleet_gap or bool(f.evidence.get(HOLDS, True))
             else:
                 gap_nodes.add(f.node)
 

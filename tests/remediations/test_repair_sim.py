@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,41 @@ def test_reboot_in_job_mode_writes_the_sentinel_file_through_a_job(
     assert sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"] != before
     loop.run(30)
     assert sim.cluster.repairs.boots == {node: 1}  # one reboot: neither signal outlives it
+
+
+def test_a_failed_reset_is_retried_after_its_cooldown_then_goes_to_a_person(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """A reset Job that fails is tried again, no sooner than the cooldown after the last
+    attempt, and after `max_attempts` a person is told instead of a fourth Job."""
+    policy = rules("reset_gpu")
+    policy["gates"] = {"attempts": {"cooldown": "60s", "max_attempts": 3}}
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    f = finding(*FAILS, sim.cluster.clock())
+    for _ in range(40):  # 400 s of cycles every 10 s: the fault persists throughout
+        loop.cycle([f])
+        sim.advance(10)
+    acts = sorted(store.actions(), key=lambda a: a.created_at)
+    assert [a.state for a in acts] == [ActionState.FAILED] * 3
+    assert [a.attempt for a in acts] == [1, 2, 3]
+    for a in acts:
+        assert "GPU 5 reset failed" in (a.result or ""), a.result
+    # bounded, with backoff: each retry starts at least the cooldown after the previous attempt
+    starts = [a.started_at or 0.0 for a in acts]
+    assert all(s > 0 for s in starts)
+    gaps = [b - a for a, b in pairwise(starts)]
+    assert all(g >= 60 for g in gaps), gaps
+    # the Kubernetes writes: one Job per attempt, each failed, none written twice
+    made = jobs(sim)
+    assert len(made) == 3 and len({j["metadata"]["name"] for j in made}) == 3
+    assert all(j["status"].get("failed") == 1 for j in made)
+    created = [
+        r for r in store.audit_log() if r.kind == "k8s_write" and r.message.startswith("did ")
+    ]
+    assert sorted(r.action_id for r in created) == sorted(a.id for a in acts)
+    # after the budget: a person is asked, once, naming the target and the attempts
+    uuid = gpu_uuid("small", *FAILS)
+    told = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert len(told) == 1, [r.message for r in told]
+    assert told[0].target == f"gpu/{uuid}"
+    assert "3 reset_gpu attempts" in told[0].message and "escalate" in told[0].message

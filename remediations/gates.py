@@ -376,7 +376,15 @@ def rate(max_per_hour: int, ledger: Ledger, now: float) -> GateResult:
     return _pass("rate")
 
 
+MARKS = frozenset({"mark_replacement"})
+"""Playbooks that only label what gpufleet already holds (remediations.playbooks.replacement):
+they take nothing away, so the gates that pace new disruptions (attempts, cooldown, rate) never
+hold them up behind the quarantine or fence they follow."""
+
+
 def attempts(a: Attempts, playbook: str, target: str, ledger: Ledger, now: float) -> GateResult:
+    if playbook in MARKS:
+        return _pass("attempts")
     times = ledger.by_target.get((playbook, target), ())
     in_window = [t for t in times if now - a.window < t <= now]
     if len(in_window) >= a.max_attempts:
@@ -438,7 +446,7 @@ def execution_gates(
         breaker(state),
         in_window(g.maintenance, plan.playbook, now),
         radius,
-        rate(g.rate.max_actions_per_hour, ledger, now),
+        _pass("rate") if plan.playbook in MARKS else rate(g.rate.max_actions_per_hour, ledger, now),
     ]
 
 

@@ -380,7 +380,7 @@ def test_a_failed_reset_is_retried_after_its_cooldown_then_goes_to_a_person(
     created = [
         r for r in store.audit_log() if r.kind == "k8s_write" and r.message.startswith("did ")
     ]
-    assert sorted(r.action_id for r in created) == sorted(a.id for a in acts)
+    assert sorted(str(r.action_id) for r in created) == sorted(a.id for a in acts)
     # after the budget: a person is asked, once, naming the target and the attempts
     uuid = gpu_uuid("small", *FAILS)
     told = [r for r in store.audit_log() if r.kind == "needs_person"]

@@ -64,9 +64,10 @@ def _agree(url: str, api: client.CoreV1Api) -> set[str]:
 def _verdicts(wd: Path) -> list[str]:
     store = Store.open(f"sqlite:///{wd / 'demo.db'}", cluster="demo")
     try:
-        return [str(r.detail.get("outcome")) for r in store.audit_of("diagnostic", [f"node/{LEMON}"])]
+        rows = store.audit_of("diagnostic", [f"node/{LEMON}"])
     finally:
         store.close()
+    return [str(r.detail.get("outcome")) for r in rows]
 
 
 def test_the_out_of_service_table_agrees_with_kubectl_and_h100_0005_stays_out(
@@ -102,6 +103,7 @@ def test_the_out_of_service_table_agrees_with_kubectl_and_h100_0005_stays_out(
             if out_since is not None and "failed" in _verdicts(wd) and len(samples) > out_since + 5:
                 break
             time.sleep(2)
+        print(f"{len(samples)} samples, out-of-service nodes: {samples}")
         assert out_since is not None, (samples, "".join(seen)[-3000:])
         # once out, it stays out: its fault persists and its diagnostics fail
         assert all(LEMON in s for s in samples[out_since:]), samples

@@ -19,6 +19,7 @@ from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.gated import execute, plan_for, propose
 from remediations.cycle import RemediationCycle
+from remediations.holds import holds, owner
 from remediations.kube_actuator import KubeActuator
 from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.playbooks import PLAYBOOKS, Subject
@@ -176,7 +177,11 @@ def test_a_failed_diagnostic_marks_a_node_for_replacement_without_waiting_for_it
             sim.advance(60)
             return False
 
-        ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag, sleep=sleep)
+        def ticking() -> float:  # the journal's rows a second apart, as on a real clock
+            sim.wall.advance(1)
+            return sim.cluster.clock()
+
+        ctx = JobContext(loop, clock=ticking, diagnostics=diag, sleep=sleep)
         params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
         req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
         out = run_diagnose(ctx, req)
@@ -186,6 +191,9 @@ def test_a_failed_diagnostic_marks_a_node_for_replacement_without_waiting_for_it
         assert bad["spec"]["unschedulable"] is True
         told = [r for r in store.audit_log() if r.kind == "needs_person"]
         assert [r.target for r in told] == ["node/h100-0003"]
+        # the mark leaves the node a person's: an owned hold, never reported as an orphan
+        (held,) = holds(actuator.cluster_view(sim.cluster.clock()))
+        assert owner(store, held) is not None
     finally:
         diag.close()
         actuator.close()

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from remediations.cluster_view import ClusterView
 from remediations.playbooks import Plan
+from remediations.playbooks.replacement import NAME as MARK
 from remediations.policy import Attempts, BlastRadius, Gates, MaintenanceWindows, Protected
 from remediations.store.records import EngineState
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT
@@ -376,7 +377,7 @@ def rate(max_per_hour: int, ledger: Ledger, now: float) -> GateResult:
     return _pass("rate")
 
 
-MARKS = frozenset({"mark_replacement"})
+MARKS = frozenset({MARK})
 """Playbooks that only label what gpufleet already holds (remediations.playbooks.replacement):
 they take nothing away, so the gates that pace new disruptions (attempts, cooldown, rate) never
 hold them up behind the quarantine or fence they follow."""

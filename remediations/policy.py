@@ -29,6 +29,7 @@ from errors import ConfigError
 from errors.config_files import describe_validation_error, load_yaml_file, validate
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
+from remediations.playbooks.replacement import NAME as MARK
 from remediations.types import Actuation, Mode
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,8 @@ class Rule(_Strict):
     @field_validator("playbook")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in PLAYBOOKS:
-            raise ValueError(f"one of {', '.join(sorted(PLAYBOOKS))}")
+        if v not in PLAYBOOKS or v == MARK:  # a mark follows a failed diagnostic, never a rule
+            raise ValueError(f"one of {', '.join(sorted(p for p in PLAYBOOKS if p != MARK))}")
         return v
 
 

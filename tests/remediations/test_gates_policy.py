@@ -159,6 +159,11 @@ def test_shipped_policies_load() -> None:
             "gates.return_quiet: expected a duration like '30s', '5m' or '2h' (got '3 cycles')",
         ),
         ("gates: {return_quiet: -90}\n", "gates.return_quiet: expected a non-negative duration"),
+        (
+            "rules:\n  - {name: a, playbook: mark_replacement, mode: auto,"
+            " match: {kinds: [gpu_xid]}}\n",
+            "rules[0].playbook: expected one of cordon",
+        ),
     ],
 )
 def test_bad_policy_names_file_field_and_expectation(

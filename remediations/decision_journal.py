@@ -109,6 +109,7 @@ def summarize(
                     a.disruptive,
                     holds,
                     a.from_intake,
+                    a.settled_at,
                 )
             )
     return JournalSummary(

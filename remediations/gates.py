@@ -67,6 +67,9 @@ class LedgerEntry:
     """Still holds its nodes (in flight, or done and not undone while its incident is open)."""
     from_intake: bool = False
     """For an incident made from delivered alerts: its nodes count on the intake's budget."""
+    settled: float | None = None
+    """When the cooldown before the next attempt on the target starts (None: `at`): a failed
+    attempt's end."""
 
 
 def _holds(e: LedgerEntry) -> tuple[str, ...]:
@@ -92,7 +95,9 @@ class Ledger:
         es = tuple(entries)
         idx: dict[tuple[str, str], list[float]] = {}
         for e in es:
-            idx.setdefault((e.playbook, e.target), []).append(e.at)
+            idx.setdefault((e.playbook, e.target), []).append(
+                e.at if e.settled is None else e.settled
+            )
         return Ledger(
             es,
             {k: tuple(sorted(v)) for k, v in idx.items()},
@@ -106,7 +111,8 @@ class Ledger:
         """A new ledger with `entry` (the engine adds what it decides within one cycle)."""
         key = (entry.playbook, entry.target)
         by_target = dict(self.by_target)
-        by_target[key] = tuple(sorted((*by_target.get(key, ()), entry.at)))
+        when = entry.at if entry.settled is None else entry.settled
+        by_target[key] = tuple(sorted((*by_target.get(key, ()), when)))
         times = list(self.times)
         insort(times, entry.at)
         held, intake, took = self.held, self.held_intake, self.intake_nodes

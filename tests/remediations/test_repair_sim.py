@@ -369,10 +369,9 @@ def test_a_failed_reset_is_retried_after_its_cooldown_then_goes_to_a_person(
     assert [a.attempt for a in acts] == [1, 2, 3]
     for a in acts:
         assert "GPU 5 reset failed" in (a.result or ""), a.result
-    # bounded, with backoff: each retry starts at least the cooldown after the previous attempt
-    starts = [a.started_at or 0.0 for a in acts]
-    assert all(s > 0 for s in starts)
-    gaps = [b - a for a, b in pairwise(starts)]
+    # bounded, with backoff: each retry starts at least the cooldown after the previous failed
+    assert all(a.started_at is not None for a in acts)
+    gaps = [(b.started_at or 0.0) - a.updated_at for a, b in pairwise(acts)]
     assert all(g >= 60 for g in gaps), gaps
     # the Kubernetes writes: one Job per attempt, each failed, none written twice
     made = jobs(sim)
@@ -410,9 +409,10 @@ def test_a_reboot_that_never_comes_back_is_retried_then_goes_to_a_person(tmp_pat
             assert [(a.attempt, a.state) for a in acts] == [(1, ROLLED_BACK), (2, ROLLED_BACK)]
             assert all("still executing after 120s" in (a.result or "") for a in acts)
             first, second = (a.started_at or 0.0 for a in acts)
-            # the first ran out its 120 s; the retry starts after it ended (and the 60 s
-            # cooldown, counted from an attempt's start, had passed)
-            assert second >= acts[0].updated_at >= first + 120
+            # the first ran out its 120 s; the retry waits the 60 s cooldown after that failure
+            # (not after the attempt's start, which the timeout had long outlasted)
+            assert acts[0].updated_at >= first + 120
+            assert second >= acts[0].updated_at + 60
             did = [
                 r.message.split(":")[0]
                 for r in store.audit_log()

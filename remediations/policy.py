@@ -130,7 +130,8 @@ class Rate(_Strict):
 
 class Attempts(_Strict):
     cooldown: Duration = 1800.0
-    """Minimum time between two actions on the same target."""
+    """Minimum time between two actions on the same target (after a failed one: from its end,
+    the retry's backoff)."""
     max_attempts: int = Field(default=3, ge=1)
     window: Duration = 86400.0
     """Attempts are counted within this window; past the limit a person is asked."""

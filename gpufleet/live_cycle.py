@@ -45,7 +45,7 @@ from observer.scrape.collector import ScrapeCollector
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
-from remediations.incidents import HOLDS, IncidentChange
+from remediations.incidents import COVERAGE, HOLDS, IncidentChange
 from remediations.store import ActionRecord, AuditRecord
 from remediations.types import ActionState
 
@@ -308,7 +308,8 @@ class LiveCycle:
     ) -> tuple[Finding, ...]:
         """A source failing while others answer is a fleet-level gap carrying its cause (in
         place of the detector's own fleet-wide notice, which has the same entity), logged once
-        a minute; nothing when every source answered."""
+        a minute; nothing when every source answered. Detectors' own coverage notices (a
+        detector that cannot run) are other entities and stay."""
         cause = self._degraded(snapshot)
         if not cause:
             self.partial_since = None
@@ -318,7 +319,7 @@ class LiveCycle:
         if self.partial_since is None:
             self.partial_since = now
         fleet = (FindingKind.MONITORING_GAP.value, None, None, None)
-        kept = tuple(f for f in findings if f.entity != fleet)
+        kept = tuple(f for f in findings if f.entity != fleet or f.detector == COVERAGE)
         silent = len(kept) < len(findings)  # the detector saw most of the fleet silent
         gap = monitoring_gap(cause, self.partial_since, now, partial=True, holds=silent)
         return (*kept, gap)

@@ -24,7 +24,7 @@ def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
         alt.Chart(d[["start", "end", "entity", "kind", "severity", "summary", "id"]])
         .mark_bar(height=10, opacity=0.7)
         .encode(
-            x=alt.X("start:T", title="time (UTC)"),
+            x=utc_time("start", "time (UTC)"),
             x2="end:T",
             y=alt.Y("kind:N", title=None),
             color=alt.Color(
@@ -73,17 +73,28 @@ def evidence_bars(frame: pd.DataFrame) -> alt.Chart:
     return chart
 
 
+def utc_time(field: str, title: str | None = None) -> alt.X:
+    """A time axis in UTC, 24 h clock: the journal's and the CLI's clock, whatever the browser's
+    time zone."""
+    return alt.X(
+        f"{field}:T", title=title, scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format="%H:%M", labelOverlap=True),
+    )  # fmt: skip
+
+
 def history_lines(
-    frame: pd.DataFrame, thresholds: Mapping[str, float], start: float
+    frame: pd.DataFrame, thresholds: Mapping[str, float], start: float, unit: str = ""
 ) -> alt.LayerChart:
     """One field's history: this GPU and its peers' median as lines, the incident's start as a
-    vertical rule and the detector's thresholds (from the evidence) as dashed horizontal rules."""
+    vertical rule and the detector's thresholds in this field's unit (from the evidence) as
+    dashed horizontal rules; the y axis names the field and its unit."""
+    name = str(frame["field"].iloc[0]) if len(frame) else ""
     lines = (
         alt.Chart(frame)
         .mark_line()
         .encode(
-            x=alt.X("t:T", title=None),
-            y=alt.Y("value:Q", title=str(frame["field"].iloc[0]) if len(frame) else None),
+            x=utc_time("t"),
+            y=alt.Y("value:Q", title=f"{name} ({unit})" if unit else name or None),
             color=alt.Color("series:N", title=None),
             tooltip=["t:T", "series", "value"],
         )

@@ -133,7 +133,7 @@ def next_step(ctx: Context, row: pd.Series) -> None:
 
 def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
     """The fields the detector read for this GPU, ±30 min around the incident's start, with its
-    peers' median and the evidence's thresholds (drawn on the detector's first field)."""
+    peers' median and the evidence's thresholds, each on the field in its unit."""
     st.markdown("**Around its start** (this GPU, its peers' median, the thresholds)")
     url = ctx.settings.dashboard.prometheus_url
     fields = gpu_history.fields_for(str(row["kind"]))
@@ -155,16 +155,17 @@ def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
     if frame.empty:
         st.caption(f"Prometheus holds none of {', '.join(fields)} for {gpu} in this window.")
         return
-    limits = {
-        k: float(v)
-        for k, v in ev.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and charts.role(k) == "threshold"
-    }
-    for i, f in enumerate(fields):
+    drawn, apart = evidence.thresholds_by_field(fields, ev)
+    for f in fields:
         part = frame[frame["field"] == f]
         if not part.empty:
-            chart = charts.history_lines(part, limits if i == 0 else {}, float(row["opened_at"]))
+            chart = charts.history_lines(
+                part, drawn[f], float(row["opened_at"]), evidence.field_unit(f)
+            )
             st.altair_chart(chart, width="stretch")
+    if apart:
+        st.caption("Thresholds in no charted field's unit (not drawn): "
+                   + ", ".join(f"{k} {v:g}" for k, v in apart.items()))  # fmt: skip
 
 
 def render(ctx: Context) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from selenium import webdriver
@@ -79,3 +79,22 @@ def table_with(d: WebDriver, *columns: str) -> list[dict[str, str]]:
 
 def axes(d: WebDriver) -> list[list[str]]:
     return [list(a) for a in d.execute_script(AXES)]
+
+
+def wait_for_row(
+    d: WebDriver, columns: tuple[str, ...], wanted: Callable[[dict[str, str]], bool], timeout: float
+) -> list[dict[str, str]]:
+    """The rows of the first table with `columns` once one of them is `wanted` (a table draws
+    after the script that made it ends)."""
+    rows: list[dict[str, str]] = []
+
+    def found(d: WebDriver) -> bool:
+        nonlocal rows
+        with contextlib.suppress(AssertionError):
+            rows = table_with(d, *columns)
+        return any(wanted(r) for r in rows)
+
+    with contextlib.suppress(TimeoutException):
+        WebDriverWait(d, timeout, poll_frequency=0.5).until(found)
+    assert any(wanted(r) for r in rows), rows
+    return rows

@@ -24,7 +24,7 @@ def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
         alt.Chart(d[["start", "end", "entity", "kind", "severity", "summary", "id"]])
         .mark_bar(height=10, opacity=0.7)
         .encode(
-            x=utc_time("start", "time (UTC)"),
+            x=utc_time("start", "time (UTC)", (d["end"].max() - d["start"].min()).total_seconds()),
             x2="end:T",
             y=alt.Y("kind:N", title=None),
             color=alt.Color(
@@ -73,12 +73,13 @@ def evidence_bars(frame: pd.DataFrame) -> alt.Chart:
     return chart
 
 
-def utc_time(field: str, title: str | None = None) -> alt.X:
+def utc_time(field: str, title: str | None = None, span: float = 3600.0) -> alt.X:
     """A time axis in UTC, 24 h clock: the journal's and the CLI's clock, whatever the browser's
-    time zone."""
+    time zone; seconds shown when the axis spans minutes, the date when it spans days."""
+    fmt = "%H:%M:%S" if span < 900 else "%H:%M" if span < 86400 else "%m-%d %H:%M"
     return alt.X(
         f"{field}:T", title=title, scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format="%H:%M", labelOverlap=True),
+        axis=alt.Axis(format=fmt, labelOverlap=True),
     )  # fmt: skip
 
 

@@ -119,9 +119,21 @@ NEXT = {
 }
 
 
+def actions_for(ctx: Context, cluster: str, incident_id: str) -> pd.DataFrame:
+    """The incident's own actions and those it joined: a second incident of a node already
+    being drained merges into that drain (a `merge` audit row) instead of asking again."""
+    own = data.actions(ctx.url, cluster, incident_id=incident_id)
+    merges = data.audit(ctx.url, cluster, kinds=("merge",), incident_id=incident_id)
+    joined = set(merges["action_id"].dropna()) - set(own["id"]) if not merges.empty else set()
+    if not joined:
+        return own
+    every = data.actions(ctx.url, cluster)
+    return pd.concat([own, every[every["id"].isin(joined)]], ignore_index=True)
+
+
 def next_step(ctx: Context, row: pd.Series) -> None:
     """The incident's playbook, its state and what happens next, under its header."""
-    acts = data.actions(ctx.url, str(row["cluster"]), incident_id=str(row["id"]))
+    acts = actions_for(ctx, str(row["cluster"]), str(row["id"]))
     if acts.empty:
         st.info("No action: the policy only notifies for this incident (Policy page).")
         return

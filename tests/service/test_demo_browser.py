@@ -10,7 +10,8 @@ headless Chromium reading its pages as a person would.
   that Prometheus and finds the demo's XID 48.
 - Approve on the Remediation page, and the drain evicts the notebook's pods from a100-0002, as
   the simulated Kubernetes API shows; the ReplicaSet recreates them on another node.
-- The throttled GPU's incident draws each metric the detector read in its own chart and units.
+- The throttled GPU's incident draws each metric the detector read in its own chart and units;
+  the node's second incident (gpu_memory beside gpu_xid) shows the drain it joined.
 
 The demo's scenario with one change to keep the test short: the thermal throttle starts half a
 minute before the XID instead of a minute after (`--warmup 30` before it). The run refreshes the
@@ -35,12 +36,22 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from remediations.store import Store
 from simulator.scenario import LIVE_DEMO_SCENARIO
-from tests.browser import CUT_OFF, HAVE_CHROMIUM, axes, chromium, metrics, settle, table_with
+from tests.browser import (
+    CUT_OFF,
+    HAVE_CHROMIUM,
+    axes,
+    chromium,
+    metrics,
+    settle,
+    wait_for_row,
+)
 from tests.service.demo_proc import Demo
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 ALLOCATED_GPUS = 64
 """GPUs the demo's pods hold: llama-pretrain 32, bert-finetune 16, chat-serve 8, notebook 8."""
+INTERVAL = 30.0
+"""The demo's cycle, in seconds: metering's first cycle counts one interval back."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -119,7 +130,7 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
             assert int(asked.group(1)) <= now - launched, (queue, now - launched)
             expires = re.search(r"expires (\S+ \S+)", queue)
             assert expires and utc(expires.group(1)) > now + 23 * 3600, queue
-            trail = table_with(d, "id", "at", "actor", "message")
+            trail = wait_for_row(d, ("id", "at", "actor", "message"), lambda r: True, 20)
             ids, ats = [int(r["id"]) for r in trail], [utc(r["at"]) for r in trail]
             assert len(trail) >= 5 and ids == sorted(ids, reverse=True)
             assert ats == sorted(ats, reverse=True), trail  # newest first, by id and by time
@@ -137,8 +148,12 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
                 )
             )
             assert not d.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')
-            found = table_with(d, "kind", "severity", "node", "first_seen")
-            assert any(r["kind"] == "gpu_xid" and r["node"] == "a100-0002" for r in found), found
+            wait_for_row(
+                d,
+                ("kind", "severity", "node", "first_seen"),
+                lambda r: r["kind"] == "gpu_xid" and r["node"] == "a100-0002",
+                30,
+            )
             SHOTS.mkdir(parents=True, exist_ok=True)
             d.save_screenshot(str(SHOTS / "whatif.png"))
 
@@ -155,21 +170,9 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
             page(d, url, "remediation", "Remediation", shot="remediation-approved")
             assert "approved by dashboard (no login)" in d.page_source
 
-            # Evidence: each metric the throttle detector read in its own chart and unit.
-            throttle = demo.find(r"incident opened (\w+) warning gpu_throttle h200-0001", 150)
-            store = Store.open(demo.store_url, cluster="demo")
-            try:
-                (incident,) = store.find_incidents(throttle.group(1))
-            finally:
-                store.close()
-            page(d, url, f"incidents?incident={incident.id}", "Incidents", shot="incidents")
-            titles = [re.search(r"Y-axis titled '([^']+)'", a) for c in axes(d) for a in c]
-            ys = [t.group(1) for t in titles if t is not None]
-            for field, u in (("SM_CLOCK", "MHz"), ("GPU_TEMP", "°C"), ("GPU_UTIL", "%")):
-                assert f"DCGM_FI_DEV_{field} ({u})" in ys, ys
-
-            # Metering on the same clock: GPU-hours no more than the pods held in wall time.
-            elapsed_h = (time.time() - launched) / 3600.0
+            # Metering on the same clock: GPU-hours no more than the pods held in wall time (and
+            # the first cycle's interval before it), where a 20x clock showed twenty times that.
+            elapsed_h = (time.time() - launched + INTERVAL) / 3600.0
             page(d, url, "utilization", "Utilization & cost", shot="utilization")
             allocated = gpu_hours(metrics(d)["GPU-hours allocated"])
             assert 0 < allocated <= ALLOCATED_GPUS * elapsed_h, (allocated, elapsed_h)
@@ -178,7 +181,29 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
             assert gpu_hours(tiles["Idle allocated today"]) <= allocated
             assert re.search(r"Latest cycle \d+s ago", text(d)), text(d)
             page(d, url, "jobs", "Jobs", shot="jobs")
-            page(d, url, "policy", "Policy", shot="policy")
+            page(d, url, "policy", "Policy")
+
+            # Evidence: each metric the throttle detector read in its own chart and unit.
+            throttle = demo.find(r"incident opened (\w+) warning gpu_throttle h200-0001", 150)
+            memory = demo.find(r"incident opened (\w+) critical gpu_memory a100-0002", 1)
+            store = Store.open(demo.store_url, cluster="demo")
+            try:
+                (incident,) = store.find_incidents(throttle.group(1))
+                (merged,) = store.find_incidents(memory.group(1))
+            finally:
+                store.close()
+            # The second incident of the node joined the first's drain: its header says so.
+            page(d, url, f"incidents?incident={merged.id}", "Incidents")
+            assert "drain on node/a100-0002" in text(d), text(d)
+            assert "the policy only notifies" not in text(d)
+            d.set_window_size(1280, 2700)  # the screenshot shows the evidence below the table
+            page(d, url, f"incidents?incident={incident.id}", "Incidents", shot="incidents")
+            d.set_window_size(1280, 1100)
+            titles = [re.search(r"Y-axis titled '([^']+)'", a) for c in axes(d) for a in c]
+            ys = [t.group(1) for t in titles if t is not None]
+            for field, u in (("SM_CLOCK", "MHz"), ("GPU_TEMP", "°C"), ("GPU_UTIL", "%")):
+                assert f"DCGM_FI_DEV_{field} ({u})" in ys, ys
+
         assert demo.stop() == 0
     finally:
         demo.kill()

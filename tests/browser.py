@@ -4,8 +4,11 @@ page to settle, and read what a person reads (metric tiles, table cells, chart a
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from selenium import webdriver
@@ -41,7 +44,8 @@ def chromium(width: int = 1280, height: int = 1100) -> Iterator[WebDriver]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                 f"--window-size={width},{height}", "--hide-scrollbars"):  # fmt: skip
         o.add_argument(arg)
-    d = webdriver.Chrome(service=Service(DRIVER), options=o)
+    # The browser in UTC, as the journal and the CLI: chart axes read the same times.
+    d = webdriver.Chrome(service=Service(DRIVER, env={**os.environ, "TZ": "UTC"}), options=o)
     try:
         yield d
     finally:
@@ -79,6 +83,16 @@ def table_with(d: WebDriver, *columns: str) -> list[dict[str, str]]:
 
 def axes(d: WebDriver) -> list[list[str]]:
     return [list(a) for a in d.execute_script(AXES)]
+
+
+def time_range(axis: str) -> tuple[float, float]:
+    """The first and last time of a Vega time axis's ARIA description ("... for a time scale
+    with values from Thursday, 03 December 2026, 3:07:57 PM to ..."), in UTC."""
+    m = re.search(r"values from (.+) to (.+)$", axis)
+    assert m, axis
+    fmt = "%A, %d %B %Y, %I:%M:%S %p"
+    t0, t1 = (datetime.strptime(v, fmt).replace(tzinfo=UTC).timestamp() for v in m.groups())
+    return t0, t1
 
 
 def wait_for_row(

@@ -10,6 +10,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 ROLE_COLORS = {"this entity": "#d62728", "peers": "#7f7f7f", "threshold": "#2ca02c"}
+SERIES_COLORS = {"this GPU": ROLE_COLORS["this entity"], "peers' median": ROLE_COLORS["peers"]}
 
 
 def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
@@ -90,13 +91,18 @@ def history_lines(
     vertical rule and the detector's thresholds in this field's unit (from the evidence) as
     dashed horizontal rules; the y axis names the field and its unit."""
     name = str(frame["field"].iloc[0]) if len(frame) else ""
+    span = (frame["t"].max() - frame["t"].min()).total_seconds() if len(frame) else 3600.0
     lines = (
         alt.Chart(frame)
         .mark_line()
         .encode(
-            x=utc_time("t"),
+            x=utc_time("t", span=span),
             y=alt.Y("value:Q", title=f"{name} ({unit})" if unit else name or None),
-            color=alt.Color("series:N", title=None),
+            color=alt.Color(  # the evidence panels' colours: this GPU red, its peers grey
+                "series:N",
+                title=None,
+                scale=alt.Scale(domain=list(SERIES_COLORS), range=list(SERIES_COLORS.values())),
+            ),
             tooltip=["t:T", "series", "value"],
         )
     )

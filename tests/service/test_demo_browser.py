@@ -5,7 +5,8 @@ headless Chromium reading its pages as a person would.
 - One clock: the pending drain was "asked" no longer ago than the demo has run and stays open for
   a day; the audit trail's rows are in id order and stamped within the run; metering's GPU-hours
   (Utilization & cost, Fleet) are at most the fleet's allocated GPUs times the run's wall time
-  (a 20x clock would show twenty times that); the latest cycle is seconds old.
+  (a 20x clock would show twenty times that); the Fleet trend's steps lie within the run; the
+  latest cycle is seconds old.
 - What-if, with its default window (the last hour, older than the demo's Prometheus), replays
   that Prometheus and finds the demo's XID 48.
 - Approve on the Remediation page, and the drain evicts the notebook's pods from a100-0002, as
@@ -43,6 +44,7 @@ from tests.browser import (
     chromium,
     metrics,
     settle,
+    time_range,
     wait_for_row,
 )
 from tests.service.demo_proc import Demo
@@ -138,7 +140,21 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
 
             card.find_element(By.TAG_NAME, "button").click()  # Approve
 
-            # What-if, default window (the last hour) on the demo's own Prometheus.
+            # The approved drain evicts the notebook's real pods; its ReplicaSet recreates them.
+            demo.wait_for("evicted 2 pod(s) from a100-0002", 90)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                after = notebook_pods(demo.kubeconfig)
+                if len(after) == 2 and "a100-0002" not in after.values():
+                    break
+                time.sleep(0.5)
+            assert len(after) == 2 and "a100-0002" not in after.values(), after
+            assert not set(after) & set(before)  # new pods, not the evicted ones rescheduled
+            page(d, url, "remediation", "Remediation", shot="remediation-approved")
+            assert "approved by dashboard (no login)" in d.page_source
+
+            # What-if, default window (the last hour) on the demo's own Prometheus (a cycle or
+            # more after the XID: the replay confirms it on its second step, as the live cycle).
             page(d, url, "whatif", "What-if")
             d.find_element(By.CSS_SELECTOR, ".st-key-wi_run button").click()
             WebDriverWait(d, 120, poll_frequency=0.5).until(
@@ -157,19 +173,6 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
             SHOTS.mkdir(parents=True, exist_ok=True)
             d.save_screenshot(str(SHOTS / "whatif.png"))
 
-            # The approved drain evicts the notebook's real pods; its ReplicaSet recreates them.
-            demo.wait_for("evicted 2 pod(s) from a100-0002", 90)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                after = notebook_pods(demo.kubeconfig)
-                if len(after) == 2 and "a100-0002" not in after.values():
-                    break
-                time.sleep(0.5)
-            assert len(after) == 2 and "a100-0002" not in after.values(), after
-            assert not set(after) & set(before)  # new pods, not the evicted ones rescheduled
-            page(d, url, "remediation", "Remediation", shot="remediation-approved")
-            assert "approved by dashboard (no login)" in d.page_source
-
             # Metering on the same clock: GPU-hours no more than the pods held in wall time (and
             # the first cycle's interval before it), where a 20x clock showed twenty times that.
             elapsed_h = (time.time() - launched + INTERVAL) / 3600.0
@@ -180,6 +183,10 @@ def test_the_running_demo_tells_one_story_in_the_browser(tmp_path: Path) -> None
             tiles = metrics(d)
             assert gpu_hours(tiles["Idle allocated today"]) <= allocated
             assert re.search(r"Latest cycle \d+s ago", text(d)), text(d)
+            # The trend's 5-minute steps lie within the run (a 20x clock put them hours ahead).
+            (trend,) = [c for c in axes(d) if any("titled '% of GPUs'" in a for a in c)]
+            first, last = time_range(next(a for a in trend if a.startswith("X-axis")))
+            assert launched - 300 <= first <= last <= time.time(), (launched, first, last)
             page(d, url, "jobs", "Jobs", shot="jobs")
             page(d, url, "policy", "Policy")
 

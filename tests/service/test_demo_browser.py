@@ -16,8 +16,9 @@ headless Chromium reading its pages as a person would.
 
 The demo's scenario with its first two faults moved to keep the test short: the thermal throttle
 from the start (`--warmup 0`; it is notify-only and must persist a minute before it is a
-finding) and the XID 48 45 s later, after the service's first cycle, so it is seen arriving. The run refreshes the
-README's screenshots (docs/screenshots/). One test, one demo: it starts once per `make test`.
+finding) and the XID 48 45 s later, after the service's first cycle, so it is seen arriving.
+The run refreshes the README's screenshots (docs/screenshots/). One test, one demo: it starts
+once per `make test`.
 """
 
 from __future__ import annotations

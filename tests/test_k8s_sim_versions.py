@@ -5,15 +5,16 @@ only behind the DRADeviceTaints gate), while ResourceSlices stay at v1 throughou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s_sim_support import running_sim
+from tests.k8s_sim_support import present, running_sim
 
 RULE_VERSIONS = {
     ("1.34", False): (),
@@ -26,7 +27,7 @@ RULE_VERSIONS = {
     ("1.37", True): ("v1", "v1beta2", "v1alpha3"),
 }
 """(release, gate on) -> resource.k8s.io versions that serve DeviceTaintRule, preferred first."""
-RULE_APIS = {
+RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
     "v1": client.ResourceV1Api,
     "v1beta2": client.ResourceV1beta2Api,
     "v1alpha3": client.ResourceV1alpha3Api,
@@ -42,7 +43,7 @@ def cluster_api(tmp_path: Path, version: str, gate: bool) -> Iterator[client.Api
             yield api
 
 
-def _rule_body(version: str) -> dict[str, object]:
+def _rule_body(version: str) -> Any:
     return {
         "apiVersion": f"resource.k8s.io/{version}",
         "kind": "DeviceTaintRule",
@@ -55,9 +56,7 @@ def _rule_body(version: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("version", "gate"), sorted(RULE_VERSIONS))
-def test_each_release_serves_its_own_dra_versions(
-    tmp_path: Path, version: str, gate: bool
-) -> None:
+def test_each_release_serves_its_own_dra_versions(tmp_path: Path, version: str, gate: bool) -> None:
     with cluster_api(tmp_path, version, gate) as api:
         code = client.VersionApi(api).get_code()
         assert (code.major, code.minor) == ("1", version.split(".")[1])
@@ -65,7 +64,9 @@ def test_each_release_serves_its_own_dra_versions(
         groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
         dra = groups["resource.k8s.io"]
         served = [v.version for v in dra.versions]
-        assert dra.preferred_version.version == "v1"  # ResourceSlices and claims: GA from 1.34
+        assert (
+            present(dra.preferred_version, "preferredVersion").version == "v1"
+        )  # ResourceSlices and claims: GA from 1.34
         want = RULE_VERSIONS[(version, gate)]
         assert [v for v in served if v != "v1"] == [v for v in want if v != "v1"]
         slices = client.ResourceV1Api(api).list_resource_slice().items
@@ -96,6 +97,8 @@ def test_one_rule_is_seen_at_every_version_served(tmp_path: Path) -> None:
 
 
 def test_an_unknown_release_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="kubernetes_version"):
-        with running_sim(tmp_path, kubernetes_version="1.33"):
-            pass
+    with (
+        pytest.raises(Exception, match="kubernetes_version"),
+        running_sim(tmp_path, kubernetes_version="1.33"),
+    ):
+        pass

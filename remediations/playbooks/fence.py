@@ -1,12 +1,14 @@
 """fence_gpu and unfence_gpu: take one GPU out of service on a DRA node, leave the other seven.
 
-On clusters where the NVIDIA DRA driver publishes GPUs as `resource.k8s.io/v1` devices, a
+On clusters where the NVIDIA DRA driver publishes GPUs as `resource.k8s.io` devices, a
 DeviceTaintRule owned by gpufleet selects exactly the faulty GPU's device (driver, pool, device,
 resolved from the finding's GPU UUID through the node's ResourceSlice when the step is pinned)
 and taints it: effect `NoSchedule` keeps new claims off it, `NoExecute` also evicts the pods that
 hold it, `None` only records the taint (the API's own dry run). The node stays schedulable. The
 rule's name derives from the GPU UUID, so a retry finds it, and undoing deletes only a rule that
 carries gpufleet's managed-by label. Under `actuation: shadow` nothing is written at all.
+Where the cluster serves no DeviceTaintRules (1.34-1.36 without the DRADeviceTaints gate) the
+step is pinned to the pods-on-GPU grain's guard instead (`kube_actuator.fence_fallback`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import Field
 
 from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.playbooks.base import (
+    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
@@ -26,6 +29,7 @@ from remediations.playbooks.base import (
     Verification,
     VerifyStatus,
     gpu_of,
+    guard_unverified,
 )
 from remediations.types import QUARANTINE_TAINT, Intent
 
@@ -95,6 +99,11 @@ class FenceGpu(Playbook):
         if not isinstance(reader, DeviceTaintReader):
             return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
         for i in intents:
+            if i.op == GUARD_OP:  # pinned where no DeviceTaintRules are served (the fallback)
+                guard = guard_unverified(i, reader)
+                if guard is not None:
+                    return guard
+                return Verification(VerifyStatus.OK, str(i.args.get("why", "")))
             if i.op == "label_device_rule":
                 marked = _verify_labels(i, reader)
                 if marked is not None:

@@ -208,23 +208,8 @@ class KubeActuator:
 
     def node_job(self, namespace: str, name: str) -> JobStatus | None:
         """A repair Job's outcome (None: no such Job), for reset_gpu's verification; a failed
-        one says what its container said (its termination message), where the pod is left."""
-        status = self.jobs.status(namespace, name)
-        if status is None or status.outcome != "failed":
-            return status
-        try:
-            pods = self.core.list_namespaced_pod(
-                namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
-            ).items
-        except (ApiException, HTTPError):
-            return status  # the Job's own reason is enough to fail on
-        said = [
-            c.state.terminated.message.strip()
-            for p in pods
-            for c in ((p.status.container_statuses if p.status is not None else None) or [])
-            if c.state is not None and c.state.terminated is not None and c.state.terminated.message
-        ]
-        return JobStatus(status.outcome, "; ".join([status.detail, *said[:1]]))
+        one says what its container said (its pod's termination message)."""
+        return self.jobs.status(namespace, name)
 
     def fenced_gpus(self) -> list[FencedGpu]:
         """The GPUs gpufleet's own DeviceTaintRules fence, with node, index and UUID (a rule

@@ -5,6 +5,10 @@ only behind the DRADeviceTaints gate), while ResourceSlices stay at v1 throughou
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_sim_support import present, running_sim
 
+KUBECTL = Path(sys.executable).parent / "kubectl"
 RULE_VERSIONS = {
     ("1.34", False): (),
     ("1.35", False): (),
@@ -102,3 +107,27 @@ def test_an_unknown_release_is_refused(tmp_path: Path) -> None:
         running_sim(tmp_path, kubernetes_version="1.33"),
     ):
         pass
+
+
+@pytest.mark.kubectl
+@pytest.mark.parametrize(("version", "gate"), [("1.35", False), ("1.36", True), ("1.37", False)])
+def test_kubectl_sees_the_release_and_its_dra_resources(
+    tmp_path: Path, version: str, gate: bool
+) -> None:
+    exe = str(KUBECTL) if KUBECTL.exists() else shutil.which("kubectl") or "kubectl"
+    with running_sim(tmp_path, kubernetes_version=version, dra_device_taint_gate=gate) as sim:
+
+        def kubectl(*args: str) -> str:
+            out = subprocess.run(
+                [exe, "--kubeconfig", str(sim.kubeconfig), *args],
+                capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            return out.stdout
+
+        server = json.loads(kubectl("version", "-o", "json"))["serverVersion"]
+        assert server["minor"] == version.split(".")[1]
+        listed = kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "wide")
+        rules = [line.split()[1] for line in listed.splitlines() if "DeviceTaintRule" in line]
+        want = [f"resource.k8s.io/{v}" for v in RULE_VERSIONS[(version, gate)][:1]]
+        assert rules == want  # kubectl shows each resource at its preferred version
+        assert "resourceslices" in listed

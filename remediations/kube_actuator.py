@@ -25,7 +25,7 @@ from errors import PermanentError, TemporaryError
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
-from remediations.kube_dra import GPU_LABEL, NOT_SERVED, DraClient, DraDevice, TaintRuleView
+from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
 from remediations.kube_taints import Taint, patch_taints, same
 from remediations.playbooks.base import GUARD_OP
@@ -36,6 +36,7 @@ from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_t
 from remediations.playbooks.reset import UUID_LABEL
 from remediations.types import (
     ACTION_ANNOTATION,
+    DEVICE_TAINTS_NOT_SERVED,
     INCIDENT_ANNOTATION,
     OWNER_ANNOTATION,
     REASON_ANNOTATION,
@@ -78,7 +79,7 @@ def fence_fallback(intent: Intent) -> Intent:
     with the reason; an effect `None` dry run writes nothing, and NoExecute's eviction is left
     to `evict_gpu_pods`."""
     a = intent.args
-    why = f"{NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
+    why = f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
     args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": why}
     if a.get("effect") == "None":
         args.update(cordon=False, why=f"{why}; effect None (a dry run): nothing written")
@@ -262,7 +263,17 @@ class KubeActuator:
             {p.key: p for p in pods},
             {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
             taken_at=taken_at,
+            device_taints=self.device_taints_served(),
         )
+
+    def device_taints_served(self) -> bool | None:
+        """Whether DeviceTaintRules are served (discovered once; None: discovery failed, and
+        fence_gpu plans as if they were, its step then pinned to the fallback if not)."""
+        try:
+            return self.dra.rule_version() is not None
+        except (ApiException, HTTPError) as exc:
+            log.warning("DeviceTaintRule discovery failed: %s", exc)
+            return None
 
     # ---- pinning -------------------------------------------------------------------------------
 

@@ -26,6 +26,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediations.types import DEVICE_TAINTS_NOT_SERVED
+
 NVIDIA_DRIVER = "gpu.nvidia.com"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 GPU_LABEL = "gpufleet.io/gpu"
@@ -40,11 +42,7 @@ RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
 REDISCOVER_SECONDS = 300.0
 """How long "no DeviceTaintRules here" is believed before discovery asks again (a gate turned
 on, an upgrade)."""
-NOT_SERVED = (
-    "single-GPU fencing needs a cluster that serves DeviceTaintRules (Kubernetes 1.37, or "
-    "1.34-1.36 with the DRADeviceTaints feature gate and resource.k8s.io/v1alpha3 or v1beta2 "
-    "runtime-config on)"
-)
+NOT_SERVED = DEVICE_TAINTS_NOT_SERVED
 log = logging.getLogger(__name__)
 
 

@@ -26,6 +26,12 @@ ANNOTATION_PREFIX = "gpufleet.io/"
 OWNER_ANNOTATION = "gpufleet.io/cordoned-by"
 """Set on every node gpufleet cordons; `uncordon` undoes only nodes carrying it (#1424)."""
 QUARANTINE_TAINT = "gpufleet.io/quarantine"
+DEVICE_TAINTS_NOT_SERVED = (
+    "single-GPU fencing needs a cluster that serves DeviceTaintRules (Kubernetes 1.37, or "
+    "1.34-1.36 with the DRADeviceTaints feature gate and resource.k8s.io/v1alpha3 or v1beta2 "
+    "runtime-config on)"
+)
+"""What doctor, the log and a fence_gpu that falls back to the pods-on-GPU grain say."""
 QUARANTINE_LABEL = "gpufleet.io/quarantined"
 REASON_ANNOTATION = "gpufleet.io/reason"
 INCIDENT_ANNOTATION = "gpufleet.io/incident"

@@ -9,9 +9,9 @@ from gpufleet.config import GpufleetConfig
 from gpufleet.doctor.kube_access import Access, AccessUnknown, KubeAccess
 from gpufleet.doctor.report import FAIL, OK, WARN, Check
 from gpufleet.service.kube_identity import cluster_uid
-from remediations.kube_dra import NOT_SERVED
 from remediations.kube_jobs import api_client
 from remediations.policy import Policy
+from remediations.types import DEVICE_TAINTS_NOT_SERVED
 
 READS = (
     Access("", "nodes", "list"),
@@ -145,8 +145,8 @@ def _dra(access: KubeAccess) -> Check:
     return Check(
         "dra",
         WARN,
-        f"{NOT_SERVED}: fence_gpu falls back to the pods-on-GPU grain (cordon unless the device "
-        "plugin withdrew the GPU)",
+        f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu falls back to the pods-on-GPU grain (cordon "
+        "unless the device plugin withdrew the GPU)",
         "upgrade to Kubernetes 1.37, or enable the DRADeviceTaints gate and runtime-config; or "
         "keep node-level playbooks",
     )

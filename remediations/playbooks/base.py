@@ -12,13 +12,28 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from observer.fleet.units import Duration
 from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.types import IncidentId, Intent
+
+
+class RuleView(Protocol):
+    """A DeviceTaintRule as playbooks read it (remediations.kube_dra.TaintRuleView)."""
+
+    @property
+    def effect(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def ours(self) -> bool: ...
+    @property
+    def device(self) -> str | None: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 class BaseParams(BaseModel):

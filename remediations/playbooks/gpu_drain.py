@@ -27,6 +27,7 @@ from remediations.playbooks.base import (
     NoPlan,
     Plan,
     Playbook,
+    RuleView,
     Subject,
     Verification,
     VerifyStatus,
@@ -34,7 +35,6 @@ from remediations.playbooks.base import (
     guard_unverified,
 )
 from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
-from remediations.playbooks.fence import RuleView
 from remediations.types import Intent
 
 NODE_LEVEL_KINDS = frozenset({"gpu_lost", "monitoring_gap"})

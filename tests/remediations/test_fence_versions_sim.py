@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from remediations.decision_journal import DecisionJournal
+from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
-from remediations.kube_dra import NOT_SERVED
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import Store
-from remediations.types import ActionState
+from remediations.types import DEVICE_TAINTS_NOT_SERVED as NOT_SERVED
+from remediations.types import ActionState, Verdict
 from tests.k8s_sim_support import running_sim
 from tests.remediations.helpers import live_policy
-from tests.remediations.test_fence_gpu_sim import BAD, NODE, _rules, _run, xid48
+from tests.remediations.test_fence_gpu_sim import BAD, NODE, T0, _rules, _run, xid48
 
 RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
     "v1": client.ResourceV1Api,
@@ -80,16 +83,55 @@ def test_without_device_taints_the_fence_falls_back_to_the_pods_on_gpu_grain(
             act.close()
 
 
-def test_a_dry_run_fence_writes_nothing_where_device_taints_are_not_served(
+def test_a_dry_run_fence_is_not_planned_where_device_taints_are_not_served(
     tmp_path: Path, store: Store
 ) -> None:
     with running_sim(tmp_path, history=5000, kubernetes_version="1.35") as sim:
         act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         try:
-            (a,) = _run(live_policy(_rules(effect="None")), store, act, sim, xid48())
-            assert a.state is ActionState.DONE, a
-            assert a.plan[0].op == GUARD_OP and a.plan[0].args["cordon"] is False
+            eng = DecisionJournal(live_policy(_rules(effect="None")), store, started_at=T0 - 60)
+            (d,) = eng.cycle([xid48()], act.cluster_view(T0), T0).decisions
+            assert d.plan is None and NOT_SERVED in d.reasons[0]
+            assert store.actions() == []
             node = act.node(NODE)
             assert node is not None and not node.unschedulable
+        finally:
+            act.close()
+
+
+def test_the_fallback_counts_toward_the_blast_radius(tmp_path: Path, store: Store) -> None:
+    """The pods-on-GPU grain may cordon: unlike a DeviceTaintRule, it is budgeted."""
+    with running_sim(tmp_path, history=5000, kubernetes_version="1.36") as sim:
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
+        try:
+            policy = live_policy({**_rules(), "gates": {"blast_radius": {"max_nodes": 0}}})
+            eng = DecisionJournal(policy, store, started_at=T0 - 60)
+            (d,) = eng.cycle([xid48()], act.cluster_view(T0), T0).decisions
+            assert d.plan is not None and d.plan.disruptive
+            assert d.decision is not Verdict.EXECUTE and "blast_radius" in " ".join(d.reasons)
+            node = act.node(NODE)
+            assert node is not None and not node.unschedulable
+        finally:
+            act.close()
+
+
+def test_a_fence_planned_before_discovery_falls_back_when_pinned(
+    tmp_path: Path, store: Store
+) -> None:
+    """A view that does not know what the cluster serves plans a DeviceTaintRule; the step is
+    pinned to the grain's guard when the cluster turns out to serve none."""
+    with running_sim(tmp_path, history=5000, kubernetes_version="1.34") as sim:
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
+        try:
+            policy = live_policy(_rules())
+            eng = DecisionJournal(policy, store, started_at=T0 - 60)
+            unknown = replace(act.cluster_view(T0), device_taints=None)
+            eng.cycle([xid48()], unknown, T0)
+            runner = Executor(policy, store, act, owner="t", open_incidents=eng.open_incident_ids)
+            runner.run(act.cluster_view(T0 + 31), T0 + 31)
+            runner.run(act.cluster_view(T0 + 62), T0 + 62)
+            (a,) = store.actions()
+            assert a.state is ActionState.DONE, a
+            assert a.plan[0].op == GUARD_OP and NOT_SERVED in str(a.plan[0].args["why"])
         finally:
             act.close()

@@ -144,7 +144,9 @@ class DraClient:
         return self._version
 
     def _rules(self) -> Any:
-        """The client API of the DeviceTaintRule version served (DeviceTaintsNotServed: none)."""
+        """The client API of the DeviceTaintRule version served (DeviceTaintsNotServed: none).
+        Callers bind it as `rules: client.ResourceV1Api`: every version has the same methods
+        and body shape, and the RBAC check (tests/deploy/rbac_calls.py) reads that binding."""
         version = self.rule_version()
         if version is None:
             raise DeviceTaintsNotServed()
@@ -174,12 +176,13 @@ class DraClient:
         """gpufleet's DeviceTaintRules (by the managed-by label); none where none are served."""
         if self.rule_version() is None:
             return []
+        rules: client.ResourceV1Api = self._rules()
         try:
-            rules = self._rules().list_device_taint_rule(label_selector=f"{MANAGED_BY}=gpufleet")
+            found = rules.list_device_taint_rule(label_selector=f"{MANAGED_BY}=gpufleet")
         except ApiException as exc:
             self._forget_on_404(exc)
             raise
-        return [_view(r) for r in rules.items]
+        return [_view(r) for r in found.items]
 
     def device_info(self, driver: str, pool: str, device: str) -> tuple[str, int, str] | None:
         """(node, `index`, `uuid`) of a published device, None when no slice publishes it."""
@@ -225,14 +228,17 @@ class DraClient:
 
     def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Merge labels into gpufleet's rule (None removes one); the taint is left as it is."""
-        self._rules().patch_device_taint_rule(name, {"metadata": {"labels": dict(labels)}})
+        rules: client.ResourceV1Api = self._rules()
+        body: Any = {"metadata": {"labels": dict(labels)}}
+        rules.patch_device_taint_rule(name, body)
 
     def rule(self, name: str) -> TaintRuleView | None:
         """Rule `name`, None when absent (or when the cluster serves no DeviceTaintRules)."""
         if self.rule_version() is None:
             return None
         try:
-            return _view(self._rules().read_device_taint_rule(name))
+            rules: client.ResourceV1Api = self._rules()
+            return _view(rules.read_device_taint_rule(name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -251,8 +257,8 @@ class DraClient:
         key, value, effect = taint
         if effect not in EFFECTS:
             raise ValueError(f"device taint effect must be one of {EFFECTS}, not {effect!r}")
-        rules = self._rules()
-        body = {  # the same shape at v1alpha3, v1beta2 and v1
+        rules: client.ResourceV1Api = self._rules()
+        body: Any = {  # the same shape at v1alpha3, v1beta2 and v1
             "apiVersion": f"{GROUP}/{self._version}",
             "kind": "DeviceTaintRule",
             "metadata": {
@@ -283,7 +289,8 @@ class DraClient:
             "metadata": {"annotations": dict(annotations)},
             "spec": {"taint": {"key": key, "value": value, "effect": effect}},
         }
-        self._rules().patch_device_taint_rule(name, body)
+        rules: client.ResourceV1Api = self._rules()
+        rules.patch_device_taint_rule(name, body)
 
     def delete_rule(self, name: str) -> str:
         """Delete rule `name` if gpufleet owns it; says what happened."""
@@ -294,7 +301,8 @@ class DraClient:
             return f"device taint rule {name} is not gpufleet's: left alone"
         try:
             opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=current.uid))
-            self._rules().delete_device_taint_rule(name, body=opts)
+            rules: client.ResourceV1Api = self._rules()
+            rules.delete_device_taint_rule(name, body=opts)
         except ApiException as exc:
             if exc.status == 409:
                 return f"device taint rule {name} was replaced meanwhile: left alone"

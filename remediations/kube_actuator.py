@@ -36,7 +36,7 @@ from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_t
 from remediations.playbooks.reset import UUID_LABEL
 from remediations.types import (
     ACTION_ANNOTATION,
-    DEVICE_TAINTS_NOT_SERVED,
+    FENCE_FALLBACK,
     INCIDENT_ANNOTATION,
     OWNER_ANNOTATION,
     REASON_ANNOTATION,
@@ -79,7 +79,7 @@ def fence_fallback(intent: Intent) -> Intent:
     with the reason; an effect `None` dry run writes nothing, and NoExecute's eviction is left
     to `evict_gpu_pods`."""
     a = intent.args
-    why = f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
+    why = FENCE_FALLBACK
     args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": why}
     if a.get("effect") == "None":
         args.update(cordon=False, why=f"{why}; effect None (a dry run): nothing written")

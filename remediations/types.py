@@ -32,6 +32,8 @@ DEVICE_TAINTS_NOT_SERVED = (
     "runtime-config on)"
 )
 """What doctor, the log and a fence_gpu that falls back to the pods-on-GPU grain say."""
+FENCE_FALLBACK = f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
+"""The reason a fence_gpu plan or step carries when it is the pods-on-GPU grain instead."""
 QUARANTINE_LABEL = "gpufleet.io/quarantined"
 REASON_ANNOTATION = "gpufleet.io/reason"
 INCIDENT_ANNOTATION = "gpufleet.io/incident"

@@ -32,7 +32,7 @@ from remediations.playbooks.base import (
     gpu_of,
 )
 from remediations.playbooks.gpu_drain import EvictGpuPods, GpuDrainParams
-from remediations.types import DEVICE_TAINTS_NOT_SERVED, QUARANTINE_TAINT, Intent
+from remediations.types import DEVICE_TAINTS_NOT_SERVED, FENCE_FALLBACK, QUARANTINE_TAINT, Intent
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 
@@ -141,7 +141,7 @@ def _pods_on_gpu_grain(subject: Subject, view: ClusterView, params: FenceParams)
     planned = EvictGpuPods().plan(subject, view, GpuDrainParams())
     if isinstance(planned, NoPlan):
         return NoPlan(f"{DEVICE_TAINTS_NOT_SERVED}; the pods-on-GPU grain: {planned.reason}")
-    why = f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
+    why = FENCE_FALLBACK
     intents = tuple(
         Intent(i.op, i.target, {**i.args, "fallback": why}) if i.op == GUARD_OP else i
         for i in planned.intents

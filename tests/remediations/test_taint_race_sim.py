@@ -79,13 +79,18 @@ def test_taint_keeps_a_taint_added_during_the_write(sim: Sim) -> None:
     assert _taints(sim) == {(QUARANTINE_TAINT, "NoSchedule"), (OTHER["key"], "NoSchedule")}
 
 
-def test_untaint_keeps_a_taint_added_during_the_write(sim: Sim) -> None:
+def _quarantine(sim: Sim) -> None:
+    """gpufleet's quarantine taint on NODE, written without a race."""
     act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
     try:
         act.apply(Intent("taint", NODE, {"key": QUARANTINE_TAINT, "value": "x",
                                          "effect": "NoSchedule"}), CTX)  # fmt: skip
     finally:
         act.close()
+
+
+def test_untaint_keeps_a_taint_added_during_the_write(sim: Sim) -> None:
+    _quarantine(sim)
     assert _race(sim, Intent("untaint", NODE, {"key": QUARANTINE_TAINT})).startswith("removed")
     assert _taints(sim) == {(OTHER["key"], "NoSchedule")}
 
@@ -97,12 +102,7 @@ def test_untaint_never_brings_back_an_unreachable_taint_the_controller_removed(s
     pass, and the taint eviction controller acts on it; with the precondition no version of
     the node after the Ready one carries it (the watch shows every version)."""
     sim.cluster.set_node_ready(NODE, None)
-    act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
-    try:
-        act.apply(Intent("taint", NODE, {"key": QUARANTINE_TAINT, "value": "x",
-                                         "effect": "NoSchedule"}), CTX)  # fmt: skip
-    finally:
-        act.close()
+    _quarantine(sim)
     assert (UNREACHABLE_TAINT, "NoExecute") in _taints(sim)
     since = sim.cluster.store.get("nodes", "", NODE)
     assert since is not None

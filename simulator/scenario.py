@@ -301,6 +301,12 @@ class Scenario(_Strict):
     """The `DRADeviceTaints` feature gate and its runtime-config on: DeviceTaintRules are also
     served at v1alpha3 (1.34+) and v1beta2 (1.36+)."""
 
+    @field_validator("kubernetes_version", mode="before")
+    @classmethod
+    def _version_text(cls, v: Any) -> Any:
+        """`kubernetes_version: 1.35` unquoted is a YAML float: read it as the release."""
+        return f"{v:.2f}" if isinstance(v, float) else v
+
     @model_validator(mode="after")
     def _references(self) -> Scenario:
         pools = {p.name for p in self.pools}

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s_sim_support import present, running_sim
+from tests.k8s_sim_support import present, running_sim, small_scenario
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 RULE_VERSIONS = {
@@ -99,6 +100,11 @@ def test_one_rule_is_seen_at_every_version_served(tmp_path: Path) -> None:
             for v, api_class in RULE_APIS.items()
         }
         assert len(set(uids.values())) == 1
+
+
+def test_the_release_may_be_written_as_a_yaml_number() -> None:
+    sc = small_scenario(**yaml.safe_load("kubernetes_version: 1.35"))
+    assert sc.kubernetes_version == "1.35"
 
 
 def test_an_unknown_release_is_refused(tmp_path: Path) -> None:

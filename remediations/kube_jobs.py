@@ -195,6 +195,11 @@ class KubeNodeJobs:
             return JobStatus("failed", "; ".join(["failed", *self._said(namespace, name)[:1]]))
         return JobStatus(None, "running" if st.active else "not started")
 
+    def reason(self, namespace: str, name: str) -> str:
+        """Why the Job's container ended as it did, in its own words ("" when it said nothing):
+        the note a failed diagnostic's verdict carries."""
+        return "; ".join(self._said(namespace, name)[:1])
+
     def _said(self, namespace: str, name: str) -> list[str]:
         """What the Job's containers said as they ended (their termination messages): the only
         place a real cluster keeps why a Job failed; its condition says only "backoff limit"."""

@@ -104,6 +104,8 @@ class ClusterView:
     unknown, so the circuit breaker cannot compute its share and stays out of it."""
     gpu_index: Mapping[str, int] = field(default_factory=dict)
     """GPU UUID -> its index on the node (DCGM's `gpu` label), where the snapshot knows it."""
+    device_taints: bool | None = None
+    """Whether the cluster serves DeviceTaintRules (single-GPU fencing); None: not known."""
 
     def __post_init__(self) -> None:
         if not self.pods_by_node and self.pods:

@@ -294,6 +294,18 @@ class Scenario(_Strict):
     shipped_fields_only: bool = False
     """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
     counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
+    kubernetes_version: Literal["1.34", "1.35", "1.36", "1.37"] = "1.37"
+    """The release the simulated API server is (simulator.kube_api.discovery.Profile): its
+    `/version` and API versions, DeviceTaintRules at v1 only from 1.37."""
+    dra_device_taint_gate: bool = False
+    """The `DRADeviceTaints` feature gate and its runtime-config on: DeviceTaintRules are also
+    served at v1alpha3 (1.34+) and v1beta2 (1.36+)."""
+
+    @field_validator("kubernetes_version", mode="before")
+    @classmethod
+    def _version_text(cls, v: Any) -> Any:
+        """`kubernetes_version: 1.35` unquoted is a YAML float: read it as the release."""
+        return f"{v:.2f}" if isinstance(v, float) else v
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:

@@ -22,21 +22,21 @@ from __future__ import annotations
 
 from remediations.cluster_view import ClusterReader, ClusterView, NodeView
 from remediations.playbooks.base import (
+    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
+    RuleView,
     Subject,
     Verification,
     VerifyStatus,
     gpu_of,
+    guard_unverified,
 )
 from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
-from remediations.playbooks.fence import RuleView
 from remediations.types import Intent
 
-GUARD_OP = "cordon_unless_withdrawn"
-"""Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin)."""
 NODE_LEVEL_KINDS = frozenset({"gpu_lost", "monitoring_gap"})
 """Kinds this grain refuses: the whole node is suspect (XID 79 class), or nothing is known."""
 NODE_LEVEL_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM"})
@@ -143,12 +143,9 @@ class EvictGpuPods(Playbook):
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
         for i in intents:
-            if i.op == GUARD_OP and i.args.get("cordon"):
-                node = reader.node(i.target)
-                if node is None:
-                    return Verification(VerifyStatus.FAILED, f"node {i.target} is gone")
-                if not node.unschedulable:
-                    return Verification(VerifyStatus.PENDING, f"{i.target} not yet cordoned")
+            guard = guard_unverified(i, reader)
+            if guard is not None:
+                return guard
         v = drain_verify(intents, reader)
         if v.status is not VerifyStatus.OK:
             return v

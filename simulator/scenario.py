@@ -215,7 +215,7 @@ EXPORTER_VERSIONS = ("simple", "3.3", "4.x")
 class Exporter(_Strict):
     """What the simulated dcgm-exporters emit, version by version (docs/collectors.md)."""
 
-    version: Literal["simple", "3.3", "4.x"] = "simple"
+    version: Literal["simple", "3.3", "4.x"] = "4.x"
     """`4.x` (tags 4.x, as read from dcgm-exporter's source) and `3.3` (tag 3.3.5-3.4.0): the
     last-XID gauge is sticky (kept until the exporter restarts, not cleared by a GPU reset),
     XIDs come in cascades (48, 94, 95 followed by 45; 13 by 43), and the XID count has one

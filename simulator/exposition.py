@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC
+from simulator import vgpu_series
 from simulator.engine import XID_COUNT_WINDOW, Sample
 from simulator.kube_series import (
     KUBE_HELP,
@@ -61,6 +62,12 @@ def dcgm_text(
         s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k], pod_labels)
         for s, g in zip(static, gpus.tolist(), strict=True)
     ]
+    if exp.virtual_gpus:  # one series per pod on a time-sliced GPU (simulator.vgpu_series)
+        held = vgpu_series.holders(layout, sample.pods, sample.t)
+        labels, rows = vgpu_series.expand(
+            labels, gpus.tolist(), sample.gpu_pod, sample.pods, held, pod_labels
+        )
+        gpus = gpus[rows]
     parts: list[str] = []
     for m in METRICS:
         if fields is not None and m.name not in fields:

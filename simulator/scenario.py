@@ -34,6 +34,9 @@ class Pool(_Strict):
     nodes: int = Field(ge=1, le=20000)
     gpus_per_node: int = Field(default=8, ge=1, le=16)
     labels: dict[str, str] = Field(default_factory=dict)
+    time_slicing: int = Field(default=1, ge=1, le=64)
+    """Replicas per GPU (the NVIDIA device plugin's `sharing.timeSlicing` replicas): up to this
+    many pods share each GPU of the pool, each pod's GPUs distinct devices."""
 
 
 JOB_LABEL_KEYS = DEFAULT_JOB_LABEL_KEYS
@@ -227,6 +230,10 @@ class Exporter(_Strict):
     xid_count: bool = True
     """Whether `DCGM_EXP_XID_ERRORS_COUNT` is collected (it is commented out of the shipped
     counters file; the GPU Operator's and many deployments turn it on)."""
+    virtual_gpus: bool = False
+    """`KUBERNETES_VIRTUAL_GPUS`: a GPU shared by time-slicing has one series per pod holding
+    it, each with a `vgpu` label (the replica), the device's values repeated; off, the exporter
+    names one of the pods (dcgm-exporter's device-to-pod map keeps one)."""
     hostname: Literal["node", "fqdn", "pod"] = "node"
     """What the `Hostname` label says (simulator.series.HOSTNAME_MODES): the node's name
     (`NODE_NAME` set), the host's FQDN (`<node>.gpu.example.internal`) or the exporter pod's

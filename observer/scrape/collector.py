@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,6 +241,7 @@ class ScrapeCollector:
         up: dict[str, bool] = {}
         last: dict[str, float] = {}
         lost: list[tuple[dict[str, str], float]] = []
+        sharers: list[tuple[Mapping[str, str], float]] = []
         for url in urls:
             st = self._targets[url]
             if st.page is None or not t - st.at <= s.inventory_window:
@@ -255,6 +256,7 @@ class ScrapeCollector:
                     cols.stamps.append(seen)
                 else:
                     lost.append((labels, seen))
+            sharers += [(lab, st.at) for rows in page.sharers.values() for lab in rows]
             for fam, (keys, vals, _) in page.gpu.items():
                 k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
                 k.extend(keys)
@@ -267,8 +269,10 @@ class ScrapeCollector:
                     kube.append(row)
                 elif x == 1:
                     status.append(row)
-        cols.rows += [labels for labels, _ in lost]  # vanished GPUs last: rows, no data
+        cols.rows += [labels for labels, _ in lost]  # vanished GPUs: rows, no data
         cols.stamps += [seen for _, seen in lost]
+        cols.rows += [dict(labels) for labels, _ in sharers]  # then pods sharing a GPU
+        cols.stamps += [seen for _, seen in sharers]
         gpus = GpuColumns.from_label_dicts(cols.rows, cols.stamps)
         metrics = self._metrics(cols, t)
         n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page

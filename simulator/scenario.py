@@ -28,12 +28,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Mig(_Strict):
+    """MIG in flex mode (dcgm-exporter's default): the GPU writes only per-instance series, each
+    with `GPU_I_PROFILE`/`GPU_I_ID`, device fields repeated on each, no GPU_UTIL."""
+
+    profile: str = Field(default="3g.40gb", pattern=r"^[1-7]g\.[0-9]+gb$")
+    instances: int = Field(default=2, ge=1, le=7)
+    """GPU instances per GPU, ids 1..instances."""
+
+
+class MigRepartition(_Strict):
+    """An operator re-partitions one MIG GPU at `at`: its last instance is destroyed and a new
+    one created (a new `GPU_I_ID`, the next free id) while the others keep reporting."""
+
+    node: str
+    gpu: int = Field(ge=0)
+    at: Duration
+
+
 class Pool(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     model: GpuModel
     nodes: int = Field(ge=1, le=20000)
     gpus_per_node: int = Field(default=8, ge=1, le=16)
     labels: dict[str, str] = Field(default_factory=dict)
+    mig: Mig | None = None
+    """Every GPU of the pool partitioned with MIG (flex mode); None: whole GPUs."""
     time_slicing: int = Field(default=1, ge=1, le=64)
     """Replicas per GPU (the NVIDIA device plugin's `sharing.timeSlicing` replicas): up to this
     many pods share each GPU of the pool, each pod's GPUs distinct devices."""
@@ -298,6 +318,8 @@ class Scenario(_Strict):
     `exported_pod`/`exported_namespace` beside the exporter's target labels, or not at all."""
     exporter: Exporter = Field(default_factory=Exporter)
     """Which dcgm-exporter layout the exporters and the backfill reproduce."""
+    mig_repartitions: list[MigRepartition] = Field(default_factory=list)
+    """Re-partitioning of MIG GPUs (not a fault: the GPU keeps reporting)."""
     shipped_fields_only: bool = False
     """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
     counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
@@ -358,6 +380,8 @@ __all__ = [
     "Fault",
     "FaultKind",
     "GpuModel",
+    "Mig",
+    "MigRepartition",
     "Pool",
     "Scenario",
     "Workload",

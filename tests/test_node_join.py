@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpufleet.doctor.checks import node_join_check
+from gpufleet.doctor.report import OK, WARN
 from observer.fleet.model import FleetSnapshot, Node, NodeName, Pod
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
@@ -67,6 +69,11 @@ def test_a_gpu_that_joins_no_node_is_kept_and_reported() -> None:
     assert "GPUs on no Kubernetes node" in text and "gpu-box-7 (1 GPUs)" in text
     joined = snap.nodes[int(snap.gpus.node_index[snap.gpus.position("GPU-0")])]
     assert joined.name == "h100-0000" and joined.in_kubernetes
+    check = node_join_check(snap)  # `gpufleet doctor`'s row
+    assert (
+        check.status == WARN and "1 GPUs on no Kubernetes node: gpu-box-7 (1 GPUs)" in check.detail
+    )
+    assert "NODE_NAME" in check.fix
 
 
 def test_the_scrape_targets_node_label_wins_over_the_exporters_hostname() -> None:
@@ -75,6 +82,7 @@ def test_the_scrape_targets_node_label_wins_over_the_exporters_hostname() -> Non
     gpus = _gpus(["nvidia-dcgm-exporter-abcde"], ["h100-0001"])
     snap = build_snapshot(100.0, gpus, {}, nodes=k8s)
     assert [n.name for n in snap.nodes] == NODES and unjoined_gpus(snap) == {}
+    assert node_join_check(snap).status == OK
 
 
 def _scenario() -> Scenario:

@@ -254,10 +254,11 @@ class Exporter(_Strict):
     """`KUBERNETES_VIRTUAL_GPUS`: a GPU shared by time-slicing has one series per pod holding
     it, each with a `vgpu` label (the replica), the device's values repeated; off, the exporter
     names one of the pods (dcgm-exporter's device-to-pod map keeps one)."""
-    hostname: Literal["node", "fqdn", "pod"] = "node"
+    hostname: Literal["node", "fqdn", "pod", "host"] = "node"
     """What the `Hostname` label says (simulator.series.HOSTNAME_MODES): the node's name
     (`NODE_NAME` set), the host's FQDN (`<node>.gpu.example.internal`) or the exporter pod's
-    name (`nvidia-dcgm-exporter-<node>`)."""
+    name (`nvidia-dcgm-exporter-<node>`), or a host name unrelated to the node's (`host`:
+    `host-<hex>`, a node registered under another name, e.g. `--hostname-override`)."""
 
     @property
     def real(self) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 from gpufleet.doctor.checks import node_join_check
 from gpufleet.doctor.report import OK, WARN
 from observer.fleet.model import FleetSnapshot, Node, NodeName, Pod
+from observer.kube.collector import KubeCollector, KubeSettings
+from observer.kube.exporters import DEFAULT_EXPORTER_SELECTORS
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
@@ -131,3 +134,27 @@ def test_prometheus_joins_fqdn_hostnames_to_their_nodes(tmp_path: Path) -> None:
     finally:
         prom.stop()
     _assert_joined(snap)
+
+
+def test_direct_scrape_joins_by_the_exporter_pods_node_from_the_watch_cache(
+    tmp_path: Path,
+) -> None:
+    """A `Hostname` that no name rule joins (`host-<hex>`: the node registered under another
+    name): the exporter pod found in the Kubernetes watch cache names its `spec.nodeName`.
+    On the old discovery (URLs only) both nodes' GPUs were on two nodes outside Kubernetes."""
+    base = _scenario()
+    exporter = base.exporter.model_copy(update={"hostname": "host"})
+    sc = base.model_copy(update={"start": float(int(time.time())), "exporter": exporter})
+    handle = start_simulation(sc, exporter_pods="gpu-operator",
+                              kubeconfig_out=tmp_path / "kubeconfig")  # fmt: skip
+    try:
+        with KubeCollector(KubeSettings(kubeconfig=str(handle.kubeconfig))) as kube:
+            assert kube.wait_synced(10)
+            discover = lambda: kube.exporter_targets(DEFAULT_EXPORTER_SELECTORS)  # noqa: E731
+            with ScrapeCollector(ScrapeSettings(), now=time.time, discover=discover) as c:
+                snap = c.collect(nodes=kube.nodes(), pods=kube.pods()).snapshot
+    finally:
+        handle.stop()
+    assert len(snap.gpus) == 4
+    _assert_joined(snap)
+    assert node_join_check(snap).status == OK

@@ -44,6 +44,7 @@ from observer.scrape.ring_window import RingWindow
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.inputs import (
+    NODE_HINT_LABELS,
     ExporterHealth,
     GpuColumns,
     MetricSeries,
@@ -106,13 +107,15 @@ class ScrapeCollector:
         settings: ScrapeSettings,
         *,
         now: Callable[[], float] = time.time,
-        discover: Callable[[], Sequence[str]] | None = None,
+        discover: Callable[[], Sequence[str] | Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.now = now
         self.discover = discover
         """Lists the exporter URLs each cycle (the Kubernetes way: pods by label from the
-        service's watch cache); used when `settings` names no targets or discovery URL."""
+        service's watch cache), or maps each to its exporter pod's node; used when `settings`
+        names no targets or discovery URL."""
+        self._target_nodes: dict[str, str] = {}
         self.builder = SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
         ).with_pod_cache()
@@ -142,7 +145,10 @@ class ScrapeCollector:
         if s.targets:
             return list(s.targets)
         if self.discover is not None and not s.discovery_url:
-            urls = list(self.discover())
+            found = self.discover()
+            if isinstance(found, Mapping):  # URL -> the exporter pod's node (watch cache)
+                self._target_nodes = {u: n for u, n in found.items() if n}
+            urls = list(found)
             if not urls:
                 raise TemporaryError(
                     "no dcgm-exporter pod found (none running with an IP matches the selectors)",
@@ -190,13 +196,16 @@ class ScrapeCollector:
                             "malformed lines of this target are counted, not logged",
                             f.url, page.malformed, page.first_error)  # fmt: skip
             st.page, st.at = page, t
+            node = self._target_nodes.get(f.url, "")
+            if node:  # as Prometheus' pod discovery relabels `kubernetes_node` (node_join)
+                _stamp_node(page, node)
             for key, labels in page.identity.items():
                 st.inventory[key] = (dict(labels), t)
             for key in [
                 k for k, (_, seen) in st.inventory.items() if t - seen > s.inventory_window
             ]:
                 del st.inventory[key]
-            st.node = _node_of(page) or st.node
+            st.node = node or _node_of(page) or st.node
             self._push(page, t)
             stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, page.samples, True))
         if urls and not any(self._targets[u].ok for u in urls):
@@ -316,6 +325,18 @@ class ScrapeCollector:
             timestamp=np.array([r[3] for r in rows]),
             increase=self.steps.increase(keys, t, self.settings.window),
         )
+
+
+NODE_LABEL = NODE_HINT_LABELS[-1]
+"""`kubernetes_node`: the label the snapshot reads as the exporter pod's `spec.nodeName`."""
+
+
+def _stamp_node(page: ParsedPage, node: str) -> None:
+    """The page's GPUs labelled with their exporter pod's node (`kubernetes_node`)."""
+    page.identity = {k: {**lab, NODE_LABEL: node} for k, lab in page.identity.items()}
+    page.sharers = {
+        k: [{**lab, NODE_LABEL: node} for lab in rows] for k, rows in page.sharers.items()
+    }
 
 
 def _node_of(page: ParsedPage) -> str:

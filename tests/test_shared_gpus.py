@@ -86,9 +86,13 @@ def test_prometheus_attributes_every_pod_on_a_shared_gpu(tmp_path: Path) -> None
     try:
         with PrometheusCollector(PromSettings(prom.url)) as pc:
             snap = pc.collect(sc.start + 6 * MIN).snapshot
+        with PrometheusCollector(PromSettings(prom.url)) as pc:  # the range replay too
+            t0 = sc.start + 6 * MIN
+            replayed = [r.snapshot for r in pc.collect_range(t0, t0 + 30, step=30.0)]
     finally:
         prom.stop()
-    _assert_every_pod_attributed_and_xids_counted_once(snap)
+    for s in (snap, *replayed):
+        _assert_every_pod_attributed_and_xids_counted_once(s)
 
 
 def test_without_virtual_gpus_the_exporter_names_one_pod_per_gpu(tmp_path: Path) -> None:

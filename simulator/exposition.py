@@ -65,7 +65,7 @@ def dcgm_text(
         for s, g in zip(static, gpus.tolist(), strict=True)
     ]
     if exp.virtual_gpus:  # one series per pod on a time-sliced GPU (simulator.vgpu_series)
-        held = vgpu_series.holders(layout, sample.pods, sample.t)
+        held = vgpu_series.holders(layout, sample.pods, sample.t, node)
         labels, rows = vgpu_series.expand(
             labels, gpus.tolist(), sample.gpu_pod, sample.pods, held, pod_labels
         )

@@ -20,15 +20,20 @@ from simulator.layout import Layout, SimPod
 from simulator.series import pod_label_part
 
 
-def holders(layout: Layout, pods: Sequence[SimPod], t: float) -> dict[int, list[int]]:
-    """GPU position -> indices (into `pods`) of the pods active at `t` that hold it."""
-    first = {n.name: i for i, n in enumerate(layout.nodes)}
-    starts = np.searchsorted(layout.gpu_node, np.arange(len(layout.nodes)))
+def holders(
+    layout: Layout, pods: Sequence[SimPod], t: float, node: str | None = None
+) -> dict[int, list[int]]:
+    """GPU position -> indices (into `pods`) of the pods active at `t` that hold it (on `node`
+    only, when given: one exporter's page)."""
+    node_pos = {n.name: i for i, n in enumerate(layout.nodes)}
+    first_gpu = np.searchsorted(layout.gpu_node, np.arange(len(layout.nodes)))
     out: dict[int, list[int]] = {}
     for k, p in enumerate(pods):
+        if node is not None and p.node != node:
+            continue
         if not p.start <= t < (math.inf if p.end is None else p.end):
             continue
-        base = int(starts[first[p.node]])
+        base = int(first_gpu[node_pos[p.node]])
         for d in p.gpu_indices:
             out.setdefault(base + d, []).append(k)
     return out

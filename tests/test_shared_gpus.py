@@ -15,6 +15,7 @@ from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from observer.snapshot import summarize
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.scenario import Scenario, scenario_from_dict
@@ -57,6 +58,9 @@ def _assert_every_pod_attributed_and_xids_counted_once(snap: FleetSnapshot) -> N
     counts = snap.metrics[XID_COUNT_METRIC].value.tolist()
     assert counts == [2.0, 0.0]  # 48 and its follower 45, once each (not once per pod)
     assert snap.metrics[xid_count_column(48)].value.tolist()[0] == 1.0
+    text = summarize(snap)  # `gpufleet collect --summary`
+    assert "shared GPUs (time-slicing, virtual-GPU series): 2 GPUs held by 4 pods" in text
+    assert [ln.split()[2] for ln in text.splitlines() if ln.startswith("ml/")] == ["1"] * 4
 
 
 @pytest.fixture

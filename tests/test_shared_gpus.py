@@ -5,6 +5,7 @@ not multiplied by the pods sharing the GPU; through both collectors (issue 27, f
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from observer.snapshot import summarize
+from remediations.cluster_view import ClusterView
+from remediations.playbooks import PLAYBOOKS, Plan, Subject
+from remediations.playbooks.reset import holder_of
+from remediations.types import IncidentId
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.scenario import Scenario, scenario_from_dict
@@ -81,6 +86,25 @@ def test_direct_scrape_attributes_every_pod_on_a_shared_gpu(
         wall.advance(6 * MIN)
         snap = c.collect().snapshot
     _assert_every_pod_attributed_and_xids_counted_once(snap)
+    _assert_repairs_wait_for_every_pod(snap)
+
+
+def _assert_repairs_wait_for_every_pod(snap: FleetSnapshot) -> None:
+    """Safety: a shared GPU is free only when all its pods are; evicting its pods evicts all."""
+    view = ClusterView.from_snapshot(snap)
+    uuid = str(snap.gpus.uuid[0])
+    xid = Subject(IncidentId("i1"), "gpu_xid", "critical", "XID 48", node=NODE, gpu_uuid=uuid)
+    plan = PLAYBOOKS["evict_gpu_pods"].plan(xid, view, PLAYBOOKS["evict_gpu_pods"].params({}))
+    assert isinstance(plan, Plan)
+    evict = [i for i in plan.intents if i.op == "evict_pods"]
+    assert [sorted(i.args["only"]) for i in evict] == [["ml/a-worker-0", "ml/b-worker-0"]]
+    assert sorted(evict[0].args["pods_kept"]) == ["ml/c-worker-0", "ml/d-worker-0"]
+    # the GPU's first pod gone (evicted), its sharer still holds it: no reset yet
+    first = view.pod_of_gpu[uuid]
+    gone = {**view.pods, first: replace(view.pods[first], phase="Succeeded")}
+    after = replace(view, pods=gone, pods_by_node={})
+    sharer = ({"ml/a-worker-0", "ml/b-worker-0"} - {first}).pop()
+    assert holder_of(uuid, NODE, after) == sharer
 
 
 def test_prometheus_attributes_every_pod_on_a_shared_gpu(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from remediations.decisions import (
     Memory,
     decide,
 )
+from remediations.escalation import escalation
 from remediations.gates import Ledger, LedgerEntry
 from remediations.incidents import HELD_EVIDENCE, Change, IncidentChange, Tracked, TrackerState
 from remediations.playbooks import Plan
@@ -108,6 +109,7 @@ def summarize(
                     a.disruptive,
                     holds,
                     a.from_intake,
+                    a.settled_at,
                 )
             )
     return JournalSummary(
@@ -350,6 +352,9 @@ class DecisionJournal:
                         },
                     }
                 )
+                asked = escalation(self.store, d)
+                if asked is not None:
+                    denials.append(asked)
                 continue
             news.append(self._new_action(d, d.plan, now, self._params(d.rule)))
         self.store.propose_many(news, now, denials)

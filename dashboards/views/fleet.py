@@ -55,7 +55,7 @@ def out_of_service(ctx: Context, gpus: pd.DataFrame) -> int:
     out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)
     if out.empty:
         return 0
-    away = out[out["state"] != "returned"]["target"]
+    away = data.away(out)["target"]
     uuids = {t[4:] for t in away if t.startswith("gpu/")}
     nodes = {t[5:] for t in away if t.startswith("node/")}
     uuids.update(gpus[gpus["node"].isin(nodes)]["uuid"])

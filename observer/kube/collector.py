@@ -40,7 +40,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from observer.fleet.model import Event, Node, Pod
 from observer.kube.events import event_from_api
-from observer.kube.exporters import ExporterSelector, exporter_urls
+from observer.kube.exporters import ExporterSelector, exporter_targets, exporter_urls
 from observer.snapshot.kube_records import node_from_api, pod_from_api
 
 log = logging.getLogger(__name__)
@@ -202,6 +202,12 @@ class KubeCollector:
         with self._lock:
             objs = list(self._resources["pods"].objects.values())
         return exporter_urls(objs, selectors)
+
+    def exporter_targets(self, selectors: Iterable[ExporterSelector]) -> dict[str, str]:
+        """Scrape URL -> the exporter pod's node, from the pods already watched."""
+        with self._lock:
+            objs = list(self._resources["pods"].objects.values())
+        return exporter_targets(objs, selectors)
 
     def events(self, since: float | None = None) -> list[Event]:
         with self._lock:

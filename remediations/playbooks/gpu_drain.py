@@ -103,14 +103,15 @@ class EvictGpuPods(Playbook):
                 "drain the node instead"
             )
         skip = frozenset(params.skip_namespaces)
-        holder = view.pods.get(view.pod_of_gpu.get(uuid, ""))
+        holders = [view.pod_of_gpu.get(uuid, ""), *view.sharers_of_gpu.get(uuid, ())]
         pods = [
             p
-            for p in (holder,)
+            for p in (view.pods.get(k) for k in holders)  # every pod on a time-sliced GPU
             if p is not None and p.node == node and evictable(p, params.include_unmanaged, skip)
         ]
         evicted = {p.key for p in pods}
-        held = set(view.pod_of_gpu.values()) - evicted
+        sharing = {k for keys in view.sharers_of_gpu.values() for k in keys}
+        held = (set(view.pod_of_gpu.values()) | sharing) - evicted
         kept_pods = sorted(p.key for p in view.pods_on(node) if p.key in held)
         in_service = sorted(u for u in view.gpus_of_node.get(node, ()) if u != uuid)
         guard = (

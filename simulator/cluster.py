@@ -17,7 +17,7 @@ from typing import Any
 from simulator import dra
 from simulator.batch_jobs import BatchJobs
 from simulator.clock import SimClock
-from simulator.controller import JobController, tolerates
+from simulator.controller import JobController
 from simulator.device_health import DevicePlugin, device_faults
 from simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
 from simulator.kube_api import objects as ko
@@ -31,6 +31,7 @@ from simulator.node_lifecycle import (
 )
 from simulator.repairs import Repairs
 from simulator.scenario import Scenario, WorkloadKind
+from simulator.taint_eviction import eviction_due
 
 Obj = dict[str, Any]
 SYSTEM_NAMESPACES = (
@@ -200,6 +201,7 @@ class SimCluster:
             self.repairs.tick()
             self._concurrent_taint_writer(t)
             self._node_lifecycle()
+            self._taint_eviction()
             self._refresh_pdbs()
             self._sync_claims()
 
@@ -307,14 +309,21 @@ class SimCluster:
             return out
 
     def _evict_for_no_execute(self, node: Obj) -> None:
-        """The taint manager: pods that do not tolerate a NoExecute taint leave the node."""
+        """The taint manager: a pod leaves a node with NoExecute taints at once when it does not
+        tolerate them, or when its `tolerationSeconds` (300 s by default for not-ready and
+        unreachable) have run out on fleet time."""
         taints = [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
         if not taints:
             return
-        for pod in self.pods_on(node["metadata"]["name"]):
-            if all(tolerates(pod, t) for t in taints):
+        now = self.clock.now()
+        for listed in self.pods_on(node["metadata"]["name"]):
+            ns, name = listed["metadata"]["namespace"], listed["metadata"]["name"]
+            pod = self.store.get("pods", ns, name)  # an eviction may take a gang's others along
+            if pod is None or pod["metadata"]["uid"] != listed["metadata"]["uid"]:
                 continue
-            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            due = eviction_due(pod, taints, now)
+            if due is None or due > now or pod["metadata"].get("deletionTimestamp"):
+                continue
             self._emit(
                 pod,
                 "TaintManagerEviction",
@@ -322,6 +331,12 @@ class SimCluster:
                 component="taint-eviction-controller",
             )
             self.delete("pods", ns, name)
+
+    def _taint_eviction(self) -> None:
+        """The taint manager's timed evictions, on every node with a NoExecute taint."""
+        _, nodes = self.store.objects("nodes")
+        for n in nodes:
+            self._evict_for_no_execute(n)
 
     # --- DRA device taints --------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
+EVICTED, GONE, BLOCKED = "evicted", "gone", "blocked"
+"""What one eviction call found: ours, another's doing already, or refused by a PDB."""
 """The eviction API's 500 for a pod that several budgets select: permanent until a person
 removes the overlap (pkg/registry/core/pod/storage/eviction.go)."""
 
@@ -628,8 +630,10 @@ class KubeActuator:
         done = [self._delete(ns, n, u, ctx) for n, u in zip(a["names"], a["uids"], strict=True)]
         return "; ".join(done)
 
-    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> bool:
-        """True when the pod is gone or going; False when a PDB refuses (429).
+    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> str:
+        """EVICTED when this call evicted the pod; GONE when it was already gone, replaced or
+        terminating (another controller's doing, e.g. the taint manager on an unreachable node,
+        never counted as ours); BLOCKED when a PDB refuses (429).
 
         The UID precondition is the guarantee; reading the pod first also skips a replacement
         on API servers that ignore an Eviction's preconditions."""
@@ -637,11 +641,11 @@ class KubeActuator:
             now = self.core.read_namespaced_pod(name, ns)
         except ApiException as exc:
             if exc.status == 404:
-                return True
+                return GONE
             raise
         meta: Any = now.metadata
         if meta.uid != uid or meta.deletion_timestamp is not None:
-            return True  # already replaced, or already terminating
+            return GONE  # already replaced, or already terminating
         opts = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=grace
         )
@@ -655,9 +659,9 @@ class KubeActuator:
             self.core.create_namespaced_pod_eviction(name, ns, body)
         except ApiException as exc:
             if exc.status in (404, 409):
-                return True  # gone, or already replaced (UID precondition)
+                return GONE  # gone, or already replaced (UID precondition)
             if exc.status == 429:
-                return False
+                return BLOCKED
             if exc.status == 500 and MULTIPLE_PDBS in str(exc.body or ""):
                 raise PermanentError(
                     f"{ns}/{name}: more than one PodDisruptionBudget selects this pod, which the "
@@ -665,20 +669,21 @@ class KubeActuator:
                     f"(kubectl get pdb -n {ns})"
                 ) from exc
             raise
-        return True
+        return EVICTED
 
     def _op_evict_pods(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         pending = [tuple(p) for p in a.get("pods") or ()]
         deadline = self.clock() + float(a.get("timeout") or 600.0)
         backoff = float(a.get("backoff_initial") or 5.0)
         grace = a.get("grace_period")
-        evicted = 0
+        evicted = gone = 0
         while pending:
             blocked = []
             for ns, name, uid in pending:
-                if self._evict(ns, name, uid, grace, ctx):
-                    evicted += 1
-                else:
+                got = self._evict(ns, name, uid, grace, ctx)
+                evicted += got == EVICTED
+                gone += got == GONE
+                if got == BLOCKED:
                     blocked.append((ns, name, uid))
             pending = blocked
             if not pending:
@@ -690,4 +695,6 @@ class KubeActuator:
             ctx.alive()  # renew the claim before waiting (raises when it was lost)
             self.sleep(min(backoff, left))
             backoff = min(backoff * 2, float(a.get("backoff_max") or 60.0))
+        if gone:
+            return f"evicted {evicted} pod(s) from {node}; {gone} already gone or going"
         return f"evicted {evicted} pod(s) from {node}"

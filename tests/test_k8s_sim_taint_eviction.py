@@ -17,7 +17,7 @@ from remediations.actuator_api import WriteContext
 from remediations.kube_actuator import KubeActuator
 from remediations.types import Intent
 from simulator.node_lifecycle import NOT_READY_TAINT, UNREACHABLE_TAINT
-from tests.k8s_sim_support import Sim, running_sim
+from tests.k8s_sim_support import Sim, meta, running_sim
 
 NODE = "h100-0001"
 CTX = WriteContext(action_id="a1", incident_id="i1", playbook="drain", reason="test")
@@ -34,7 +34,7 @@ def _core(sim: Sim) -> Iterator[client.CoreV1Api]:
 def _pods(core: client.CoreV1Api, node: str = NODE) -> dict[str, str]:
     """`namespace/name` -> UID of the pods bound to the node, as the client lists them."""
     got = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-    return {f"{p.metadata.namespace}/{p.metadata.name}": p.metadata.uid for p in got}
+    return {f"{meta(p).namespace}/{meta(p).name}": str(meta(p).uid) for p in got}
 
 
 def _workload(pods: dict[str, str]) -> set[str]:

@@ -43,6 +43,7 @@ from remediations.types import (
     REBOOT_ANNOTATION,
     REBOOTS_ANNOTATION,
     Intent,
+    fence_fallback_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -78,15 +79,15 @@ def _error(exc: Exception, what: str) -> Exception:
 def fence_fallback(intent: Intent) -> Intent:
     """fence_device where the cluster serves no DeviceTaintRules: the pods-on-GPU grain's guard
     instead (cordon unless the device plugin withdrew the GPU, decided when pinned), journaled
-    with the reason; an effect `None` dry run writes nothing, and NoExecute's eviction is left
-    to `evict_gpu_pods`."""
+    with what it does; NoExecute also evicts the GPU's pods (`evict_holders`, found when
+    pinned); an effect `None` dry run writes nothing."""
     a = intent.args
-    why = FENCE_FALLBACK
-    args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": why}
-    if a.get("effect") == "None":
-        args.update(cordon=False, why=f"{why}; effect None (a dry run): nothing written")
-    elif a.get("effect") == "NoExecute":
-        args["fallback"] = f"{why}; the pods holding it are not evicted (evict_gpu_pods does)"
+    effect = str(a.get("effect") or "NoSchedule")
+    args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": fence_fallback_reason(effect)}
+    if effect == "None":
+        args.update(cordon=False, why=f"{FENCE_FALLBACK}; effect None (a dry run): nothing written")
+    elif effect == "NoExecute":
+        args["evict_holders"] = True
     return Intent(GUARD_OP, intent.target, args)
 
 
@@ -321,6 +322,9 @@ class KubeActuator:
                 capacity=node.gpu_capacity,
                 allocatable=node.gpu_allocatable,
             )
+            if a.get("evict_holders"):
+                a["pods"], note = self._gpu_holders(intent.target, str(a["gpu"]))
+                a["why"] = f"{a['why']}; {note}"
         elif intent.op == "fence_device" and "device" not in a:
             if self._rule_version() is None:
                 return self.pin(fence_fallback(intent))
@@ -336,6 +340,29 @@ class KubeActuator:
             return self.dra.rule_version()
         except (ApiException, HTTPError) as exc:
             raise _error(exc, "discover the DeviceTaintRule API") from exc
+
+    def _gpu_holders(self, node: str, uuid: str) -> tuple[list[list[str]], str]:
+        """The evictable pods whose ResourceClaims hold the GPU, as `evict_pods` takes them,
+        and what was found. Pods that cannot be told are never guessed: none, and a person is
+        told."""
+        try:
+            dev = self.dra.find_device(node, uuid)
+            holders = self.dra.device_holders() if dev is not None else None
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"read the ResourceClaims of GPU {uuid}") from exc
+        if dev is None or holders is None:
+            return [], (
+                f"the pods holding GPU {uuid} cannot be told here (no DRA claims): none evicted, "
+                "a person decides"
+            )
+        pods = []
+        for key in holders.get((dev.driver, dev.pool, dev.device), ()):
+            ns, _, name = key.partition("/")
+            p = self.pod(ns, name) if name and " " not in key else None
+            if p is not None and p.uid and p.node == node and evictable(p, False):
+                pods.append([p.namespace, p.name, p.uid])
+        names = ", ".join(f"{ns}/{n}" for ns, n, _ in pods) or "none"
+        return pods, f"pods holding the GPU to evict: {names}"
 
     def _claims_free(self, node: str, uuid: str) -> str:
         """Right before a GPU's repair Job: no ResourceClaim may reserve its DRA device (the
@@ -419,9 +446,14 @@ class KubeActuator:
         """The pods-on-GPU grain's guard: the pinned verdict (journaled) says cordon or not."""
         if "cordon" not in a:
             raise PermanentError("cordon_unless_withdrawn was not pinned to the live node")
-        if a["cordon"]:
-            return f"{self._op_cordon(name, a, ctx)}: {a['why']}"
-        return f"left schedulable: {a['why']}"
+        out = (
+            f"{self._op_cordon(name, a, ctx)}: {a['why']}"
+            if a["cordon"]
+            else f"left schedulable: {a['why']}"
+        )
+        if a.get("pods"):  # a NoExecute fence's fallback: the GPU's pods leave too
+            out += "; " + self._op_evict_pods(name, {"pods": a["pods"]}, ctx)
+        return out
 
     def _op_uncordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         node = self._read_node(name)

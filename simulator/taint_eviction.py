@@ -8,18 +8,17 @@ them sets a limit (kubernetes' `getMinTolerationTime`). Times are fleet (wall) t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from simulator.controller import matching_toleration
+from simulator.kube_api.objects import parse_rfc3339
 
 Obj = dict[str, Any]
 
 
 def _wall(ts: str | None, default: float) -> float:
-    if not ts:
-        return default
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+    t = parse_rfc3339(ts)
+    return default if t is None else t
 
 
 def eviction_due(pod: Obj, taints: list[Obj], now: float) -> float | None:

@@ -115,28 +115,6 @@ def test_the_fallback_counts_toward_the_blast_radius(tmp_path: Path, store: Stor
             act.close()
 
 
-def test_a_fence_planned_before_discovery_falls_back_when_pinned(
-    tmp_path: Path, store: Store
-) -> None:
-    """A view that does not know what the cluster serves plans a DeviceTaintRule; the step is
-    pinned to the grain's guard when the cluster turns out to serve none."""
-    with running_sim(tmp_path, history=5000, kubernetes_version="1.34") as sim:
-        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
-        try:
-            policy = live_policy(_rules())
-            eng = DecisionJournal(policy, store, started_at=T0 - 60)
-            unknown = replace(act.cluster_view(T0), device_taints=None)
-            eng.cycle([xid48()], unknown, T0)
-            runner = Executor(policy, store, act, owner="t", open_incidents=eng.open_incident_ids)
-            runner.run(act.cluster_view(T0 + 31), T0 + 31)
-            runner.run(act.cluster_view(T0 + 62), T0 + 62)
-            (a,) = store.actions()
-            assert a.state is ActionState.DONE, a
-            assert a.plan[0].op == GUARD_OP and NOT_SERVED in str(a.plan[0].args["why"])
-        finally:
-            act.close()
-
-
 def _pinned_fallback(
     tmp_path: Path, store: Store, effect: str
 ) -> tuple[ActionRecord, set[str], set[str]]:
@@ -181,9 +159,12 @@ def test_a_no_execute_fence_pinned_to_the_fallback_evicts_the_gpus_pods(
 def test_a_no_schedule_fence_pinned_to_the_fallback_only_cordons_and_says_so(
     tmp_path: Path, store: Store
 ) -> None:
+    """A view that does not know what the cluster serves plans a DeviceTaintRule; the step is
+    pinned to the grain's guard when the cluster turns out to serve none."""
     a, holders, after = _pinned_fallback(tmp_path, store, "NoSchedule")
     assert a.state is ActionState.DONE, a
     (step,) = a.plan
+    assert step.op == GUARD_OP and NOT_SERVED in str(step.args["why"])
     assert "no pod is evicted" in str(step.args["why"]) and "pods" not in step.args
     assert holders <= after
 

@@ -121,6 +121,9 @@ class SimCluster:
         """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
         self._claims_seen_rv = -1
         self._lifecycle_seen_rv = -1
+        self._no_execute_seen_rv = -1
+        self._no_execute_nodes: list[str] = []
+        """Nodes with a NoExecute taint, as of `_no_execute_seen_rv` (the taint manager's list)."""
         self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
         self.repairs = Repairs(
             self.store,
@@ -333,10 +336,20 @@ class SimCluster:
             self.delete("pods", ns, name)
 
     def _taint_eviction(self) -> None:
-        """The taint manager's timed evictions, on every node with a NoExecute taint."""
-        _, nodes = self.store.objects("nodes")
-        for n in nodes:
-            self._evict_for_no_execute(n)
+        """The taint manager's timed evictions, on every node with a NoExecute taint (the list
+        rebuilt only when nodes changed: a tick must stay cheap on a large fleet)."""
+        if self.store.changed_at("nodes") != self._no_execute_seen_rv:
+            self._no_execute_seen_rv = self.store.changed_at("nodes")
+            _, nodes = self.store.objects("nodes")
+            self._no_execute_nodes = [
+                n["metadata"]["name"]
+                for n in nodes
+                if any(t.get("effect") == "NoExecute" for t in n["spec"].get("taints") or ())
+            ]
+        for name in self._no_execute_nodes:
+            node = self.store.get("nodes", "", name)
+            if node is not None:
+                self._evict_for_no_execute(node)
 
     # --- DRA device taints --------------------------------------------------------------------
 

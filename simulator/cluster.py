@@ -311,7 +311,7 @@ class SimCluster:
                 self.tick()
             return out
 
-    def _evict_for_no_execute(self, node: Obj) -> None:
+    def _evict_for_no_execute(self, node: Obj, pods: list[Obj] | None = None) -> None:
         """The taint manager: a pod leaves a node with NoExecute taints at once when it does not
         tolerate them, or when its `tolerationSeconds` (300 s by default for not-ready and
         unreachable) have run out on fleet time."""
@@ -319,7 +319,7 @@ class SimCluster:
         if not taints:
             return
         now = self.clock.now()
-        for listed in self.pods_on(node["metadata"]["name"]):
+        for listed in self.pods_on(node["metadata"]["name"]) if pods is None else pods:
             ns, name = listed["metadata"]["namespace"], listed["metadata"]["name"]
             pod = self.store.get("pods", ns, name)  # an eviction may take a gang's others along
             if pod is None or pod["metadata"]["uid"] != listed["metadata"]["uid"]:
@@ -346,10 +346,15 @@ class SimCluster:
                 for n in nodes
                 if any(t.get("effect") == "NoExecute" for t in n["spec"].get("taints") or ())
             ]
-        for name in self._no_execute_nodes:
+        if not self._no_execute_nodes:
+            return
+        on: dict[str, list[Obj]] = {name: [] for name in self._no_execute_nodes}
+        for pod in self.store.objects("pods")[1]:  # one pass over pods, not one per node
+            on.get(pod["spec"].get("nodeName") or "", []).append(pod)
+        for name, pods in on.items():
             node = self.store.get("nodes", "", name)
             if node is not None:
-                self._evict_for_no_execute(node)
+                self._evict_for_no_execute(node, pods)
 
     # --- DRA device taints --------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from detectors.suite import DetectorSuite
+from evaluation.simulated import evaluate
 from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
@@ -98,3 +100,19 @@ def test_in_process_and_collected_snapshots_agree_on_mig_and_shared_gpus(tmp_pat
     util = sim_v["DCGM_FI_DEV_GPU_UTIL"]
     assert [np.isnan(v) for (_, mig), v in sorted(util.items()) if mig] == [True] * 4
     assert sorted(sim_v[XID_COUNT_METRIC].values()) == [0.0] * 4 + [2.0, 2.0]
+
+
+def test_the_detectors_on_the_simulated_path_find_the_mig_xid_once_and_nothing_else() -> None:
+    """On the in-process path, as on the collected one: the XID 48 on a MIG GPU is one finding
+    at the physical GPU (not one per instance), the GPUs re-read per instance and per pod raise
+    no false positive (a lost GPU, an idle shared GPU), scored against the ground truth."""
+    suite = DetectorSuite.default([n for n in DetectorSuite.default().names if n != "anomaly"])
+    run = evaluate(_scenario(), suite)
+    score = run.score
+    assert score.missed == () and score.recall == 1.0
+    assert score.false_positives == () and score.off_kind == ()
+    # one episode per detector that reads a DBE (XID, ECC), none per instance
+    episodes = sorted((f.detector, f.node, f.evidence["device"]) for f in run.result.episodes)
+    assert episodes == [("gpu_memory", "mig-0000", 0), ("gpu_xid", "mig-0000", 0)]
+    xid = next(f for f in run.result.episodes if f.detector == "gpu_xid")
+    assert xid.evidence["mig_instances"] == ["1", "2"]  # the instances, as evidence

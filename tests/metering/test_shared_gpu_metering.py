@@ -5,7 +5,6 @@ share charged to that pod's namespace and job, instead of the whole GPU to one a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,32 +13,12 @@ from metering.queries import Dimension
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from remediations.store import Store
-from simulator.scenario import Scenario, scenario_from_dict
 from tests.prometheus_fixture import start_prometheus, write_scenario
+from tests.test_shared_gpus import shared_scenario
 
 pytestmark = [pytest.mark.prometheus]
 MIN = 60.0
 STEP = 30.0
-
-
-def _scenario() -> Scenario:
-    """One node, two GPUs time-sliced two ways: a (ml) and b (web) share GPU 0, c and d (both ml)
-    GPU 1; virtual-GPU series on."""
-    ns = {"a": "ml", "b": "web", "c": "ml", "d": "ml"}
-    jobs: list[dict[str, Any]] = [
-        {"name": n, "kind": "training", "namespace": ns[n], "replicas": 1, "gpus_per_pod": 1}
-        for n in "abcd"
-    ]
-    return scenario_from_dict(
-        {
-            "name": "time-sliced-metering",
-            "duration": 1800,
-            "pools": [{"name": "ts", "model": "H100", "nodes": 1, "gpus_per_node": 2,
-                       "time_slicing": 2}],
-            "workloads": jobs,
-            "exporter": {"version": "4.x", "virtual_gpus": True},
-        }
-    )  # fmt: skip
 
 
 Hours = dict[str, tuple[float, float, float]]
@@ -55,7 +34,7 @@ def _hours(store: Store, w0: float, w1: float, by: Dimension) -> Hours:
 
 
 def test_a_shared_gpus_hours_are_split_among_its_pods(tmp_path: Path) -> None:
-    sc = _scenario()
+    sc = shared_scenario(namespaces="ml web ml ml")  # a (ml) and b (web) share GPU 0
     om = write_scenario(sc, tmp_path / "ts.om", sc.start, sc.start + 12 * MIN)
     prom = start_prometheus(om, tmp_path)
     w0 = float((int(sc.start + 5 * MIN) // 300 + 1) * 300)  # a bucket boundary

@@ -161,24 +161,32 @@ def detect(
     dt = dt_since(state.last_now if state else np.nan, now, interval)
     x, ok, names = features(snapshot, now, params.max_age_intervals * interval, params.min_peers)
     flagged = np.zeros(len(g), dtype=bool)
-    scores = np.zeros(len(g))
+    scores = np.full(len(g), np.nan)  # NaN: not scored (yet) this cycle
     model = state.model if state else None
     fits = state.fits if state else 0
     population = int(ok.sum())
-    if x.shape[1] and population >= params.max_samples // 4:
+    scoring = bool(x.shape[1]) and population >= params.max_samples // 4
+    if scoring:
         cols = tuple(names)
         if model is None or due(
             model, cols, population, now, params.refit_seconds, params.refit_population_change
         ):
             model, fits = fit(x[ok], cols, now, params), fits + 1
-        scores[ok] = model.score(x[ok])
-        extreme = np.max(np.abs(np.nan_to_num(x)), axis=1) >= params.z_limit
-        flagged = ok & ((scores < params.score_threshold) | extreme)
+        # A GPU beyond z_limit is flagged whatever its score; the others are scored only as far
+        # as it takes to know which side of the threshold they are on (detectors.anomaly_score).
+        flagged = ok & (np.max(np.abs(np.nan_to_num(x)), axis=1) >= params.z_limit)
+        rows = np.flatnonzero(ok & ~flagged)
+        assert model is not None
+        flagged[rows], scores[rows] = model.below(x[rows], params.score_threshold)
     acc = np.where(ok, persist(cur["acc"], flagged, dt, params.min_seconds), cur["acc"]).astype(
         np.float32
     )
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
     onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
+    unscored = active & ok & np.isnan(scores)
+    if scoring and model is not None and unscored.any():  # the evidence of what is reported
+        scores[unscored] = model.score(x[unscored])
+    scores = np.nan_to_num(scores, nan=0.0)
     findings: list[Finding] = []
     for i in np.flatnonzero(active):
         ctx = gpu_context(snapshot, int(i))

@@ -58,9 +58,9 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def build_tsdb(hours: int, tmp: Path) -> tuple[Any, Path, float, int]:
-    """(scenario, data dir, seconds spent, samples) for `hours` of the 1k-GPU fleet."""
-    sc = fleet_scenario(GPUS, minutes=hours * 60)
+def build_tsdb(hours: float, tmp: Path, gpus: int = GPUS) -> tuple[Any, Path, float, int]:
+    """(scenario, data dir, seconds spent, samples) for `hours` of the `gpus`-GPU fleet."""
+    sc = fleet_scenario(gpus, minutes=int(hours * 60))
     sim = FleetSimulator(sc)
     data = tmp / "data"
     began = time.perf_counter()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.prom_collect import fleet_scenario, process_cpu
-from bench.report import median, stamp, table
+from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
 from evaluation.backtest import backtest, step_count
 from evaluation.backtest_sharded import backtest_sharded, default_shards, shards_worth
@@ -166,11 +166,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
               "s in collection / detectors / decisions",
               "CPU s: Prometheus + backtest + parsers",
               "episodes / actions", "write+backfill s (untimed)"]  # fmt: skip
-    met = (
-        "met"
-        if per_day <= TARGET_SECONDS
-        else f"NOT met, by {per_day - TARGET_SECONDS:.0f} s ({per_day / TARGET_SECONDS:.1f}x)"
-    )
+    met = missed_by(per_day, TARGET_SECONDS, "s")
     notes = [
         stamp(),
         "",

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.backtest import STEP, build_tsdb
-from bench.report import median, stamp, table
+from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
 from evaluation.backtest import backtest, step_count
 from evaluation.backtest_sharded import default_shards
@@ -84,12 +84,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
          f"{1000 * w / n:.0f}", f"{fitted[i]:.1f}"]
         for i, (n, w, c, ws) in enumerate(points)
     ]  # fmt: skip
-    met = (
-        "met"
-        if week_sharded <= TARGET_SECONDS
-        else f"NOT met, by {week_sharded - TARGET_SECONDS:.0f} s "
-        f"({week_sharded / TARGET_SECONDS:.1f}x)"
-    )
+    met = missed_by(week_sharded, TARGET_SECONDS, "s")
     return "\n".join(
         [
             stamp(),

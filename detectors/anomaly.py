@@ -5,8 +5,8 @@ same model and namespace of the pod holding it, or free) by robust z-scores (med
 a job's phase or a model's clocks do not look anomalous by themselves. An IsolationForest
 (scikit-learn), fitted on a fixed-seed subsample every `refit_seconds` of fleet time or when the
 peer population changes (detectors.anomaly_model), scores every GPU every cycle (reading only as
-many trees as it takes to know its side of the threshold: detectors.anomaly_score); a GPU whose score
-stays beyond `score_threshold` (or with one gauge beyond `z_limit` peer spreads) for
+many trees as it takes to know its side of the threshold: detectors.anomaly_score); a GPU whose
+score stays beyond `score_threshold` (or with one gauge beyond `z_limit` peer spreads) for
 `min_seconds` is reported as info. On by default since issue 15: on
 eval/suite/novel-faults-30s it finds 4 of 8 faults no rule names (3 that nothing else finds),
 with no false flag there, on the other suite scenarios measured or on the held-out seeds

@@ -23,6 +23,7 @@ import numpy as np
 from detectors.anomaly_model import FittedForest, due, fit
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.peer_spread import group_median_mad
 from detectors.signals import (
     DRAM_ACTIVE,
     GPU_TEMP,
@@ -34,7 +35,6 @@ from detectors.signals import (
     TENSOR_ACTIVE,
     UTIL,
     dt_since,
-    group_median,
     hysteresis,
     persist,
     scrape_interval,
@@ -140,8 +140,8 @@ def features(
     for name, floor, x, required in readings:
         if x is None or np.all(np.isnan(x)):
             continue
-        med = group_median(x, pid, n_p)[pid]
-        mad = group_median(np.abs(x - med), pid, n_p)[pid]
+        med_g, mad_g = group_median_mad(x, pid, n_p)
+        med, mad = med_g[pid], mad_g[pid]
         z = (x - med) / np.maximum(1.4826 * np.nan_to_num(mad), floor)
         cols.append(z if required else np.nan_to_num(z))
         names.append(name)

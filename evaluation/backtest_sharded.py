@@ -107,10 +107,8 @@ def backtest_sharded(
         spent[0] += time.perf_counter() - t0
         if on_episodes is not None:
             on_episodes(so_far)
-        if progress is not None and last_t[0] is not None:
-            progress(steps[0], last_t[0])
 
-    def tick(done: int) -> None:
+    def tick(done: int) -> None:  # steps counted by every worker, so progress only grows
         if progress is not None:
             progress(done, start + done * step)
 

@@ -121,3 +121,19 @@ def test_cancelling_the_whatif_run_stops_its_worker_processes(
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # gone, and reaped: not even a zombie
+
+
+def test_unreachable_prometheus_in_a_sharded_backtest_is_the_same_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two days: long enough for two shards with the full suite; each worker's error reaches
+    the command as the sequential one does (exit 3, no OUT.json, no traceback)."""
+    out = tmp_path / "out.json"
+    url = "http://127.0.0.1:9"
+    argv = ["backtest", "--prometheus-url", url, "--start", "1767225600", "--end", "1767398400",
+            "--timeout", "1", "--shards", "2", "--output", str(out)]  # fmt: skip
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "2 shard(s)" in err and f"Prometheus at {url} is unreachable" in err
+    assert "Traceback" not in err and not out.exists()
+    assert multiprocessing.active_children() == []

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from detectors.signals import by_group_then_value
-from observer.fleet.model import NO_INDEX, FloatArray
+from detectors.signals import grouped_sorted
+from observer.fleet.model import FloatArray
 
 Ints = npt.NDArray[np.signedinteger[Any]]
 
@@ -29,16 +29,10 @@ def group_median_mad(
     NO_INDEX rows ignored; NaN for a group without values), as `group_median` gives them."""
     med = np.full(n_groups, np.nan)
     mad = np.full(n_groups, np.nan)
-    ok = (groups != NO_INDEX) & ~np.isnan(values)
-    if not np.any(ok):
+    grouped = grouped_sorted(values, groups, n_groups)
+    if grouped is None:
         return med, mad
-    g = groups[ok]
-    v = values[ok]
-    order = by_group_then_value(v, g, n_groups)
-    gs = g[order]
-    vs = v[order]
-    counts = np.bincount(gs, minlength=n_groups)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    vs, gs, counts, starts = grouped
     has = np.flatnonzero(counts > 0)
     c, s = counts[has], starts[has]
     m = (vs[s + (c - 1) // 2] + vs[s + c // 2]) / 2.0

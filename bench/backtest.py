@@ -211,7 +211,9 @@ def _row(r: dict[str, Any]) -> list[object]:
         f"{r['steps'] / r['wall']:.1f}",
         f"{min(rates):.1f}–{max(rates):.1f} (median {median(rates):.1f})"
         if r["shards"] == 1 else "(per shard)",
-        f"{collect:.1f} / {r['detectors']:.1f} / {r['decide']:.1f}",
+        f"{collect:.1f} / {r['detectors']:.1f} / {r['decide']:.1f}"
+        if r["shards"] == 1
+        else f"— / {r['detectors']:.1f} (summed over shards) / {r['decide']:.1f}",
         f"{r['prom_cpu']:.0f} + {r['client_cpu']:.0f} + {r['workers_cpu']:.0f}",
         f"{r['episodes']} / {r['actions']}",
         f"{r['prep']:.0f}",

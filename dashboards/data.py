@@ -122,6 +122,12 @@ def out_of_service(url: str, cluster: str, since: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def away(out: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `out_of_service` still held (not returned): what the Out of service table
+    counts and the Fleet page's out-of-service GPUs are read from."""
+    return out[out["state"] != "returned"] if not out.empty else out
+
+
 def changed() -> None:
     """The journal moved (approve, reject, pause): forget every cached answer."""
     st.cache_data.clear()

@@ -80,7 +80,9 @@ def run(
     """Backtest [start, end] every `step` with the policy in `policy_file` (ConfigError if it
     is invalid; errors.GpufleetError if Prometheus cannot answer), in time shards on `shards`
     processes (default: the CPUs; 1: sequential) with `suite` (default detectors). Cancelling
-    (Streamlit stops the page's script by raising from `on_progress`) stops the workers."""
+    (Streamlit stops the page's script by raising from `on_progress`) stops the workers. An end
+    past now stops at now: Prometheus would answer the future with each series' last sample."""
+    end = min(end, time.time())
     if end <= start:
         raise ValueError("the window's end must be after its start")
     total = step_count(start, end, step)

@@ -24,6 +24,7 @@ from remediations.decisions import (
     Memory,
     decide,
 )
+from remediations.escalation import escalation
 from remediations.gates import Ledger, LedgerEntry
 from remediations.incidents import HELD_EVIDENCE, Change, IncidentChange, Tracked, TrackerState
 from remediations.playbooks import Plan
@@ -108,6 +109,7 @@ def summarize(
                     a.disruptive,
                     holds,
                     a.from_intake,
+                    a.settled_at,
                 )
             )
     return JournalSummary(
@@ -225,7 +227,7 @@ class DecisionJournal:
                 now, WATCH, "gpufleet started watching the fleet", actor=actor, target=WATCH_TARGET
             )
         since = rows[0].at if rows else now
-        self.memory = replace(self.memory, watched_before=since < now)
+        self.memory = replace(self.memory, watched_before=since < now, first_watched=since)
         return since < now
 
     def journal_summary(self, now: float) -> JournalSummary:
@@ -350,6 +352,9 @@ class DecisionJournal:
                         },
                     }
                 )
+                asked = escalation(self.store, d)
+                if asked is not None:
+                    denials.append(asked)
                 continue
             news.append(self._new_action(d, d.plan, now, self._params(d.rule)))
         self.store.propose_many(news, now, denials)

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from remediations.cluster_view import ClusterView
 from remediations.playbooks import Plan
+from remediations.playbooks.replacement import NAME as MARK
 from remediations.policy import Attempts, BlastRadius, Gates, MaintenanceWindows, Protected
 from remediations.store.records import EngineState
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT
@@ -66,6 +67,9 @@ class LedgerEntry:
     """Still holds its nodes (in flight, or done and not undone while its incident is open)."""
     from_intake: bool = False
     """For an incident made from delivered alerts: its nodes count on the intake's budget."""
+    settled: float | None = None
+    """When the cooldown before the next attempt on the target starts (None: `at`): a failed
+    attempt's end."""
 
 
 def _holds(e: LedgerEntry) -> tuple[str, ...]:
@@ -91,7 +95,9 @@ class Ledger:
         es = tuple(entries)
         idx: dict[tuple[str, str], list[float]] = {}
         for e in es:
-            idx.setdefault((e.playbook, e.target), []).append(e.at)
+            idx.setdefault((e.playbook, e.target), []).append(
+                e.at if e.settled is None else e.settled
+            )
         return Ledger(
             es,
             {k: tuple(sorted(v)) for k, v in idx.items()},
@@ -105,7 +111,8 @@ class Ledger:
         """A new ledger with `entry` (the engine adds what it decides within one cycle)."""
         key = (entry.playbook, entry.target)
         by_target = dict(self.by_target)
-        by_target[key] = tuple(sorted((*by_target.get(key, ()), entry.at)))
+        when = entry.at if entry.settled is None else entry.settled
+        by_target[key] = tuple(sorted((*by_target.get(key, ()), when)))
         times = list(self.times)
         insort(times, entry.at)
         held, intake, took = self.held, self.held_intake, self.intake_nodes
@@ -376,7 +383,15 @@ def rate(max_per_hour: int, ledger: Ledger, now: float) -> GateResult:
     return _pass("rate")
 
 
+MARKS = frozenset({MARK})
+"""Playbooks that only label what gpufleet already holds (remediations.playbooks.replacement):
+they take nothing away, so the gates that pace new disruptions (attempts, cooldown, rate) never
+hold them up behind the quarantine or fence they follow."""
+
+
 def attempts(a: Attempts, playbook: str, target: str, ledger: Ledger, now: float) -> GateResult:
+    if playbook in MARKS:
+        return _pass("attempts")
     times = ledger.by_target.get((playbook, target), ())
     in_window = [t for t in times if now - a.window < t <= now]
     if len(in_window) >= a.max_attempts:
@@ -438,7 +453,7 @@ def execution_gates(
         breaker(state),
         in_window(g.maintenance, plan.playbook, now),
         radius,
-        rate(g.rate.max_actions_per_hour, ledger, now),
+        _pass("rate") if plan.playbook in MARKS else rate(g.rate.max_actions_per_hour, ledger, now),
     ]
 
 

@@ -5,7 +5,8 @@ playbook: a node gpufleet cordoned (`gpufleet.io/cordoned-by`, with `gpufleet.io
 the action) or quarantined (`gpufleet.io/quarantined`), and a GPU fenced by gpufleet's own
 DeviceTaintRule. A hold is owned while one of these explains it: an open incident on the node or
 GPU, an action on it that has not finished (proposed, awaiting approval, approved, running), or
-a `needs_person` row written since gpufleet's latest change to it. A hold with none is an
+a `needs_person` row written since gpufleet's latest change to it (a replacement mark is no
+such change: it follows the failed diagnostic that asked the person). A hold with none is an
 orphan (a drain approved after its incident ended, a half-done action nobody resumed): the
 reconciler reports it once per change, and `diagnose_and_return` then diagnoses it and gives it
 back through the one return rule (`remediations.validation`). A node a person cordoned carries
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from remediations.actuator_api import FencedGpu
 from remediations.cluster_view import ClusterView, NodeView
+from remediations.gates import MARKS
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import IncidentRecord, Store
 from remediations.types import ACTION_ANNOTATION, QUARANTINE_LABEL, ActionState, IncidentStatus
@@ -89,7 +91,7 @@ def owner(store: Store, h: Hold, open_: Sequence[IncidentRecord] | None = None) 
     for t in targets:
         for a in store.actions(_PENDING, target=t):
             return f"{a.playbook} action {a.id[:12]} is {a.state.value}"
-    change = last_change(store, targets)
+    change = last_change(store, targets, besides=MARKS)  # a replacement mark is the task's
     since = -1.0 if change is None else change.started_at or change.created_at
     for r in store.audit_of(NEEDS_PERSON, targets):
         if r.at >= since:

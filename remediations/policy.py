@@ -29,6 +29,7 @@ from errors import ConfigError
 from errors.config_files import describe_validation_error, load_yaml_file, validate
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, BaseParams
+from remediations.playbooks.replacement import NAME as MARK
 from remediations.types import Actuation, Mode
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ class Rate(_Strict):
 
 class Attempts(_Strict):
     cooldown: Duration = 1800.0
-    """Minimum time between two actions on the same target."""
+    """Minimum time between two actions on the same target (after a failed one: from its end,
+    the retry's backoff)."""
     max_attempts: int = Field(default=3, ge=1)
     window: Duration = 86400.0
     """Attempts are counted within this window; past the limit a person is asked."""
@@ -185,8 +187,8 @@ class Rule(_Strict):
     @field_validator("playbook")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in PLAYBOOKS:
-            raise ValueError(f"one of {', '.join(sorted(PLAYBOOKS))}")
+        if v not in PLAYBOOKS or v == MARK:  # a mark follows a failed diagnostic, never a rule
+            raise ValueError(f"one of {', '.join(sorted(p for p in PLAYBOOKS if p != MARK))}")
         return v
 
 

@@ -86,9 +86,17 @@ def _touched(a: ActionRecord) -> bool:
     )
 
 
-def last_change(store: Store, targets: tuple[str, ...]) -> ActionRecord | None:
-    """gpufleet's latest action on these targets that may have written to the cluster."""
-    found = [a for t in targets for a in store.actions(target=t) if _touched(a)]
+def last_change(
+    store: Store, targets: tuple[str, ...], besides: frozenset[str] = frozenset()
+) -> ActionRecord | None:
+    """gpufleet's latest action on these targets that may have written to the cluster (other
+    than by the playbooks `besides`)."""
+    found = [
+        a
+        for t in targets
+        for a in store.actions(target=t)
+        if _touched(a) and a.playbook not in besides
+    ]
     return max(found, key=lambda a: a.started_at or a.created_at, default=None)
 
 

@@ -55,7 +55,7 @@ def out_of_service(ctx: Context, gpus: pd.DataFrame) -> int:
     out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)
     if out.empty:
         return 0
-    away = out[out["state"] != "returned"]["target"]
+    away = data.away(out)["target"]
     uuids = {t[4:] for t in away if t.startswith("gpu/")}
     nodes = {t[5:] for t in away if t.startswith("node/")}
     uuids.update(gpus[gpus["node"].isin(nodes)]["uuid"])
@@ -93,10 +93,12 @@ def pool_chart(table: pd.DataFrame) -> alt.Chart:
 
 
 def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
-    """Node x GPU cells of one pool, coloured by health or utilization."""
-    d = gpus.assign(gpu=gpus["device"].astype(str) + gpus["mig_instance"].map(
-        lambda m: f"/{m}" if m else ""
-    ))  # fmt: skip
+    """Node x GPU cells of one pool, coloured by health or utilization; a MIG GPU's instances
+    are side by side under their GPU's column (`instance`), as the GPU is the grain."""
+    d = gpus.assign(
+        gpu=gpus["device"].astype(int),
+        instance=gpus["mig_instance"].map(lambda m: f"MIG {m}" if m else ""),
+    )
     if colour == "health":
         color = alt.Color(
             "health:N",
@@ -111,13 +113,14 @@ def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
             legend=alt.Legend(orient="top"),
         )
     chart: alt.Chart = (
-        alt.Chart(d[["node", "gpu", "health", "utilization", "job", "issue", "model"]])
+        alt.Chart(d[["node", "gpu", "instance", "health", "utilization", "job", "issue", "model"]])
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
             x=alt.X("gpu:O", title="GPU"),
+            xOffset=alt.XOffset("instance:N", sort="ascending"),
             y=alt.Y("node:N", title=None, sort=None),
             color=color,
-            tooltip=["node", "gpu", "health", "issue", "utilization", "job", "model"],
+            tooltip=["node", "gpu", "instance", "health", "issue", "utilization", "job", "model"],
         )
         .properties(height=min(22 * d["node"].nunique() + 60, 4000))
     )

@@ -25,6 +25,8 @@ def outcome(row: pd.Series) -> str:
         return f"approved by {who}, then denied by the gate: {result}"
     if state in ("approved", "rejected") and person:
         return f"{state} by {person}" + (f": {result}" if result else "")
+    if person and not person.startswith("policy"):  # who let a disruptive action run
+        return f"approved by {person}; {result or state}"
     return result or state
 
 
@@ -106,7 +108,7 @@ def out_of_service(ctx: Context) -> None:
     """Each GPU or node gpufleet took out: grain, since when, latest repair and diagnostic,
     and its state; the ones a person must act on first, as errors."""
     out = data.out_of_service(ctx.url, ctx.cluster, data.now() - HISTORY)  # returns: a week
-    away = out[out["state"] != "returned"] if not out.empty else out
+    away = data.away(out)
     st.subheader(f"Out of service ({len(away)})")
     if out.empty:
         st.caption("gpufleet has taken no GPU or node out of service.")

@@ -18,6 +18,7 @@ from remediations.playbooks.fence import FenceGpu, UnfenceGpu
 from remediations.playbooks.gpu_drain import EvictGpuPods
 from remediations.playbooks.node_state import Cordon, Quarantine, Uncordon
 from remediations.playbooks.reboot import RebootNode
+from remediations.playbooks.replacement import MarkReplacement
 from remediations.playbooks.requests import RequestReboot, RequestReset
 from remediations.playbooks.reset import ResetGpu
 from remediations.playbooks.restart import RestartJob, RestartPod
@@ -39,6 +40,7 @@ PLAYBOOKS: Mapping[str, Playbook] = {
         UnfenceGpu(),
         ResetGpu(),
         RebootNode(),
+        MarkReplacement(),
     )
 }
 

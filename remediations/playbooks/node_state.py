@@ -21,7 +21,7 @@ from remediations.playbooks.base import (
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, Intent
 
 
-def _node_verify(intents: tuple[Intent, ...], reader: ClusterReader) -> Verification:
+def node_verify(intents: tuple[Intent, ...], reader: ClusterReader) -> Verification:
     """Check every node-state intent of the plan against the live node."""
     for i in intents:
         node = reader.node(i.target)
@@ -55,7 +55,7 @@ class Cordon(Playbook):
     def verify(
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
-        return _node_verify(intents, reader)
+        return node_verify(intents, reader)
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return tuple(
@@ -86,7 +86,7 @@ class Uncordon(Playbook):
     def verify(
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
-        return _node_verify(intents, reader)
+        return node_verify(intents, reader)
 
 
 class Quarantine(Playbook):
@@ -108,7 +108,7 @@ class Quarantine(Playbook):
     def verify(
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
-        return _node_verify(intents, reader)
+        return node_verify(intents, reader)
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         out: list[Intent] = []

@@ -254,6 +254,7 @@ class ActionStore(StoreBase):
             ActionRow.decision,
             ActionRow.deadline,
             IncidentRow.evidence,
+            ActionRow.updated_at,
         )
         q = (
             select(*cols)
@@ -280,6 +281,7 @@ class ActionStore(StoreBase):
                     Verdict(r[11]),
                     r[12],
                     (r[13] or {}).get("source") == INTAKE_DETECTOR,
+                    r[14],
                 )
                 for r in conn.execute(q)
             ]

@@ -139,11 +139,19 @@ class ActionBrief:
     deadline: float | None = None
     from_intake: bool = False
     """Its incident came from alerts delivered to gpufleet (their own blast-radius budget)."""
+    updated_at: float | None = None
 
     @property
     def at(self) -> float:
         """When it counts for rate and cooldown: its start, else its decision."""
         return self.started_at if self.started_at is not None else self.created_at
+
+    @property
+    def settled_at(self) -> float:
+        """When the cooldown before the next attempt starts: a failed or rolled-back attempt's
+        end (a reboot that timed out after 30 min waits a cooldown more), else `at`."""
+        failed = self.state in (ActionState.FAILED, ActionState.ROLLED_BACK)
+        return max(self.at, self.updated_at or self.at) if failed else self.at
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,17 @@ def test_shipped_policies_load() -> None:
             "gates.maintenance.windows[0].timezone: expected an IANA time zone",
         ),
         ("gates: {blast_radius: {max_nodes: -1}}\n", "gates.blast_radius.max_nodes"),
+        # the quiet before a return is fleet time, never a count of cycles
+        (
+            "gates: {return_quiet: 3 cycles}\n",
+            "gates.return_quiet: expected a duration like '30s', '5m' or '2h' (got '3 cycles')",
+        ),
+        ("gates: {return_quiet: -90}\n", "gates.return_quiet: expected a non-negative duration"),
+        (
+            "rules:\n  - {name: a, playbook: mark_replacement, mode: auto,"
+            " match: {kinds: [gpu_xid]}}\n",
+            "rules[0].playbook: expected one of cordon",
+        ),
     ],
 )
 def test_bad_policy_names_file_field_and_expectation(

@@ -19,6 +19,7 @@ from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.gated import execute, plan_for, propose
 from remediations.cycle import RemediationCycle
+from remediations.holds import holds, owner
 from remediations.kube_actuator import KubeActuator
 from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.playbooks import PLAYBOOKS, Subject
@@ -114,12 +115,15 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     rules = {
         a.playbook: a.state.value for a in loop.engine.store.actions() if a.rule == "schedule:diag"
     }
-    assert rules == {"uncordon": "done", "quarantine": "done"}
+    assert rules == {"uncordon": "done", "mark_replacement": "done"}
     log = loop.engine.store.audit_log()
     writes = [a.message for a in log if a.kind == "k8s_write" and "gpufleet-diag-" in a.message]
     assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
     verdicts = {a.target: a.detail["outcome"] for a in log if a.kind == "diagnostic"}
     assert verdicts == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
+    # the failed verdict says why, in the Job container's words (its pod's termination message)
+    notes = {a.target: a.detail["note"] for a in log if a.kind == "diagnostic"}
+    assert notes == {"node/h100-0001": "", "node/h100-0003": "diagnostics failed"}
     assert [a.target for a in log if a.kind == "needs_person"] == ["node/h100-0003"]
 
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
@@ -148,6 +152,51 @@ def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> No
         msgs = [r.message for r in store.audit_log()]
         assert any(m.startswith("shadow: would create diagnostic job gpufleet-jobs/") for m in msgs)
         assert store.actions() == []
+    finally:
+        diag.close()
+        actuator.close()
+        store.close()
+
+
+def test_a_failed_diagnostic_marks_a_node_for_replacement_without_waiting_for_its_cooldown(
+    sim: Sim, tmp_path: Path
+) -> None:
+    """The replacement mark is a label on a node gpufleet already holds: it takes nothing more
+    away, so neither the quarantine's cooldown nor the budgets of new disruptions hold it up."""
+    p = live_policy_dict()
+    p["gates"] = {**p["gates"], "attempts": {"cooldown": "6h"}, "rate": {"max_actions_per_hour": 1}}
+    store = Store.open(f"sqlite:///{tmp_path / 'cool.db'}", cluster="small")
+    actuator = KubeActuator.from_kubeconfig(sim.sa_kubeconfig, clock=sim.cluster.clock)
+    diag = KubeNodeJobs(api_client(sim.sa_kubeconfig))
+    try:
+        loop = RemediationCycle(
+            policy_from_dict(p, "cool"), store, actuator, "svc", started_at=sim.cluster.clock()
+        )
+        _quarantine(loop, "h100-0003", sim.cluster.clock())
+        assert QUARANTINE_LABEL in _node(sim, "h100-0003")["metadata"]["labels"]
+        sim.advance(60)  # well inside the 6 h cooldown and the hour's one action
+
+        def sleep(seconds: float) -> bool:
+            sim.advance(60)
+            return False
+
+        def ticking() -> float:  # the journal's rows a second apart, as on a real clock
+            sim.wall.advance(1)
+            return sim.cluster.clock()
+
+        ctx = JobContext(loop, clock=ticking, diagnostics=diag, sleep=sleep)
+        params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
+        req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+        out = run_diagnose(ctx, req)
+        assert out.details["outcomes"] == {"node/h100-0003": "failed"}, out
+        bad = _node(sim, "h100-0003")
+        assert REPLACEMENT_LABEL in bad["metadata"]["labels"], out.details["nodes"]
+        assert bad["spec"]["unschedulable"] is True
+        told = [r for r in store.audit_log() if r.kind == "needs_person"]
+        assert [r.target for r in told] == ["node/h100-0003"]
+        # the mark leaves the node a person's: an owned hold, never reported as an orphan
+        (held,) = holds(actuator.cluster_view(sim.cluster.clock()))
+        assert owner(store, held) is not None
     finally:
         diag.close()
         actuator.close()

@@ -161,7 +161,7 @@ def test_run_end_to_end(service: Service, handle: SimulationHandle, slack: Slack
     # GPU), so `dcgmi diag` fails whatever the scenario hoped: it stays out of service, marked
     # for hardware replacement, and a person is told (never returned with its fault open).
     service.scheduler.run_once_now(entries["diag"], time.time() - 1)
-    wait_for(lambda: states("schedule:diag") == {"quarantine node/h100-0001": "done"}, 40,
+    wait_for(lambda: states("schedule:diag") == {"mark_replacement node/h100-0001": "done"}, 40,
              "diagnose, keep and mark for replacement", 0.3)  # fmt: skip
     node = handle.cluster.get("nodes", "", "h100-0001")
     assert node["spec"].get("unschedulable") is True

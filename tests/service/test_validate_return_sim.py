@@ -180,7 +180,7 @@ def test_passing_gpu_returns_failing_gpu_is_marked_and_a_person_told(
     told = [r for r in log if r.kind == "needs_person"]
     assert [r.target for r in told] == [f"gpu/{BAD}"] and "dcgmi diag -r 2 -i 5" in told[0].message
     done = {a.playbook: a.state for a in loop.engine.store.actions() if a.rule == "schedule:diag"}
-    assert done == {"unfence_gpu": ActionState.DONE, "fence_gpu": ActionState.DONE}
+    assert done == {"unfence_gpu": ActionState.DONE, "mark_replacement": ActionState.DONE}
 
     # a re-run creates no Job and touches nothing: the marked GPU waits for a person
     assert _diagnose(loop, diag, sim) == {}

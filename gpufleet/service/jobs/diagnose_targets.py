@@ -21,6 +21,7 @@ from remediations.kube_names import job_name as job_name_of
 from remediations.kube_names import label_value
 from remediations.playbooks import Plan
 from remediations.playbooks.fence import fence_rule_name
+from remediations.playbooks.replacement import NAME as MARK
 from remediations.store import Store
 from remediations.types import (
     ACTION_ANNOTATION,
@@ -123,7 +124,7 @@ def node_targets(
                 {DIAG_NODE_LABEL: label_value(n.name)},
                 n.gpu_count,
                 node_return_plan(n),
-                Plan("quarantine", subject, (mark,), True, (n.name,)),
+                Plan(MARK, subject, (mark,), False, (n.name,)),
                 marker,
             )
         )
@@ -177,7 +178,7 @@ def gpu_targets(
                 {DIAG_NODE_LABEL: label_value(g.node), DIAG_GPU_LABEL: g.uuid.lower()[:63]},
                 0,
                 Plan("unfence_gpu", subject, (unfence,), False, (g.node,), undo=True),
-                Plan("fence_gpu", subject, (mark,), False, (g.node,)),
+                Plan(MARK, subject, (mark,), False, (g.node,)),
                 marker,
             )
         )

@@ -428,3 +428,52 @@ def test_a_reboot_that_never_comes_back_is_retried_then_goes_to_a_person(tmp_pat
         finally:
             store.close()
             act.close()
+
+
+def test_an_approved_retry_whose_budget_is_spent_at_its_start_goes_to_a_person(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """A retry waits for approval; meanwhile the attempt budget is spent (here the policy was
+    tightened and the leader restarted). When the person approves, the executor's last look
+    refuses the start: the action expires and a person is asked, in one `needs_person` row,
+    exactly as when the journal escalates; the later cycles do not ask again."""
+    policy = rules("reset_gpu")
+    policy["rules"][0]["mode"] = "approval"
+    policy["gates"] = {"attempts": {"cooldown": "60s", "max_attempts": 2}}
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    f = finding(*FAILS, sim.cluster.clock())
+    uuid = gpu_uuid("small", *FAILS)
+
+    def approve(lp: Loop) -> None:
+        now = sim.cluster.clock()
+        for a in store.actions([ActionState.AWAITING_APPROVAL]):
+            lp.journal.approve(a.id, "person", now)
+        lp.runner.run(view(sim, actuator), now)
+
+    loop.cycle([f])
+    approve(loop)
+    loop.run(60)  # the reset Job fails
+    for _ in range(12):  # the cooldown passes; the retry is proposed and waits for a person
+        sim.advance(10)
+        loop.cycle([f])
+    first, retry = sorted(store.actions(), key=lambda a: a.created_at)
+    assert first.state is ActionState.FAILED
+    assert retry.state is ActionState.AWAITING_APPROVAL and retry.attempt == 2
+    assert not [r for r in store.audit_log() if r.kind == "needs_person"]
+
+    policy["gates"] = {"attempts": {"cooldown": "60s", "max_attempts": 1}}
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    approve(loop)
+    got = store.get_action(retry.id)
+    assert got is not None and got.state is ActionState.EXPIRED
+    assert "1 reset_gpu attempts" in (got.result or ""), got.result
+    assert len(jobs(sim)) == 1  # no second reset Job
+    (told,) = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert told.target == f"gpu/{uuid}" and told.action_id == retry.id
+    assert "reset_gpu on gpu/" in told.message and "escalate to a person" in told.message
+    assert "the last attempt: failed" in told.message
+    assert told.detail["attempts"] == 1
+    for _ in range(6):  # the journal's own escalation finds the person already asked
+        sim.advance(10)
+        loop.cycle([f])
+    assert len([r for r in store.audit_log() if r.kind == "needs_person"]) == 1

@@ -477,3 +477,27 @@ def test_an_approved_retry_whose_budget_is_spent_at_its_start_goes_to_a_person(
         sim.advance(10)
         loop.cycle([f])
     assert len([r for r in store.audit_log() if r.kind == "needs_person"]) == 1
+
+
+def test_with_exponential_backoff_each_retry_of_a_failing_reset_waits_twice_as_long(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """`backoff: exponential`: the retries of a reset Job that keeps failing start at least
+    60 s, 120 s, then 200 s (the cap) after the previous failure, and then a person is told."""
+    policy = rules("reset_gpu")
+    policy["gates"] = {
+        "attempts": {"cooldown": "60s", "max_attempts": 4, "backoff": "exponential",
+                     "max_cooldown": "200s"}
+    }  # fmt: skip
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    f = finding(*FAILS, sim.cluster.clock())
+    for _ in range(70):  # 700 s of cycles every 10 s: the fault persists throughout
+        loop.cycle([f])
+        sim.advance(10)
+    acts = sorted(store.actions(), key=lambda a: a.created_at)
+    assert [a.state for a in acts] == [ActionState.FAILED] * 4
+    gaps = [(b.started_at or 0.0) - a.updated_at for a, b in pairwise(acts)]
+    for gap, least in zip(gaps, (60, 120, 200), strict=True):
+        assert least <= gap < least + 20, gaps  # the next 10 s cycle after the wait
+    (told,) = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert "4 reset_gpu attempts" in told.message

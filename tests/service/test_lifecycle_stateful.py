@@ -41,7 +41,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from detectors.findings import Finding, FindingKind, Severity
 from gpufleet.service.context import JobContext, JobRequest
@@ -176,6 +182,18 @@ class Lifecycle(RuleBasedStateMachine):
             self.store.close()
 
     # ---- events ------------------------------------------------------------------------------
+
+    @initialize(
+        node=st.sampled_from(NODES),
+        kind=st.sampled_from(sorted(KINDS)),
+        repairs_fail=st.booleans(),
+    )
+    def first_fault(self, node: str, kind: str, repairs_fail: bool) -> None:
+        """Every sequence starts with a fault found (so its few steps exercise the lifecycle),
+        on hardware that a reset may not fix."""
+        self.reset_job_fails(node, repairs_fail)
+        self.fault_appears(node, kind)
+        self.cycle(30)
 
     @rule(node=st.sampled_from(NODES), kind=st.sampled_from(sorted(KINDS)))
     def fault_appears(self, node: str, kind: str) -> None:

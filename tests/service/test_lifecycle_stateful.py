@@ -477,7 +477,7 @@ class Lifecycle(RuleBasedStateMachine):
 
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[Sim]:
-    with running_sim(tmp_path, diagnostic_seconds=60) as s:
+    with running_sim(tmp_path, diagnostic_seconds=60, reboot_seconds=60) as s:
         yield s
 
 

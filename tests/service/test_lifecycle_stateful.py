@@ -25,7 +25,9 @@ journal); a person cordoning a node by hand. After every step it checks:
    person exactly once (one `needs_person` row per incident and playbook).
 
 CI runs a fixed budget (`GPUFLEET_STATEFUL_EXAMPLES`, default 4 sequences of up to 10 steps,
-derandomized so CI runs the same sequences every time);
+derandomized so CI runs the same sequences every time, each starting with a fault found), and
+one fixed sequence through the same machine (a reset that keeps failing, a reboot that never
+comes back) so the retry budget's invariant is exercised whatever the draw;
 `make bench` runs it longer (bench/stateful_lifecycle.py). Bugs it found: a node a person
 cordoned and gpufleet then quarantined was never given back (the ownership gate refused the
 whole return, so gpufleet's taint and label stayed); test_return_rule_sim.py pins the fix.
@@ -504,3 +506,33 @@ def test_lifecycle_invariants_hold_under_random_event_sequences(sim: Sim, tmp_pa
     print(f"stateful: {world.examples} examples, {world.steps} steps")
     print("stateful: journaled " + ", ".join(f"{k} {v}" for k, v in sorted(world.seen.items())))
     assert world.examples >= EXAMPLES and world.steps > EXAMPLES
+
+
+def test_the_machine_checks_a_failing_reset_and_a_hung_reboot(sim: Sim, tmp_path: Path) -> None:
+    """One fixed sequence through the same machine and invariants, so CI always covers the
+    retry budget whatever the random sequences draw: a GPU whose reset Jobs keep failing, and
+    a node whose reboots never come back, are each tried `MAX_ATTEMPTS` times and then a
+    person is asked once."""
+    world = World(sim, tmp_path)
+    machine = type("BoundLifecycle", (Lifecycle,), {"world": world})()
+
+    def step() -> None:
+        machine.cycle(30)
+        machine.never_returned_while_faulty()
+        machine.repairs_within_budget()
+        machine.held_with_owner_and_explanation()
+        machine.no_write_twice()
+        rebooting = sim.cluster.repairs.rebooting
+        if "h100-0001" in rebooting:
+            machine.reboot_hangs("h100-0001")
+
+    machine.first_fault("h100-0003", "xid", True)
+    machine.fault_appears("h100-0001", "lost")
+    for _ in range(24):
+        step()
+    acts = sorted(machine.store.actions(), key=lambda a: a.created_at)
+    tried = [(a.playbook, a.state.value) for a in acts if a.playbook in REPAIRS]
+    assert sorted(tried) == [("reboot_node", "rolled_back")] * 2 + [("reset_gpu", "failed")] * 2
+    asked = [r for r in machine.store.audit_log() if r.kind == NEEDS_PERSON]
+    assert sorted(str(r.detail["playbook"]) for r in asked) == ["reboot_node", "reset_gpu"]
+    machine.teardown()

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from sqlalchemy.orm import Session
+
 from alerts.am_intake import Intake
 from alerts.am_output import AmOutput
 from alerts.bounded_http import OnRefused
@@ -34,7 +36,7 @@ from detectors.findings import Finding
 from errors import ConfigError
 from remediations.decision_journal import DecisionJournal
 from remediations.incidents import IncidentChange
-from remediations.store import Store
+from remediations.store import IncidentRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,15 @@ class AlertsRuntime:
             return
         self.notifier.on_cycle(result.changes, now)
         self.am_output.on_cycle(result.changes, now)
+
+    def unannounced(self, incidents: Sequence[IncidentRecord]) -> list[IncidentRecord]:
+        """The incidents no message carries: opened by a leader that died between journaling
+        them and writing their messages (two transactions), so the next leader says them."""
+        if not self.config.enabled or not incidents:
+            return []
+        with Session(self.astore.engine) as s:
+            where = self.astore.message_of(s, [i.id for i in incidents])
+        return [i for i in incidents if i.id not in where]
 
     def run_outbox(self, now: float) -> int:
         """Send what is due (Slack outbox and Alertmanager output); returns calls that succeeded."""

@@ -76,7 +76,9 @@ def run(
     on_progress: Callable[[Eta], None] | None = None,
 ) -> Backtest:
     """Backtest [start, end] every `step` with the policy in `policy_file` (ConfigError if it
-    is invalid; errors.GpufleetError if Prometheus cannot answer)."""
+    is invalid; errors.GpufleetError if Prometheus cannot answer). An end past now stops at now:
+    Prometheus would answer the future with each series' last sample."""
+    end = min(end, time.time())
     if end <= start:
         raise ValueError("the window's end must be after its start")
     total = step_count(start, end, step)

@@ -31,6 +31,11 @@ class Severity(StrEnum):
         return {"critical": 2, "warning": 1, "info": 0}[self.value]
 
 
+PRE_EXISTING_NOTE = "present before gpufleet started"
+"""What a detector says of evidence already there at its first look (in the summary and in
+`evidence["pre_existing"]`). The engine rewords it by the journal's first watch of the fleet
+(remediations.incidents.cold_wording): the detector knows only its own process's clock."""
+
 INTAKE_DETECTOR = "alertmanager"
 """The `detector` of findings made from alerts delivered to gpufleet (the Alertmanager webhook):
 evidence from outside, with its own breaker and blast-radius budget."""

@@ -27,7 +27,7 @@ from types import MappingProxyType
 import numpy as np
 
 from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs, gpu_context
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
 from detectors.signals import XID, telemetry_view, value
 from detectors.state import KeyedArrays, align, gpu_keys
 from observer.fleet.model import FleetSnapshot
@@ -75,7 +75,6 @@ _GPU_SPEC = {
     "xid_pre": (np.float32, np.nan),  # NaN: never seen; 1: XID 79 held since first sight
     "wd_base": (np.float32, np.nan),  # node's withdrawn GPUs at this GPU's newest sample
 }
-PRE_EXISTING_NOTE = "present before gpufleet started"
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
 from detectors.signals import increase, rate, scrape_interval, value
 from detectors.state import KeyedArrays, align, gpu_keys
 from observer.fleet.model import FleetSnapshot
@@ -63,7 +63,6 @@ _SPEC = {
     "pre": (np.float32, np.nan),  # NaN: never seen; 1: the episode is all pre-existing evidence
     "sev": (np.float32, np.nan),  # the episode's severity rank last cycle
 }
-PRE_EXISTING_NOTE = "present before gpufleet started"
 
 
 def _gt(x: np.ndarray | None, limit: float) -> np.ndarray | None:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 import numpy as np
 
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
-from detectors.findings import Finding, FindingKind, Severity
+from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
 from detectors.signals import XID, scrape_interval, value
 from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
 from observer.fleet.catalog import (
@@ -56,7 +56,6 @@ _TABLE_SIZE = 256
 
 
 UNKNOWN_NOTE = "unknown XID, see NVIDIA's XID catalog"
-PRE_EXISTING_NOTE = "present before gpufleet started"
 
 
 def _severity_table() -> np.ndarray:

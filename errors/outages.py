@@ -78,6 +78,12 @@ class OutageLog:
         if d is not None:
             self.log.warning("%s recovered after %.0f s", dependency, self.clock() - d.since)
 
+    def all_recovered(self, but: frozenset[str] = frozenset()) -> None:
+        """Everything that worked this time: each failing dependency (other than `but`, which
+        the caller judges itself) says it recovered, once."""
+        for dependency in [d for d in self.down() if d not in but]:
+            self.recovered(dependency)
+
     def down(self) -> dict[str, float]:
         """Failing dependencies -> seconds they have been failing."""
         now = self.clock()

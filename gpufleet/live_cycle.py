@@ -45,7 +45,7 @@ from observer.scrape.collector import ScrapeCollector
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
-from remediations.incidents import IncidentChange
+from remediations.incidents import COVERAGE, HOLDS, IncidentChange
 from remediations.store import ActionRecord, AuditRecord
 from remediations.types import ActionState
 
@@ -103,24 +103,49 @@ def scrape_source(scrape: ScrapeCollector, kube: KubeCollector | None = None) ->
 
     def collect() -> FleetSnapshot:
         if kube is None or not kube.wait_synced(0):
-            return scrape.collect().snapshot
-        return scrape.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+            return kube_health(scrape.collect().snapshot, kube)
+        got = scrape.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events())
+        return kube_health(got.snapshot, kube)
 
     return collect
 
 
-def monitoring_gap(cause: str, since: float, now: float) -> Finding:
-    """The fleet-level finding of a cycle that collected nothing (a warning: the whole fleet
-    is unwatched, which a person must hear about)."""
+def kube_health(snapshot: FleetSnapshot, kube: KubeCollector | None) -> FleetSnapshot:
+    """The snapshot, its `degraded_reason` naming the Kubernetes API when the API is failing
+    (its nodes, pods and events are then the watch cache's last view)."""
+    problem = kube.problem() if kube is not None else ""
+    t = snapshot.telemetry
+    if not problem or t is None:
+        return snapshot
+    reason = "; ".join(r for r in (t.degraded_reason, problem) if r)
+    return replace(snapshot, telemetry=replace(t, degraded_reason=reason))
+
+
+def monitoring_gap(
+    cause: str, since: float, now: float, *, partial: bool = False, holds: bool = True
+) -> Finding:
+    """The fleet-level finding of a cycle that collected nothing, or (`partial`) that
+    collected but not from every source (an exporter of many, the Kubernetes API, some
+    queries). A warning carrying the cause: the fleet, or part of it, is unwatched, which a
+    person must hear about; what it feeds is unknown, not bad, and nothing acts on it.
+    `holds`: the gap keeps every incident open (no data is not health); False when the rest
+    of the fleet is still judged (nodes of a silent exporter have their own node-level gaps)."""
+    what = "telemetry source failing" if partial else "no telemetry from the fleet"
     return Finding(
         kind=FindingKind.MONITORING_GAP,
         severity=Severity.WARNING,
-        summary=f"no telemetry from the fleet: {cause}"[:500],
+        summary=f"{what}: {cause}"[:500],
         first_seen=since,
         last_seen=now,
-        evidence={"reason": cause, "source": "collect", "outage_seconds": round(now - since, 1)},
-        recommended_action="check the metrics source (exporters, Prometheus) and the network; "
-        "GPU health is unknown, not bad, and nothing acts on it meanwhile",
+        evidence={
+            "reason": cause,
+            "source": "partial" if partial else "collect",
+            "outage_seconds": round(now - since, 1),
+            HOLDS: holds,
+        },
+        recommended_action="check the source named here (exporters, Prometheus, the "
+        "Kubernetes API) and the network; GPU health is unknown, not bad, and nothing acts "
+        "on it meanwhile",
     )
 
 
@@ -134,8 +159,9 @@ def prometheus_source(
 
     def collect() -> FleetSnapshot:
         if kube is None or not kube.wait_synced(0):
-            return prom.collect().snapshot
-        return prom.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events()).snapshot
+            return kube_health(prom.collect().snapshot, kube)
+        got = prom.collect(nodes=kube.nodes(), pods=kube.pods(), events=kube.events())
+        return kube_health(got.snapshot, kube)
 
     return collect
 
@@ -175,6 +201,8 @@ class LiveCycle:
         self.coverage: CoverageReport | None = None
         self.blind_since: float | None = None
         """Cycle time of the first of the current run of cycles that collected nothing."""
+        self.partial_since: float | None = None
+        """Cycle time of the first of the current run of cycles with a failing source."""
         self.outages = OutageLog(log)
         self.first_look: float | None = None
         """When this process first collected the fleet."""
@@ -199,6 +227,8 @@ class LiveCycle:
         if len(snapshot.gpus) == 0:
             return self._blind(now, began, "the source answered with no GPUs", None, act)
         self.outages.recovered("collect")
+        if self.blind_since is not None and self._degraded(snapshot):
+            self.partial_since = self.blind_since  # one outage, narrowing
         self.blind_since = None
         self.latest = snapshot
         self._note_first_look(now)
@@ -219,8 +249,9 @@ class LiveCycle:
             try:
                 findings = (*findings, *self.extra_findings(now))
             except Exception as exc:  # an intake failure must not stop detection
-                log.exception("reading findings from the intake failed")
+                self.outages.exception("reading findings from the intake", exc)
                 errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
+        findings = self._partial(snapshot, findings, now)
         started, escalated, ended = self._episodes(now, findings)
         changes: tuple[IncidentChange, ...] = ()
         decisions: tuple[ActionDecision, ...] = ()
@@ -246,6 +277,8 @@ class LiveCycle:
         open_incidents, awaiting = self._backlog() if act else (0, 0)
         if errors:
             self.failed_cycles += 1
+        elif act:  # every stage answered: the store and the rest are back
+            self.outages.all_recovered(but=frozenset({"telemetry source"}))
         return CycleReport(
             now=now,
             gpus=len(snapshot.gpus),
@@ -265,6 +298,31 @@ class LiveCycle:
             coverage=self.coverage,
             coverage_changed=changed,
         )
+
+    @staticmethod
+    def _degraded(snapshot: FleetSnapshot) -> str:
+        return snapshot.telemetry.degraded_reason if snapshot.telemetry is not None else ""
+
+    def _partial(
+        self, snapshot: FleetSnapshot, findings: tuple[Finding, ...], now: float
+    ) -> tuple[Finding, ...]:
+        """A source failing while others answer is a fleet-level gap carrying its cause (in
+        place of the detector's own fleet-wide notice, which has the same entity), logged once
+        a minute; nothing when every source answered. Detectors' own coverage notices (a
+        detector that cannot run) are other entities and stay."""
+        cause = self._degraded(snapshot)
+        if not cause:
+            self.partial_since = None
+            self.outages.recovered("telemetry source")
+            return findings
+        self.outages.failed("telemetry source", cause)
+        if self.partial_since is None:
+            self.partial_since = now
+        fleet = (FindingKind.MONITORING_GAP.value, None, None, None)
+        kept = tuple(f for f in findings if f.entity != fleet or f.detector == COVERAGE)
+        silent = len(kept) < len(findings)  # the detector saw most of the fleet silent
+        gap = monitoring_gap(cause, self.partial_since, now, partial=True, holds=silent)
+        return (*kept, gap)
 
     def _note_first_look(self, now: float) -> None:
         """Tell the journal when this process first collected the fleet (retried each cycle

@@ -227,7 +227,7 @@ class DecisionJournal:
                 now, WATCH, "gpufleet started watching the fleet", actor=actor, target=WATCH_TARGET
             )
         since = rows[0].at if rows else now
-        self.memory = replace(self.memory, watched_before=since < now)
+        self.memory = replace(self.memory, watched_before=since < now, first_watched=since)
         return since < now
 
     def journal_summary(self, now: float) -> JournalSummary:

@@ -76,6 +76,9 @@ class Memory:
     """The fleet was watched by some replica (as the journal records) before this process
     first looked at it: a detector's "already there at my first look" then means "began while
     the fleet was watched", not cold-start evidence."""
+    first_watched: float | None = None
+    """When some replica first watched the fleet (the journal's first `watch` row); None until
+    this process has read it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +260,7 @@ class _Evidence:
     """Alert-derived faults over the intake's breaker: no action on alert-derived incidents
     while the window holds them (the detectors' actions go on)."""
     watched_before: bool = False
+    first_watched: float | None = None
 
 
 def _gather_evidence(
@@ -273,7 +277,13 @@ def _gather_evidence(
     `not_before` up to it (findings from before a reset never act)."""
     h = Hysteresis(policy.hysteresis.open_after, policy.hysteresis.resolve_after)
     tracker, changes = step(
-        memory.tracker, findings, now, h, verdicts, watched_before=memory.watched_before
+        memory.tracker,
+        findings,
+        now,
+        h,
+        verdicts,
+        watched_before=memory.watched_before,
+        first_watched=memory.first_watched,
     )
     fleet = Fleet.of(view, policy.gates.pool_label)
     ours = [f for f in findings if not f.from_intake]
@@ -301,6 +311,7 @@ def _gather_evidence(
         intake_seen,
         intake_trip,
         memory.watched_before,
+        memory.first_watched,
     )
 
 
@@ -501,6 +512,7 @@ class _CycleDecisions:
                 reported,
                 evidence.intake_seen,
                 evidence.watched_before,
+                evidence.first_watched,
             ),
             evidence.changes,
             self.decisions,

@@ -124,6 +124,7 @@ class ExecutorThread:
             now = self.clock()
             self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)
             self.passes += 1
+            self.outages.all_recovered()
             if self.touched and self.on_touched is not None:
                 self.on_touched(self.touched)
         except Exception as exc:  # isolation: the next pass must run

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from detectors.findings import Finding, FindingKind
+from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind
 from remediations.store.records import IncidentRecord
 from remediations.types import IncidentId, IncidentStatus, stable_id
 
@@ -33,6 +34,10 @@ class Hysteresis:
 COLD_START = "cold_start"
 """Evidence key a stored incident carries while its evidence predates the fleet's watch (so a
 restarted or new leader keeps that judgement)."""
+HOLDS = "holds_incidents"
+"""Evidence key of a fleet-level monitoring_gap: False when one source of several fails (an
+exporter of many, the Kubernetes API) and the rest of the fleet is still judged, so incidents
+elsewhere may resolve; absent or True, no data holds every incident open."""
 COVERAGE = "coverage"
 """`Finding.detector` of the notice that a detector cannot run (detectors.coverage)."""
 
@@ -144,6 +149,38 @@ def record(cluster: str, t: Tracked, now: float, resolved: bool = False) -> Inci
     )
 
 
+def cold_wording(summary: str, cold: bool, first_watched: float | None) -> str:
+    """A detector's "present before gpufleet started" in the product's words: evidence held
+    to be cold start was there before the fleet was first watched (at the journal's time);
+    evidence a detector first saw after another replica had watched the fleet is not, and
+    the note goes."""
+    if PRE_EXISTING_NOTE not in summary:
+        return summary
+    if cold:
+        at = "" if first_watched is None else f" at {_utc(first_watched)}"
+        return summary.replace(
+            PRE_EXISTING_NOTE, f"present before gpufleet first watched this fleet{at}"
+        )
+    for form in (f" ({PRE_EXISTING_NOTE})", f"; {PRE_EXISTING_NOTE}", f"{PRE_EXISTING_NOTE}; "):
+        summary = summary.replace(form, "")
+    return summary.replace(PRE_EXISTING_NOTE, "")
+
+
+def _reworded(f: Finding, cold: bool, first_watched: float | None) -> Finding:
+    """`f` with its summary and its evidence's `pre_existing` note in the product's words."""
+    if PRE_EXISTING_NOTE not in f.summary and f.evidence.get("pre_existing") != PRE_EXISTING_NOTE:
+        return f
+    evidence = f.evidence
+    if evidence.get("pre_existing") == PRE_EXISTING_NOTE:
+        note = cold_wording(PRE_EXISTING_NOTE, cold, first_watched) or None
+        evidence = {**evidence, "pre_existing": note}
+    return replace(f, summary=cold_wording(f.summary, cold, first_watched), evidence=evidence)
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _worst(findings: Sequence[Finding]) -> Finding:
     return max(findings, key=lambda f: (f.severity.rank, f.last_seen))
 
@@ -170,6 +207,7 @@ def step(
     params: Hysteresis = Hysteresis(),
     verdicts: Mapping[str, float] | None = None,
     watched_before: bool = False,
+    first_watched: float | None = None,
 ) -> tuple[TrackerState, list[IncidentChange]]:
     """Advance one cycle. Returns the new state and the incidents opened, updated, resolved.
     `verdicts`: GPU UUID -> time of the latest passed (or waived) diagnostic covering it; held
@@ -178,7 +216,8 @@ def step(
     Cold start is judged on the product's clock: an entity is pre-existing only if every
     finding says so and either it was tracked as pre-existing already (by this process or the
     leader before it) or it is new and nobody watched the fleet before this process looked
-    (`watched_before` False)."""
+    (`watched_before` False). Summaries say so by the journal's clock (`cold_wording`, with
+    `first_watched`, the fleet's first watch by any replica)."""
     if verdicts:
         findings = [f for f in findings if not answered(f, verdicts)]
     by_key: dict[str, list[Finding]] = {}
@@ -196,7 +235,7 @@ def step(
             by_key[key] = [f]
         if f.kind is gap_kind and not coverage:
             if f.node is None:
-                fleet_gap = True
+                fleet_gap = fleet_gap or bool(f.evidence.get(HOLDS, True))
             else:
                 gap_nodes.add(f.node)
 
@@ -208,6 +247,7 @@ def step(
         cold = f.pre_existing if len(group) == 1 else all(g.pre_existing for g in group)
         old = state.entries.get(key)
         cold = cold and (old.pre_existing if old is not None else not watched_before)
+        f = _reworded(f, cold, first_watched)
         sev = f.severity.value
         if old is None:
             first = f.first_seen if len(group) == 1 else min(g.first_seen for g in group)

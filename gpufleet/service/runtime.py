@@ -32,6 +32,7 @@ from metering import MeteringConfig
 from remediations.actuator_api import NodeJobs
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle, TakeOver
+from remediations.incidents import Change, IncidentChange
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
@@ -190,11 +191,14 @@ class Service:
                 self.outages.exception("reading the journal on becoming leader (retried)", exc)
                 return False
             self._warm = True
-        if ended and self.p.alerts is not None:
-            try:
-                self.p.alerts.on_cycle(TakeOver(tuple(ended), ()), now)
+        if self.p.alerts is not None:
+            try:  # duplicates' end, and what the previous leader opened but never said
+                unsaid = self.p.alerts.unannounced(self.p.store.open_incidents())
+                said = [IncidentChange(Change.OPENED, i) for i in unsaid]
+                if ended or said:
+                    self.p.alerts.on_cycle(TakeOver((*ended, *said), ()), now)
             except Exception as exc:
-                self.outages.exception("notifying the adopted duplicates' end", exc)
+                self.outages.exception("notifying what the previous leader left unsaid", exc)
         return True
 
     def catch_up(self) -> None:

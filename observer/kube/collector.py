@@ -9,6 +9,10 @@ One background thread per resource runs the informer loop client-go made standar
     -> 429 / 5xx / timeouts / connection errors: back off exponentially (honouring Retry-After),
        then resume; never crash, count and log each error.
 
+`problem()` says whether the API is failing now (a resource's requests failed twice in a row,
+and no request has answered since; a failing loop proves recovery with a cheap list before it
+watches again), so a cycle built on the cache's last view says that view may be stale.
+
 Memory is bounded: nodes and pods are the cluster's current objects as frozen records; events
 are a ring buffer (`event_buffer`) of the Warning events that concern GPUs or nodes
 (observer.kube.events). `stop()` ends every thread promptly (the watch socket is shut down).
@@ -36,7 +40,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from observer.fleet.model import Event, Node, Pod
 from observer.kube.events import event_from_api
-from observer.kube.exporters import ExporterSelector, exporter_urls
+from observer.kube.exporters import ExporterSelector, exporter_targets, exporter_urls
 from observer.snapshot.kube_records import node_from_api, pod_from_api
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,9 @@ TEMPORARY = frozenset({408, 429, 500, 502, 503, 504})
 WARN_AFTER = 3
 """Connection failures of one watch in a row before they are logged as warnings (a server that
 closes a long watch, as the simulator and load balancers do, is reconnected at debug level)."""
+FAILING_AFTER = 2
+"""Failed requests in a row before the API counts as failing (one is a watch the server
+closed, which is routine)."""
 REPEAT_WINDOW = 10.0
 """Seconds (plus the back-off) within which a failure counts as the same streak."""
 
@@ -92,6 +99,9 @@ class _Resource:
         self.objects: dict[str, dict[str, Any]] = {}
         self.rv: str | None = None
         self.synced = threading.Event()
+        self.failures = 0
+        """Failed requests in a row (reset by any answer)."""
+        self.cause = ""
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -163,6 +173,15 @@ class KubeCollector:
     def running(self) -> bool:
         return any(t.is_alive() for t in self._threads)
 
+    def problem(self) -> str:
+        """Why the Kubernetes API is failing now ("" while it answers)."""
+        with self._lock:
+            failing = [r for r in self._resources.values() if r.failures >= FAILING_AFTER]
+        if not failing:
+            return ""
+        names = ", ".join(r.name for r in failing)
+        return f"Kubernetes API failing ({names}): {failing[0].cause}"[:300]
+
     # --- reads -------------------------------------------------------------------------------
 
     def nodes(self) -> list[Node]:
@@ -184,6 +203,12 @@ class KubeCollector:
             objs = list(self._resources["pods"].objects.values())
         return exporter_urls(objs, selectors)
 
+    def exporter_targets(self, selectors: Iterable[ExporterSelector]) -> dict[str, str]:
+        """Scrape URL -> the exporter pod's node, from the pods already watched."""
+        with self._lock:
+            objs = list(self._resources["pods"].objects.values())
+        return exporter_targets(objs, selectors)
+
     def events(self, since: float | None = None) -> list[Event]:
         with self._lock:
             kept = list(self._events)
@@ -202,10 +227,14 @@ class KubeCollector:
             try:
                 if res.rv is None:
                     self._list(res)
+                elif res.failures >= FAILING_AFTER:
+                    self._probe(res)
                 self._watch(res)
                 backoff = self.settings.backoff_initial
             except ApiException as exc:
                 self._count(res, str(exc.status))
+                if exc.status != GONE:
+                    self._failed(res, f"HTTP {exc.status} {exc.reason or ''}".strip())
                 if exc.status == GONE:
                     self.stats.relists_after_gone[res.name] = (
                         self.stats.relists_after_gone.get(res.name, 0) + 1
@@ -229,6 +258,7 @@ class KubeCollector:
                 now = time.monotonic()
                 streak = streak + 1 if now - last_failure < REPEAT_WINDOW + backoff else 1
                 last_failure = now
+                self._failed(res, f"{type(exc).__name__}: {exc}", streak)
                 # A watch the server closed is reconnected in silence; one that keeps failing
                 # is worth a warning (each failure is counted in stats either way).
                 level = logging.WARNING if streak >= WARN_AFTER else logging.DEBUG
@@ -236,6 +266,24 @@ class KubeCollector:
                         res.name, exc, backoff, streak)  # fmt: skip
                 self._sleep(_jitter(backoff))
                 backoff = min(backoff * 2, self.settings.backoff_max)
+
+    def _failed(self, res: _Resource, cause: str, streak: int | None = None) -> None:
+        """Count a failure; `streak` (connection errors) restarts the count after a quiet
+        spell, so a long watch the server closes now and then never adds up to an outage."""
+        with self._lock:
+            res.failures = res.failures + 1 if streak is None else max(streak, 1)
+            res.cause = cause
+
+    def _answered(self, res: _Resource) -> None:
+        with self._lock:
+            res.failures = 0
+            res.cause = ""
+
+    def _probe(self, res: _Resource) -> None:
+        """One small list after a failing streak: the API answering ends the streak at once
+        rather than at the next watch event, which a quiet cluster may not send for minutes."""
+        res.lister(limit=1, _preload_content=False, _request_timeout=self.settings.request_timeout)
+        self._answered(res)
 
     def _count(self, res: _Resource, what: str) -> None:
         key = f"{res.name}:{what}"
@@ -254,6 +302,7 @@ class KubeCollector:
                 self._apply(res, "ADDED", obj)
             res.rv = str((body.get("metadata") or {}).get("resourceVersion") or "0")
         self.stats.lists[res.name] = self.stats.lists.get(res.name, 0) + 1
+        self._answered(res)
         res.synced.set()
 
     def _watch(self, res: _Resource) -> None:
@@ -271,6 +320,8 @@ class KubeCollector:
             for event in stream:
                 if self._stop.is_set():
                     break
+                if res.failures:
+                    self._answered(res)
                 obj = event.get("raw_object") or {}
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 with self._lock:
@@ -281,6 +332,7 @@ class KubeCollector:
         finally:
             with self._lock:
                 self._watches.pop(res.name, None)
+        self._answered(res)  # the server ended the watch: it answered
 
     def _apply(self, res: _Resource, kind: str, obj: dict[str, Any]) -> None:
         if res.name == "events":

@@ -8,7 +8,9 @@ columns as the Prometheus path to the one snapshot builder, so both modes yield 
 
 - A target that fails keeps its last page for `inventory_window` seconds, with the old sample
   time: its node reads stale in TelemetryHealth (`up` False), the rest of the fleet is fresh.
-- Every target failing raises errors.TemporaryError (no snapshot is invented).
+- Every target failing raises errors.TemporaryError (no snapshot is invented); some failing
+  name themselves in `TelemetryHealth.degraded_reason` (the source still answers, so
+  `source_ok` stays True) for the live cycle to say out loud; they are logged at DEBUG here.
 - Malformed lines are skipped and counted; each target's first bad page is logged once.
 - Sample times are the collector's clock at the scrape (`now` is injectable, e.g. a
   simulator's scenario clock), not the exporter's.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +46,7 @@ from observer.scrape.ring_window import RingWindow
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.inputs import (
+    NODE_HINT_LABELS,
     ExporterHealth,
     GpuColumns,
     MetricSeries,
@@ -106,13 +109,15 @@ class ScrapeCollector:
         settings: ScrapeSettings,
         *,
         now: Callable[[], float] = time.time,
-        discover: Callable[[], Sequence[str]] | None = None,
+        discover: Callable[[], Sequence[str] | Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.now = now
         self.discover = discover
         """Lists the exporter URLs each cycle (the Kubernetes way: pods by label from the
-        service's watch cache); used when `settings` names no targets or discovery URL."""
+        service's watch cache), or maps each to its exporter pod's node; used when `settings`
+        names no targets or discovery URL."""
+        self._target_nodes: dict[str, str] = {}
         self.builder = SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
         ).with_pod_cache()
@@ -142,7 +147,10 @@ class ScrapeCollector:
         if s.targets:
             return list(s.targets)
         if self.discover is not None and not s.discovery_url:
-            urls = list(self.discover())
+            found = self.discover()
+            if isinstance(found, Mapping):  # URL -> the exporter pod's node (watch cache)
+                self._target_nodes = {u: n for u, n in found.items() if n}
+            urls = list(found)
             if not urls:
                 raise TemporaryError(
                     "no dcgm-exporter pod found (none running with an IP matches the selectors)",
@@ -190,13 +198,16 @@ class ScrapeCollector:
                             "malformed lines of this target are counted, not logged",
                             f.url, page.malformed, page.first_error)  # fmt: skip
             st.page, st.at = page, t
+            node = self._target_nodes.get(f.url, "")
+            if node:  # as Prometheus' pod discovery relabels `kubernetes_node` (node_join)
+                _stamp_node(page, node)
             for key, labels in page.identity.items():
                 st.inventory[key] = (dict(labels), t)
             for key in [
                 k for k, (_, seen) in st.inventory.items() if t - seen > s.inventory_window
             ]:
                 del st.inventory[key]
-            st.node = _node_of(page) or st.node
+            st.node = node or _node_of(page) or st.node
             self._push(page, t)
             stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, page.samples, True))
         if urls and not any(self._targets[u].ok for u in urls):
@@ -206,11 +217,11 @@ class ScrapeCollector:
                 hint="check the exporter URLs and that the exporters are running",
             )
         for p in problems:
-            log.warning("scrape: %s", p)
+            log.debug("scrape: %s", p)
         self._cycles.append(t)
         self.counters.expire(t)
         self.steps.expire(t)
-        snap, report = self._build(t, urls, nodes, pods, events)
+        snap, report = self._build(t, urls, nodes, pods, events, "; ".join(problems))
         took = time.perf_counter() - began
         return ScrapeResult(
             snap, CycleStats(tuple(stats), took, tuple(problems)), report, malformed
@@ -232,6 +243,7 @@ class ScrapeCollector:
         nodes: Sequence[Node] | None,
         pods: Sequence[Pod] | None,
         events: Iterable[Event],
+        problems: str = "",
     ) -> tuple[FleetSnapshot, BuildReport]:
         s = self.settings
         cols = _Columns()
@@ -241,6 +253,7 @@ class ScrapeCollector:
         up: dict[str, bool] = {}
         last: dict[str, float] = {}
         lost: list[tuple[dict[str, str], float]] = []
+        sharers: list[tuple[Mapping[str, str], float]] = []
         for url in urls:
             st = self._targets[url]
             if st.page is None or not t - st.at <= s.inventory_window:
@@ -255,6 +268,7 @@ class ScrapeCollector:
                     cols.stamps.append(seen)
                 else:
                     lost.append((labels, seen))
+            sharers += [(lab, st.at) for rows in page.sharers.values() for lab in rows]
             for fam, (keys, vals, _) in page.gpu.items():
                 k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
                 k.extend(keys)
@@ -267,14 +281,21 @@ class ScrapeCollector:
                     kube.append(row)
                 elif x == 1:
                     status.append(row)
-        cols.rows += [labels for labels, _ in lost]  # vanished GPUs last: rows, no data
+        cols.rows += [labels for labels, _ in lost]  # vanished GPUs: rows, no data
         cols.stamps += [seen for _, seen in lost]
+        cols.rows += [dict(labels) for labels, _ in sharers]  # then pods sharing a GPU
+        cols.stamps += [seen for _, seen in sharers]
         gpus = GpuColumns.from_label_dicts(cols.rows, cols.stamps)
         metrics = self._metrics(cols, t)
         n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
         metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_paged)
         ksm_nodes, ksm_pods = records_from_series(kube, status, ())
-        exporters = ExporterHealth(up=up, last_scrape=last, sample_times=[np.array(self._cycles)])
+        exporters = ExporterHealth(
+            up=up,
+            last_scrape=last,
+            sample_times=[np.array(self._cycles)],
+            degraded_reason=problems[:2000],
+        )
         return self.builder.build_with_report(
             t,
             gpus,
@@ -312,6 +333,18 @@ class ScrapeCollector:
             timestamp=np.array([r[3] for r in rows]),
             increase=self.steps.increase(keys, t, self.settings.window),
         )
+
+
+NODE_LABEL = NODE_HINT_LABELS[-1]
+"""`kubernetes_node`: the label the snapshot reads as the exporter pod's `spec.nodeName`."""
+
+
+def _stamp_node(page: ParsedPage, node: str) -> None:
+    """The page's GPUs labelled with their exporter pod's node (`kubernetes_node`)."""
+    page.identity = {k: {**lab, NODE_LABEL: node} for k, lab in page.identity.items()}
+    page.sharers = {
+        k: [{**lab, NODE_LABEL: node} for lab in rows] for k, rows in page.sharers.items()
+    }
 
 
 def _node_of(page: ParsedPage) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from detectors.findings import Finding, FindingKind, Severity
-from remediations.incidents import Change, Hysteresis, TrackerState, step
+from remediations.incidents import HOLDS, Change, Hysteresis, TrackerState, step
 from tests.remediations.helpers import finding
 
 H = Hysteresis(open_after=2, resolve_after=3)
@@ -73,3 +73,18 @@ def test_restore_from_records() -> None:
     _, ch = step(TrackerState("c"), [finding()], 1.0, H)
     restored = TrackerState.from_records("c", [ch[0].incident])
     assert next(iter(restored.open())).incident_id == ch[0].incident.id
+
+
+def test_a_partial_source_gap_lets_incidents_elsewhere_resolve() -> None:
+    """One exporter of many down (its node has its own gap) is a fleet-level gap that holds
+    nothing: an incident on a node that still reports resolves as usual."""
+    c = finding(node="n1")
+    partial = Finding(
+        FindingKind.MONITORING_GAP, Severity.WARNING, "telemetry source failing: target n2",
+        1000.0, 1000.0, evidence={HOLDS: False},
+    )  # fmt: skip
+    _, log = run([[c], [partial], [partial], [partial]])
+    assert log[3] == [(Change.RESOLVED, "gpu_xid")]
+    held = Finding(FindingKind.MONITORING_GAP, Severity.WARNING, "no telemetry", 1000.0, 1000.0)
+    _, log = run([[c], [held], [held], [held]])
+    assert not any(ch == (Change.RESOLVED, "gpu_xid") for cy in log for ch in cy)

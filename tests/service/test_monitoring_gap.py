@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from alerts import AlertsRuntime
 from alerts.config import parse_alerts_config
 from alerts.schema import AmOutputRow
 from alerts.store import AlertsStore
-from detectors.findings import FindingKind
+from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from errors.outages import OutageLog
@@ -28,6 +29,7 @@ from metering import Meter, usage
 from observer.fleet.model import FleetSnapshot
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
+from remediations.incidents import HOLDS
 from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import IncidentStatus
@@ -169,3 +171,30 @@ def test_outage_log_repeats_once_a_minute_with_the_count() -> None:
         "collect failing for 120 s (6 failures since the last report): connection refused",
         "collect recovered after 130 s",
     ]
+
+
+def test_a_failing_source_keeps_the_detectors_coverage_notices(store: Store) -> None:
+    """The partial-source gap takes the place of the monitoring_gap detector's own fleet
+    notice, never of a notice that a detector cannot run (another entity of the same kind)."""
+    f = fleet()
+    cannot_run = Finding(
+        FindingKind.MONITORING_GAP, Severity.INFO, "nccl_hang cannot run: no step counter",
+        T0, T0, detector="coverage",
+    )  # fmt: skip
+
+    def collect() -> FleetSnapshot:
+        snap = snapshot(f, T0)
+        assert snap.telemetry is not None
+        t = replace(snap.telemetry, degraded_reason="target http://x/metrics failed: HTTP 503")
+        return replace(snap, telemetry=t)
+
+    loop = RemediationCycle(load_policy(), store, _Cluster({"p": 3}), "me", started_at=T0)
+    live = LiveCycle(
+        collect, DetectorSuite.default(), loop, extra_findings=lambda now: [cannot_run]
+    )
+    report = live.run_once(T0)
+    gaps = [x for x in report.findings if x.kind is FindingKind.MONITORING_GAP]
+    assert cannot_run in gaps
+    (partial,) = [x for x in gaps if x.detector != "coverage"]
+    assert partial.summary == "telemetry source failing: target http://x/metrics failed: HTTP 503"
+    assert partial.evidence[HOLDS] is False  # the rest of the fleet is still judged

@@ -38,6 +38,7 @@ from tests.fleet import Fleet
 from tests.k8s_sim_support import Sim, running_sim
 from tests.remediations.fake_cluster import FakeCluster, FNode
 from tests.service.policies import QUARANTINE_CRITICAL, live_policy
+from tests.service.procs import wait_for
 from tests.snapshot_fixtures import two_node_fleet
 
 LEASE = 10.0
@@ -154,6 +155,34 @@ def test_standby_started_before_the_fault_continues_the_leaders_incident(
         assert [i.id for i in after] == [opened[0].id]  # the same incident, carried on
         assert after[0].status is IncidentStatus.OPEN
         assert _opened_messages(store) == 1  # Slack hears "opened" once
+    finally:
+        a.lease.close()
+        b.lease.close()
+
+
+def test_an_incident_the_dead_leader_never_announced_is_announced_by_the_next(
+    sim: Sim, store: Store
+) -> None:
+    """The journal write and the outbox write are two transactions: a leader killed between
+    them leaves an open incident no message carries. The next leader says it, once."""
+    now = [T0]
+    a = _replica(sim, store, now, "alpha")
+    b = _replica(sim, store, now, "beta")
+    try:
+        assert a.elector.try_once() and not b.elector.try_once()
+        a.service.p.live.run_once(now[0])  # the cycle journals the incident; alpha dies before
+        (opened,) = store.open_incidents()  # its alerts are written
+        assert _opened_messages(store) == 0
+
+        now[0] += LEASE + 1
+        assert b.elector.try_once() and b.service.warm_up()
+        # said by the new leader's warm-up (its thread, started as it became leader)
+        wait_for(lambda: _opened_messages(store) == 1, 10, "the new leader to announce it")
+        for _ in range(3):
+            b.cycle()
+            now[0] += 30
+        assert [i.id for i in store.open_incidents()] == [opened.id]
+        assert _opened_messages(store) == 1  # and only once
     finally:
         a.lease.close()
         b.lease.close()

@@ -1,0 +1,118 @@
+"""What the two-process failover tests share: the small fleet at speed 4 behind its
+PodDisruptionBudget, a config for two `gpufleet run` replicas with leader election on one
+journal, the pair of processes, and the checks every failover must pass (no incident opened
+twice, each announced once, each Kubernetes write done once)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts.store import AlertsStore
+from remediations.store import AuditRecord, Store
+from simulator.serve import SimulationHandle, start_simulation
+from tests.k8s_sim_support import small_scenario
+from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
+from tests.service.procs import Proc, wait_for
+
+LEASE = 4.0
+SPEED = 4.0
+DRAIN_CRITICAL: dict[str, Any] = {
+    "name": "drain-critical",
+    "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]},
+    "playbook": "drain",
+    "mode": "auto",
+    "params": {"timeout": "10m", "backoff_initial": "4s"},
+}
+QUARANTINE = QUARANTINE_CRITICAL
+
+
+def start_fleet(
+    tmp: Path, faults: Sequence[dict[str, Any]], confounders: Sequence[dict[str, Any]] = ()
+) -> SimulationHandle:
+    """The small fleet (both ranks of `train` on h100-0000 behind a PDB, maxUnavailable 1),
+    starting now at speed 4, with `faults` and `confounders` (scenario times)."""
+    sc = small_scenario(faults=list(faults), confounders=list(confounders))
+    sc = sc.model_copy(update={"start": float(int(time.time()))})
+    return start_simulation(sc, speed=SPEED, kubeconfig_out=tmp / "kubeconfig")
+
+
+def failover_config(
+    tmp: Path, h: SimulationHandle, store_url: str, rules: Sequence[dict[str, Any]]
+) -> Path:
+    """Two replicas' config: a live policy of `rules`, the simulator's exporters and API,
+    leader election on a 4-s Lease renewed every second, the journal at `store_url`."""
+    assert h.kubeconfig is not None
+    policy = live_policy_dict(list(rules))
+    (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
+    cfg = {
+        "cluster": h.scenario.cluster,
+        "store_url": store_url,
+        "kubeconfig": str(h.kubeconfig),
+        "policy": str(tmp / "policy.yaml"),
+        "service": {
+            "interval": h.scenario.scrape_interval / h.clock.speed,
+            "source": {"discovery_url": f"{h.metrics_url}/targets"},
+            "http": {"host": "127.0.0.1", "port": 0},
+            "leader_election": {"enabled": True, "lease_duration": f"{LEASE:.0f}s",
+                                "renew_every": "1s"},
+        },
+    }  # fmt: skip
+    path = tmp / "gpufleet.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@contextmanager
+def replicas(cfg: Path, tmp: Path) -> Iterator[tuple[Proc, Proc]]:
+    """alpha (leading) and beta (standby); both killed on the way out if still running."""
+    a = Proc(cfg, "alpha", tmp / "alpha.log")
+    procs = [a]
+    try:
+        a.wait_url()
+        wait_for(lambda: a.ready()["role"] == "leader", 30, "alpha to lead")
+        b = Proc(cfg, "beta", tmp / "beta.log")
+        procs.append(b)
+        b.wait_url()
+        yield a, b
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def leader_of(procs: Sequence[Proc]) -> Proc | None:
+    """The running replica that says it leads (None while none does)."""
+    for p in procs:
+        if p.p.poll() is None and p.ready().get("role") == "leader":
+            return p
+    return None
+
+
+def audit_has(store: Store, text: str) -> bool:
+    return any(text in r.message for r in store.audit_log())
+
+
+def assert_each_incident_once(store: Store, rows: Sequence[AuditRecord]) -> None:
+    """No entity has two incidents (in the journal's table or named by its audit), and
+    Slack's outbox announces each incident's opening once, across every failover."""
+    incidents = store.incidents() + [
+        i for i in (store.get_incident(r.incident_id or "") for r in rows) if i is not None
+    ]
+    by_key: dict[str, set[str]] = {}
+    for i in incidents:
+        by_key.setdefault(i.entity_key, set()).add(i.id)
+    assert all(len(ids) == 1 for ids in by_key.values()), by_key  # no incident twice
+    outbox = AlertsStore(store.engine, store.cluster).outbox()
+    opened = sum(json.dumps(r.payload).count(" opened (") for r in outbox)
+    assert opened == len(by_key), (opened, sorted(by_key))  # each announced once
+
+
+def writes(rows: Sequence[AuditRecord], verb: str) -> list[AuditRecord]:
+    """The journal's rows of Kubernetes writes that took effect (`did <verb> ...`)."""
+    return [r for r in rows if r.message.startswith(f"did {verb}")]

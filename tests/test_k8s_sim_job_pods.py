@@ -78,7 +78,8 @@ def test_a_node_running_a_jobs_pod_reboots_when_marked(tmp_path: Path) -> None:
             core.patch_node("h100-0003", marker)
             sim.advance(1)
             node = core.read_node("h100-0003")
-            ready = [c for c in (node.status.conditions or []) if c.type == "Ready"]
+            status = node.status
+            ready = [c for c in (status.conditions if status else None) or [] if c.type == "Ready"]
             assert ready and ready[0].status == "False", ready
             sim.advance(60)
             node = core.read_node("h100-0003")

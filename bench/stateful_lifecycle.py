@@ -65,6 +65,8 @@ def run(runs: int, quick: bool) -> str:
             "or flaky diagnostics, late approvals, leader restarts and hand cordons. A failure "
             "prints Hypothesis' shrunk sequence of events. Found so far: a node "
             "a person cordoned and gpufleet then quarantined was never given back (the ownership "
-            "gate refused the whole return); fixed, test_return_rule_sim.py keeps it fixed.",
+            "gate refused the whole return); fixed, test_return_rule_sim.py keeps it fixed. And "
+            "the simulator's reboot of a node running a Job's pod failed its PATCH (the pod had "
+            "no uid), so every reboot timed out; fixed, test_k8s_sim_job_pods.py keeps it fixed.",
         ]
     )

@@ -31,12 +31,12 @@ MIN = 60.0
 NODE = "ts-0000"
 
 
-def _scenario(virtual_gpus: bool = True) -> Scenario:
-    """One node, two GPUs time-sliced two ways, four one-pod jobs: a and b share GPU 0, c and d
-    GPU 1; an XID 48 (followed by 45) on GPU 0 at 5 min."""
+def shared_scenario(virtual_gpus: bool = True, namespaces: str = "ml ml ml ml") -> Scenario:
+    """One node, two GPUs time-sliced two ways, four one-pod jobs (in `namespaces`, in order): a
+    and b share GPU 0, c and d GPU 1; an XID 48 (followed by 45) on GPU 0 at 5 min."""
     jobs: list[dict[str, Any]] = [
-        {"name": n, "kind": "training", "namespace": "ml", "replicas": 1, "gpus_per_pod": 1}
-        for n in "abcd"
+        {"name": n, "kind": "training", "namespace": ns, "replicas": 1, "gpus_per_pod": 1}
+        for n, ns in zip("abcd", namespaces.split(), strict=True)
     ]
     return scenario_from_dict(
         {
@@ -70,7 +70,7 @@ def _assert_every_pod_attributed_and_xids_counted_once(snap: FleetSnapshot) -> N
 
 @pytest.fixture
 def live() -> Iterator[tuple[SimulationHandle, ManualWall]]:
-    sc = _scenario()
+    sc = shared_scenario()
     wall = ManualWall(sc.start)
     handle = start_simulation(sc, wall=wall, options=ClusterOptions(startup_seconds=0))
     yield handle, wall
@@ -108,7 +108,7 @@ def _assert_repairs_wait_for_every_pod(snap: FleetSnapshot) -> None:
 
 
 def test_prometheus_attributes_every_pod_on_a_shared_gpu(tmp_path: Path) -> None:
-    sc = _scenario()
+    sc = shared_scenario()
     om = write_scenario(sc, tmp_path / "ts.om", sc.start, sc.start + 7 * MIN)
     prom = start_prometheus(om, tmp_path)
     try:
@@ -126,7 +126,7 @@ def test_prometheus_attributes_every_pod_on_a_shared_gpu(tmp_path: Path) -> None
 def test_without_virtual_gpus_the_exporter_names_one_pod_per_gpu(tmp_path: Path) -> None:
     """The exporter's device-to-pod map keeps one pod per device: the others' GPU is not known
     from the series, so it is not guessed (they stay pods without GPUs)."""
-    sc = _scenario(virtual_gpus=False)
+    sc = shared_scenario(virtual_gpus=False)
     om = write_scenario(sc, tmp_path / "ts.om", sc.start, sc.start + 7 * MIN)
     prom = start_prometheus(om, tmp_path)
     try:

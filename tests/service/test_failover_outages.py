@@ -7,8 +7,9 @@ outbox and the Kubernetes objects the simulator holds.
   monitoring_gap incident, announced once, adopted by the new leader, resolved on return; no
   Kubernetes write;
 - store outage (the journal's connections reset and refused, through a TCP proxy in front of
-  the shared PostgreSQL): both replicas survive, one line a minute instead of a traceback per
-  cycle, no journal row lost, and the fault that began meanwhile is quarantined once after;
+  the shared PostgreSQL): both replicas survive, one line a minute in total (not one per
+  worker) instead of a traceback per cycle, no journal row lost, and the fault that began
+  meanwhile is quarantined once after;
 - Kubernetes API outage during a drain: no replica leads while the API is down (both report
   not ready), and once it returns the drain finishes within a minute, each eviction once;
 - a fault that begins while no replica leads: acted on automatically by the next leader, not
@@ -142,10 +143,10 @@ def test_store_outage_is_survived_and_the_fault_it_hid_is_acted_on_once(
             _no_traceback(a, b)
             lines = a.log.read_text().splitlines()
             said = [ln for ln in lines if "store failing" in ln]
-            # one line per minute from each worker that uses the journal (the cycle, the
-            # executor), not one per cycle; and one line each when it answers again
-            assert 1 <= len(said) <= 4, said
-            assert any("store recovered" in ln for ln in lines)
+            # one line a minute in total (the cycle and the executor share one registry), not
+            # one per cycle nor one per worker; the outage lasts < 60 s; one line when it ends
+            assert len(said) == 1, said
+            assert sum("store recovered" in ln for ln in lines) == 1
             assert b.log.read_text().count("store failing") <= 2  # the standby's first look
         assert before <= {r.id for r in rows}  # no journal row lost
         assert _unschedulable(h, "h100-0001")

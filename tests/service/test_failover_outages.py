@@ -88,7 +88,7 @@ def _wait_scenario(h: SimulationHandle, seconds: float) -> None:
 def test_exporter_outage_across_a_failover_is_one_gap_said_once(
     tmp_path: Path, pg_url: str, journal: Store
 ) -> None:
-    down = [{"kind": "exporter_down", "node": n, "start": "90s", "end": "240s"} for n in NODES]
+    down = [{"kind": "exporter_down", "node": n, "start": "90s", "end": "180s"} for n in NODES]
     h = start_fleet(tmp_path, [], down)
     try:
         cfg = failover_config(tmp_path, h, pg_url, [QUARANTINE])
@@ -123,7 +123,7 @@ def test_exporter_outage_across_a_failover_is_one_gap_said_once(
 def test_store_outage_is_survived_and_the_fault_it_hid_is_acted_on_once(
     tmp_path: Path, pg_url: str, journal: Store
 ) -> None:
-    fault = [{"kind": "xid48_dbe", "node": "h100-0001", "gpu": 1, "start": "120s"}]
+    fault = [{"kind": "xid48_dbe", "node": "h100-0001", "gpu": 1, "start": "100s"}]
     h = start_fleet(tmp_path, fault)
     proxy = TcpProxy("127.0.0.1", 5432)
     try:
@@ -134,7 +134,7 @@ def test_store_outage_is_survived_and_the_fault_it_hid_is_acted_on_once(
             assert _scenario_seconds(h) < 100, "too slow to cut the store before the fault"
             before = {r.id for r in journal.audit_log()}
             proxy.cut()  # the journal is gone: connections reset, new ones refused
-            _wait_scenario(h, 180)  # the fault began 60 scenario s (7.5 s) into the outage
+            _wait_scenario(h, 160)  # the fault began 40 scenario s (5 s) into the outage
             assert a.p.poll() is None and b.p.poll() is None  # both survive it
             proxy.restore()
 
@@ -196,7 +196,7 @@ def test_api_outage_during_a_drain_then_the_drain_finishes_at_once(
 def test_a_fault_that_begins_while_no_replica_leads_is_acted_on(
     tmp_path: Path, pg_url: str, journal: Store
 ) -> None:
-    fault = [{"kind": "xid48_dbe", "node": "h100-0002", "gpu": 2, "start": "180s"}]
+    fault = [{"kind": "xid48_dbe", "node": "h100-0002", "gpu": 2, "start": "140s"}]
     h = start_fleet(tmp_path, fault)
     try:
         cfg = failover_config(tmp_path, h, pg_url, [QUARANTINE])
@@ -204,8 +204,8 @@ def test_a_fault_that_begins_while_no_replica_leads_is_acted_on(
             wait_for(lambda: audit_has(journal, "gpufleet started watching"), 30, "first look")
             assert _scenario_seconds(h) < 100, "too slow to cut the API before the fault"
             _cut_api(h, a, b)
-            assert _scenario_seconds(h) < 180, "the leader stepped down after the fault began"
-            _wait_scenario(h, 180 + 60)  # the XID began, and was seen, with nobody leading
+            assert _scenario_seconds(h) < 140, "the leader stepped down after the fault began"
+            _wait_scenario(h, 140 + 40)  # the XID began, and was seen, with nobody leading
             assert leader_of([a, b]) is None
             h.faults.clear()
 

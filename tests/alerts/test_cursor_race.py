@@ -32,7 +32,7 @@ def test_the_second_replica_to_insert_the_cursor_starts_anyway(journal: Store) -
     errors: list[BaseException] = []
     with journal.engine.connect() as first:  # the first replica's insert, not yet committed
         tx = first.begin()
-        first.execute(insert(CursorRow.__table__).values(cluster="c1", audit_after=7))
+        first.execute(insert(CursorRow).values(cluster="c1", audit_after=7))
 
         def second() -> None:  # reads no cursor, then waits on the first's row, then loses
             try:

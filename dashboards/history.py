@@ -11,6 +11,7 @@ client.
 from __future__ import annotations
 
 import re
+import time
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
@@ -73,7 +74,8 @@ def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataF
     """Columns t, value, series ("this GPU" | "peers' median"), field: every field `kind`'s
     detector reads, over [at - WINDOW_S, at + WINDOW_S]. Raises errors.GpufleetError when
     Prometheus cannot answer."""
-    start, end = at - WINDOW_S, at + WINDOW_S
+    # Never past now: Prometheus would repeat each series' last sample for 5 min into the future.
+    start, end = at - WINDOW_S, min(at + WINDOW_S, time.time())
     step = max(1.0, 2 * WINDOW_S / POINTS)
     uuid = _quote(gpu_uuid)
     frames = []

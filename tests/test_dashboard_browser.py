@@ -1,7 +1,8 @@
 """The dashboard in a real browser: `dashboards.launcher` starts Streamlit on 127.0.0.1 over a
 journal the real engine wrote, headless Debian Chromium (selenium + chromedriver) loads every
-page, clicks Approve on a pending action and sees the journal change. Screenshots of each page
-go to docs/screenshots/ (the README shows them)."""
+page at 1,280 and 1,920 px, clicks Approve on a pending action and sees the journal change.
+Screenshots of each page go to the test's temporary directory; the README's come from the
+running demo (tests/service/test_demo_browser.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -23,6 +22,7 @@ from dashboards.settings import DashboardConfig, DashboardSettings
 from metering import MeteringConfig
 from remediations.store import Store
 from remediations.types import ActionState
+from tests.browser import CUT_OFF, HAVE_CHROMIUM, chromium, settle
 from tests.dashboard_seed import (
     bulk_incidents,
     seed_cluster,
@@ -31,8 +31,6 @@ from tests.dashboard_seed import (
     seed_straggler,
 )
 
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-SHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 PAGES = (
     ("fleet", "Fleet"),
     ("incidents", "Incidents"),
@@ -44,15 +42,11 @@ PAGES = (
 )
 
 WIDTHS = (1280, 1920)
-CUT_OFF = """return [...document.querySelectorAll(
-  '[data-testid="stMetricLabel"] p, [data-testid="stMetricValue"] div')]
-  .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
-"""Metric labels and values Streamlit cut with an ellipsis ("Idle allocated G...")."""
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
+        not HAVE_CHROMIUM,
         reason="needs Debian chromium and chromium-driver (make system-deps)",
     ),
 ]
@@ -93,31 +87,15 @@ def dashboard(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    o = webdriver.ChromeOptions()
-    o.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1440,1100", "--hide-scrollbars"):  # fmt: skip
-        o.add_argument(arg)
-    d = webdriver.Chrome(service=Service(DRIVER), options=o)
-    try:
+    with chromium(1440, 1100) as d:
         yield d
-    finally:
-        d.quit()
-
-
-def settle(d: WebDriver, title: str, timeout: float = 20.0) -> None:
-    """Wait for the page's title, then until Streamlit stops running and charts drew."""
-    w = WebDriverWait(d, timeout, poll_frequency=0.2)
-    w.until(lambda d: any(h.text == title for h in d.find_elements(By.TAG_NAME, "h1")))
-    with contextlib.suppress(TimeoutException):
-        w.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]'))
-    with contextlib.suppress(TimeoutException):  # placeholders of parts still drawing
-        w.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stSkeleton"]'))
-    time.sleep(0.8)  # Vega draws after the script ends
 
 
 def test_every_page_loads_and_approve_changes_the_journal(
-    dashboard: Dashboard, browser: WebDriver, seeded: tuple[Store, dict[str, str]]
+    dashboard: Dashboard,
+    browser: WebDriver,
+    seeded: tuple[Store, dict[str, str]],
+    tmp_path: Path,
 ) -> None:
     store, ids = seeded
     shots = []
@@ -132,13 +110,12 @@ def test_every_page_loads_and_approve_changes_the_journal(
             assert not browser.execute_script(CUT_OFF), (path, width)
             assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAppDeployButton"]')
             if width == WIDTHS[0]:
-                with contextlib.suppress(TimeoutException):  # the README shows drawn charts
+                with contextlib.suppress(TimeoutException):  # the screenshots show drawn charts
                     WebDriverWait(browser, 30, poll_frequency=0.5).until(
                         lambda d: d.find_elements(By.CSS_SELECTOR, "canvas, svg.marks")
                     )
                 time.sleep(1.5)
-                shot = SHOTS / f"{path}.png"
-                SHOTS.mkdir(parents=True, exist_ok=True)
+                shot = tmp_path / f"{path}.png"
                 browser.save_screenshot(str(shot))
                 shots.append(shot)
 
@@ -159,5 +136,5 @@ def test_every_page_loads_and_approve_changes_the_journal(
     assert a.approved_by == "dashboard (no login)"
     WebDriverWait(browser, 15).until(lambda d: f"{a.id}: approved by" in d.page_source)
     settle(browser, "Remediation")
-    browser.save_screenshot(str(SHOTS / "remediation-approved.png"))
+    browser.save_screenshot(str(tmp_path / "remediation-approved.png"))
     assert all(s.stat().st_size > 10_000 for s in shots)

@@ -3,7 +3,7 @@ this GPU against the peers the detector compared it with and its threshold."""
 
 from __future__ import annotations
 
-from dashboards.views.evidence import panels, stem
+from dashboards.views.evidence import field_unit, panels, stem, thresholds_by_field
 
 STRAGGLER = {
     "device": 0, "rank": 2, "signal": "tensor", "activity": 0.624, "job_median_activity": 0.529,
@@ -30,3 +30,16 @@ def test_a_throttled_gpu_is_compared_with_its_models_busy_median() -> None:
     (only,) = panels(ev)
     assert only[0] == "sm_clock_mhz" and stem("model_busy_median_mhz") == "sm_clock_mhz"
     assert sorted(only[1]["role"]) == ["peers", "this entity"]
+
+
+def test_each_history_chart_draws_only_the_thresholds_in_its_own_unit() -> None:
+    fields = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP")
+    ev = {"gpu_temp_c": 91.0, "threshold_temp_c": 85.0, "min_sm_clock_mhz": 1200.0,
+          "threshold_s": 60.0, "min_gap": 0.07}  # fmt: skip
+    drawn, apart = thresholds_by_field(fields, ev)
+    # The old page drew every threshold on the first chart (the clock-reason bitmask here).
+    assert drawn["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] == {}
+    assert drawn["DCGM_FI_DEV_SM_CLOCK"] == {"min_sm_clock_mhz": 1200.0}
+    assert drawn["DCGM_FI_DEV_GPU_TEMP"] == {"threshold_temp_c": 85.0}
+    assert apart == {"threshold_s": 60.0, "min_gap": 0.07}  # seconds, a relative gap: no chart
+    assert [field_unit(f) for f in fields] == ["bitmask", "MHz", "°C"]

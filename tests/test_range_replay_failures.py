@@ -63,3 +63,18 @@ def test_failed_reads_degrade_or_stop_the_replay(
         with PrometheusCollector(settings) as c, pytest.raises(GpufleetError) as err:
             list(c.collect_range(t0, t1, 30.0))
         assert "HTTP 400" in str(err.value) and not err.value.temporary
+
+
+def test_a_window_that_starts_before_the_data_replays(
+    prom: PrometheusHandle, scenario: Scenario
+) -> None:
+    """What-if's default window (the last hour) on a Prometheus younger than an hour: the steps
+    before the first sample are empty snapshots, not a crash ("cannot reshape array of size 0")."""
+    t0, t1 = scenario.start - 10 * MIN, scenario.start + 4 * MIN
+    with PrometheusCollector(PromSettings(prom.url, range_chunk=120.0)) as c:
+        results = list(c.collect_range(t0, t1, 30.0))
+    assert len(results) == 29
+    before = [r.snapshot for r in results if r.snapshot.taken_at < scenario.start - 5 * MIN]
+    after = [r.snapshot for r in results if r.snapshot.taken_at >= scenario.start + MIN]
+    assert before and all(len(s.gpus) == 0 for s in before)
+    assert after and all(len(s.gpus) == 40 for s in after)

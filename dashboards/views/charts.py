@@ -10,6 +10,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 ROLE_COLORS = {"this entity": "#d62728", "peers": "#7f7f7f", "threshold": "#2ca02c"}
+SERIES_COLORS = {"this GPU": ROLE_COLORS["this entity"], "peers' median": ROLE_COLORS["peers"]}
 
 
 def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
@@ -24,7 +25,7 @@ def timeline(df: pd.DataFrame, now: float) -> alt.Chart:
         alt.Chart(d[["start", "end", "entity", "kind", "severity", "summary", "id"]])
         .mark_bar(height=10, opacity=0.7)
         .encode(
-            x=alt.X("start:T", title="time (UTC)"),
+            x=utc_time("start", "time (UTC)", (d["end"].max() - d["start"].min()).total_seconds()),
             x2="end:T",
             y=alt.Y("kind:N", title=None),
             color=alt.Color(
@@ -73,18 +74,35 @@ def evidence_bars(frame: pd.DataFrame) -> alt.Chart:
     return chart
 
 
+def utc_time(field: str, title: str | None = None, span: float = 3600.0) -> alt.X:
+    """A time axis in UTC, 24 h clock: the journal's and the CLI's clock, whatever the browser's
+    time zone; seconds shown when the axis spans minutes, the date when it spans days."""
+    fmt = "%H:%M:%S" if span < 900 else "%H:%M" if span < 86400 else "%m-%d %H:%M"
+    return alt.X(
+        f"{field}:T", title=title, scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format=fmt, labelOverlap=True),
+    )  # fmt: skip
+
+
 def history_lines(
-    frame: pd.DataFrame, thresholds: Mapping[str, float], start: float
+    frame: pd.DataFrame, thresholds: Mapping[str, float], start: float, unit: str = ""
 ) -> alt.LayerChart:
     """One field's history: this GPU and its peers' median as lines, the incident's start as a
-    vertical rule and the detector's thresholds (from the evidence) as dashed horizontal rules."""
+    vertical rule and the detector's thresholds in this field's unit (from the evidence) as
+    dashed horizontal rules; the y axis names the field and its unit."""
+    name = str(frame["field"].iloc[0]) if len(frame) else ""
+    span = (frame["t"].max() - frame["t"].min()).total_seconds() if len(frame) else 3600.0
     lines = (
         alt.Chart(frame)
         .mark_line()
         .encode(
-            x=alt.X("t:T", title=None),
-            y=alt.Y("value:Q", title=str(frame["field"].iloc[0]) if len(frame) else None),
-            color=alt.Color("series:N", title=None),
+            x=utc_time("t", span=span),
+            y=alt.Y("value:Q", title=f"{name} ({unit})" if unit else name or None),
+            color=alt.Color(  # the evidence panels' colours: this GPU red, its peers grey
+                "series:N",
+                title=None,
+                scale=alt.Scale(domain=list(SERIES_COLORS), range=list(SERIES_COLORS.values())),
+            ),
             tooltip=["t:T", "series", "value"],
         )
     )

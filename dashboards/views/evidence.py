@@ -8,13 +8,14 @@ value labelled as this entity's, its peers' or a threshold, and drawn with its u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import altair as alt
 import pandas as pd  # type: ignore[import-untyped]
 
 from dashboards.views.charts import ROLE_COLORS, role
+from observer.fleet.catalog import BY_NAME
 
 PREFIXES = (
     "job_median_", "node_peers_median_", "model_busy_median_", "peers_median_", "threshold_",
@@ -23,6 +24,7 @@ PREFIXES = (
 DROPPED = {"median", "baseline", "busy", "evidence"}
 BARE_UNIT = {"mhz": "sm_clock_mhz"}
 """A stem that is only a unit names the metric the detector compares in that unit."""
+FRACTION = "fraction of time active (0-1)"
 UNITS = (("_mhz", "MHz"), ("_w", "W"), ("_c", "°C"), ("_s", "s"), ("_bytes_per_s", "bytes/s"))
 
 
@@ -43,10 +45,44 @@ def unit(metric: str) -> str:
         if metric.endswith(suffix):
             return u
     if metric in ("activity", "compute"):
-        return "fraction of time active (0-1)"
+        return FRACTION
     if metric.startswith("util"):
         return "%"
     return ""
+
+
+FIELD_UNITS = {"percent": "%", "celsius": "°C", "watts": "W", "ratio": FRACTION, "xid": "XID code"}
+"""The catalog's unit words as a person reads them on an axis."""
+
+
+def field_unit(field: str) -> str:
+    """The unit of a DCGM field (the metric catalog's), as drawn on its chart's axis."""
+    spec = BY_NAME.get(field)
+    u = spec.unit if spec is not None else ""
+    return FIELD_UNITS.get(u, u)
+
+
+def thresholds_by_field(
+    fields: Sequence[str], evidence: Mapping[str, Any]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Each of the evidence's thresholds on the chart of every field in its own unit (a
+    temperature limit on the temperature, never on the first chart whatever it is), and apart
+    the thresholds in no field's unit (seconds of persistence, a relative gap)."""
+    limits = {
+        k: float(v)
+        for k, v in evidence.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and role(k) == "threshold"
+    }
+    drawn: dict[str, dict[str, float]] = {f: {} for f in fields}
+    apart: dict[str, float] = {}
+    for k, v in limits.items():
+        u = unit(stem(k))
+        on = [f for f in fields if u and field_unit(f) == u]
+        for f in on:
+            drawn[f][k] = v
+        if not on:
+            apart[k] = v
+    return drawn, apart
 
 
 def panels(evidence: Mapping[str, Any]) -> list[tuple[str, pd.DataFrame]]:

@@ -119,9 +119,21 @@ NEXT = {
 }
 
 
+def actions_for(ctx: Context, cluster: str, incident_id: str) -> pd.DataFrame:
+    """The incident's own actions and those it joined: a second incident of a node already
+    being drained merges into that drain (a `merge` audit row) instead of asking again."""
+    own = data.actions(ctx.url, cluster, incident_id=incident_id)
+    merges = data.audit(ctx.url, cluster, kinds=("merge",), incident_id=incident_id)
+    joined = set(merges["action_id"].dropna()) - set(own["id"]) if not merges.empty else set()
+    if not joined:
+        return own
+    every = data.actions(ctx.url, cluster)
+    return pd.concat([own, every[every["id"].isin(joined)]], ignore_index=True)
+
+
 def next_step(ctx: Context, row: pd.Series) -> None:
     """The incident's playbook, its state and what happens next, under its header."""
-    acts = data.actions(ctx.url, str(row["cluster"]), incident_id=str(row["id"]))
+    acts = actions_for(ctx, str(row["cluster"]), str(row["id"]))
     if acts.empty:
         st.info("No action: the policy only notifies for this incident (Policy page).")
         return
@@ -133,7 +145,7 @@ def next_step(ctx: Context, row: pd.Series) -> None:
 
 def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
     """The fields the detector read for this GPU, ±30 min around the incident's start, with its
-    peers' median and the evidence's thresholds (drawn on the detector's first field)."""
+    peers' median and the evidence's thresholds, each on the field in its unit."""
     st.markdown("**Around its start** (this GPU, its peers' median, the thresholds)")
     url = ctx.settings.dashboard.prometheus_url
     fields = gpu_history.fields_for(str(row["kind"]))
@@ -155,16 +167,17 @@ def around_start(ctx: Context, row: pd.Series, ev: dict[str, object]) -> None:
     if frame.empty:
         st.caption(f"Prometheus holds none of {', '.join(fields)} for {gpu} in this window.")
         return
-    limits = {
-        k: float(v)
-        for k, v in ev.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and charts.role(k) == "threshold"
-    }
-    for i, f in enumerate(fields):
+    drawn, apart = evidence.thresholds_by_field(fields, ev)
+    for f in fields:
         part = frame[frame["field"] == f]
         if not part.empty:
-            chart = charts.history_lines(part, limits if i == 0 else {}, float(row["opened_at"]))
+            chart = charts.history_lines(
+                part, drawn[f], float(row["opened_at"]), evidence.field_unit(f)
+            )
             st.altair_chart(chart, width="stretch")
+    if apart:
+        st.caption("Thresholds in no charted field's unit (not drawn): "
+                   + ", ".join(f"{k} {v:g}" for k, v in apart.items()))  # fmt: skip
 
 
 def render(ctx: Context) -> None:

@@ -14,12 +14,17 @@ import streamlit as st
 from dashboards import data
 from dashboards import history as gpu_history
 from dashboards.shell import Context
+from dashboards.views import charts
 from errors import GpufleetError
 
 HEALTH_SCORE = {"healthy": 0.0, "no_data": 0.5, "degraded": 1.0, "quarantined": 1.0}
 JOB_KINDS = ("straggler", "nccl_hang")
 DAY = 86400.0
 HOUR = 3600.0
+UTIL_VS_MEDIAN = "util vs job median"
+SPAN_MIN = 5.0
+"""Percentage points the colour scale spans at least each side of the median: a job whose
+ranks differ by a point stays pale instead of painting noise."""
 
 
 UTIL_COLUMN = st.column_config.NumberColumn("utilization", format="%.1f %%")
@@ -46,9 +51,15 @@ def ranks(gpus: pd.DataFrame, flagged: pd.DataFrame, job: str) -> pd.DataFrame:
 
 
 def heatmap(g: pd.DataFrame) -> alt.LayerChart:
-    """Utilization on its own scale; health and the detector's flag in red where bad."""
+    """Each rank's utilization against the job's median, on a scale centred on it (ranks of a
+    healthy job all sit near 100 %: on a 0-100 scale the column is uniformly dark and a slow rank
+    hides); health and the detector's flag in red where bad."""
     order = list(g["rank"])
-    util = pd.DataFrame({"rank": g["rank"], "metric": "utilization %", "value": g["utilization"]})
+    median = float(g["utilization"].median()) if g["utilization"].notna().any() else 0.0
+    delta = g["utilization"] - median
+    span = max(SPAN_MIN, float(delta.abs().max()) if delta.notna().any() else 0.0)
+    util = pd.DataFrame({"rank": g["rank"], "metric": UTIL_VS_MEDIAN, "value": g["utilization"],
+                         "delta": delta})  # fmt: skip
     bad = pd.concat(
         [
             pd.DataFrame({"rank": g["rank"], "metric": "health", "label": g["health"],
@@ -57,13 +68,15 @@ def heatmap(g: pd.DataFrame) -> alt.LayerChart:
                           "bad": (g["flag"] != "").astype(float)}),
         ]
     )  # fmt: skip
-    x = alt.X("metric:N", title=None, sort=["utilization %", "health", "flagged"])
+    x = alt.X("metric:N", title=None, sort=[UTIL_VS_MEDIAN, "health", "flagged"],
+              axis=alt.Axis(labelAngle=0))  # fmt: skip
     y = alt.Y("rank:N", sort=order, title=None)
     left = alt.Chart(util).mark_rect().encode(
         x=x, y=y,
-        color=alt.Color("value:Q", scale=alt.Scale(scheme="blues", domain=[0, 100]),
-                        title="util %"),
-        tooltip=["rank", "value"],
+        color=alt.Color("delta:Q", scale=alt.Scale(scheme="redblue", domain=[-span, span]),
+                        title=f"pp vs {median:.0f} %"),
+        tooltip=["rank", alt.Tooltip("value:Q", title="utilization %", format=".1f"),
+                 alt.Tooltip("delta:Q", title="vs job median (pp)", format="+.1f")],
     )  # fmt: skip
     right = alt.Chart(bad).mark_rect().encode(
         x=x, y=y,
@@ -121,7 +134,10 @@ def render(ctx: Context) -> None:
         st.error(f"{f['kind']}: {f['summary']} (incident {f['id']})")
     left, right = st.columns([3, 2])
     with left:
-        st.markdown("**Ranks × metrics** (latest cycle; red: unhealthy or flagged by a detector)")
+        st.markdown(
+            "**Ranks × metrics** (latest cycle; utilization against the job's median, "
+            "red below; health and flags red where bad)"
+        )
         st.altair_chart(heatmap(g), width="stretch")
     with right:
         st.markdown("**The ranks' nodes**")
@@ -149,7 +165,7 @@ def over_time_heatmap(frame: pd.DataFrame, g: pd.DataFrame, field: str) -> alt.C
     f = frame.assign(rank=frame["uuid"].map(names))
     order = [names[u] for u in g["uuid"]]
     cells = alt.Chart(f).mark_rect().encode(
-        x=alt.X("t:T", title=None),
+        x=charts.utc_time("t"),
         y=alt.Y("rank:N", sort=order, title=None),
         color=alt.Color("value:Q", scale=alt.Scale(scheme="blues"), title=field),
         tooltip=["rank", "t:T", "value"],

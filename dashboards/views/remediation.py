@@ -25,6 +25,8 @@ def outcome(row: pd.Series) -> str:
         return f"approved by {who}, then denied by the gate: {result}"
     if state in ("approved", "rejected") and person:
         return f"{state} by {person}" + (f": {result}" if result else "")
+    if person and not person.startswith("policy"):  # who let a disruptive action run
+        return f"approved by {person}; {result or state}"
     return result or state
 
 

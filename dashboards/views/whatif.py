@@ -21,6 +21,11 @@ def _ts(v: object) -> float:
     return (v if v.tzinfo else v.replace(tzinfo=UTC)).timestamp()
 
 
+def names(v: object) -> str:
+    """A node or job name, or "-" where the finding names none (not "None")."""
+    return v if isinstance(v, str) and v else "-"
+
+
 def actual(ctx: Context, start: float, end: float) -> None:
     st.markdown("**What actually happened** (journal)")
     inc = data.incidents(ctx.url, ctx.cluster, start, end)
@@ -30,6 +35,7 @@ def actual(ctx: Context, start: float, end: float) -> None:
         st.caption("Nothing in the journal for this window.")
         return
     if not inc.empty:
+        inc = inc.assign(node=inc["node"].map(names), job=inc["job"].map(names))
         st.dataframe(inc[["kind", "severity", "node", "job", "summary"]], hide_index=True,
                      width="stretch")  # fmt: skip
     if not acts.empty:
@@ -44,10 +50,12 @@ def render(ctx: Context) -> None:
         st.info("Set `dashboard.prometheus_url` in the gpufleet config to replay history here "
                 "(or run `gpufleet backtest` on the command line).")  # fmt: skip
         return
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    # The inputs hold whole minutes: the default end is the next one (the run stops at now), so
+    # the last minute, where the newest incident is, is in the window.
+    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     c = st.columns(4)
     t0 = c[0].datetime_input("Start (UTC)", value=now - timedelta(hours=1), key="wi_start")
-    t1 = c[1].datetime_input("End (UTC)", value=now, key="wi_end")
+    t1 = c[1].datetime_input("End (UTC)", value=now, key="wi_end", help="a later end stops at now")
     step = STEPS[c[2].selectbox("Step", list(STEPS), index=1, key="wi_step") or "30 s"]
     choices = whatif.policies(ctx.settings.policy)
     label = c[3].selectbox("Policy", list(choices), key="wi_policy") or next(iter(choices))
@@ -65,6 +73,7 @@ def render(ctx: Context) -> None:
             shown[0] = len(eta.episodes)
             so_far = pd.DataFrame([f.to_json() for f in eta.episodes])
             so_far["first_seen"] = so_far["first_seen"].map(when)
+            so_far = so_far.assign(node=so_far["node"].map(names), job=so_far["job"].map(names))
             with partial.container():
                 st.caption(f"Found so far: {len(eta.episodes)} finding episodes")
                 st.dataframe(so_far[["kind", "severity", "node", "job", "first_seen"]],
@@ -88,6 +97,7 @@ def render(ctx: Context) -> None:
             st.caption("No findings.")
         else:
             found["first_seen"] = found["first_seen"].map(when)
+            found = found.assign(node=found["node"].map(names), job=found["job"].map(names))
             st.dataframe(found[["kind", "severity", "node", "job", "first_seen", "summary"]],
                          hide_index=True, width="stretch")  # fmt: skip
         acts = pd.DataFrame([a.to_json() for a in result.actions])

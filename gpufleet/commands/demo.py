@@ -1,7 +1,9 @@
 """`gpufleet demo`: the first thing a new user runs — a simulated GPU fleet, and gpufleet on it.
 
-Starts the built-in demo scenario in serve mode (exporters, kube-state-metrics and a Kubernetes
-API on 127.0.0.1) a few minutes of fleet time before its first fault, at x20, and runs the live
+Starts the live demo scenario (`simulator/demo-live.yaml`, the one `make demo` runs) in serve mode
+(exporters, kube-state-metrics and a Kubernetes API on 127.0.0.1) two minutes before its first
+fault, at 1x on the wall clock like `make demo` (so the journal, the dashboard and Kubernetes read
+one clock; `--speed` plays it faster, ahead of the wall clock), and runs the live
 loop (gpufleet.demo_loop): collectors -> detectors -> remediation with the default policy and
 the real actuator, printing what happens. `--no-loop` serves the simulator only. The wiring lives
 in gpufleet.demo_loop and gpufleet.demo_banner; this module is flags and lifecycle.
@@ -23,15 +25,15 @@ from gpufleet.config import load_config
 from gpufleet.demo_banner import banner
 from gpufleet.demo_log import DemoLog
 from gpufleet.demo_loop import DemoFiles, DemoLoop
-from simulator.scenario import DEMO_SCENARIO, Scenario, load_scenario
+from simulator.scenario import LIVE_DEMO_SCENARIO, Scenario, load_scenario
 from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 
 DEFAULT_DIR = Path(".gpufleet")
 DEFAULT_KUBECONFIG = DEFAULT_DIR / "demo-kubeconfig"
-DEFAULT_SPEED = 20.0
-WARMUP = 300.0
+DEFAULT_SPEED = 1.0
+WARMUP = 120.0
 """Scenario seconds the demo starts before the first fault: detectors learn the healthy fleet
-(counter windows, job baselines) and a person sees it quiet for ~15 s at x20."""
+(counter windows, job baselines), as `gpufleet run --embedded`'s default `--warmup`."""
 
 
 def register(sub: Any) -> None:
@@ -45,7 +47,7 @@ def register(sub: Any) -> None:
             "writes, printed as they happen."
         ),
     )
-    p.add_argument("--scenario", help="scenario YAML (default: the built-in demo scenario)")
+    p.add_argument("--scenario", help="scenario YAML (default: the live demo, demo-live.yaml)")
     p.add_argument(
         "--metrics-port", type=int, default=9400, metavar="P", help="exporters (0: any free)"
     )
@@ -69,7 +71,8 @@ def register(sub: Any) -> None:
         type=float,
         default=DEFAULT_SPEED,
         metavar="X",
-        help=f"scenario seconds per wall-clock second (default {DEFAULT_SPEED:g})",
+        help=f"scenario seconds per wall-clock second (default {DEFAULT_SPEED:g}: the wall clock; "
+        "faster runs stamp the journal ahead of it)",
     )
     p.add_argument("--no-loop", action="store_true", help="serve the simulator only")
     p.add_argument(
@@ -97,7 +100,7 @@ def start_offset(sc: Scenario) -> float:
 
 
 def _start(args: argparse.Namespace) -> SimulationHandle:
-    sc = load_scenario(Path(args.scenario) if args.scenario else DEMO_SCENARIO)
+    sc = load_scenario(Path(args.scenario) if args.scenario else LIVE_DEMO_SCENARIO)
     offset = start_offset(sc)
     # Journal, Kubernetes objects and scenario share today's dates: the scenario begins so that
     # its clock reads the wall clock at the moment the demo starts.

@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,10 +24,9 @@ from kubernetes import client, config
 from dashboards import data
 from gpufleet.commands.run import DEMO_CONFIG
 from remediations.store import Store
-from tests.service.test_make_demo import _reader, _wait_for
+from tests.service.demo_proc import GPUFLEET, reader, wait_for
 
 pytestmark = pytest.mark.slow
-GPUFLEET = Path(sys.executable).parent / "gpufleet"
 LEMON = "h100-0005"
 WEEK = 7 * 86400.0
 logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
@@ -90,8 +88,8 @@ def test_the_out_of_service_table_agrees_with_kubectl_and_h100_0005_stays_out(
     )
     seen: list[str] = []
     try:
-        _reader(proc.stdout, seen)
-        _wait_for(seen, "finding  CRITICAL gpu_xid a100-0002", proc, 120)
+        reader(proc.stdout, seen)
+        wait_for(seen, "finding  CRITICAL gpu_xid a100-0002", proc, 120)
         api = client.CoreV1Api(config.new_client_from_config(str(kc)))
         url = f"sqlite:///{wd / 'demo.db'}"
         samples: list[set[str]] = []

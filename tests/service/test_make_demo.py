@@ -13,8 +13,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,35 +20,9 @@ from pathlib import Path
 import pytest
 
 from remediations.store import Store
+from tests.service.demo_proc import GPUFLEET, reader, wait_for
 
 pytestmark = pytest.mark.slow
-GPUFLEET = Path(sys.executable).parent / "gpufleet"
-
-
-def _reader(out: object, seen: list[str]) -> threading.Thread:
-    def read() -> None:
-        for line in out:  # type: ignore[attr-defined]
-            seen.append(line)
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    return t
-
-
-def _wait_for(seen: list[str], needle: str, proc: subprocess.Popen[str], timeout: float) -> str:
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            if needle in "".join(seen) or proc.poll() is not None:
-                done.set()
-            done.wait(0.2)
-
-    threading.Thread(target=poll, daemon=True).start()
-    done.wait(timeout)
-    text = "".join(seen)
-    assert needle in text, text
-    return text
 
 
 def test_make_demo_brings_up_the_fleet_the_service_and_the_dashboard(tmp_path: Path) -> None:
@@ -67,8 +39,8 @@ def test_make_demo_brings_up_the_fleet_the_service_and_the_dashboard(tmp_path: P
     )
     seen: list[str] = []
     try:
-        _reader(proc.stdout, seen)
-        text = _wait_for(seen, "finding  CRITICAL gpu_xid a100-0002", proc, 150)
+        reader(proc.stdout, seen)
+        text = wait_for(seen, "finding  CRITICAL gpu_xid a100-0002", proc, 150)
         first = next(line for line in text.splitlines() if line.strip())
         url = re.search(r"Dashboard: (http://\S+)", first)
         assert url, f"the dashboard URL is not the first line: {first!r}"
@@ -84,18 +56,18 @@ def test_make_demo_brings_up_the_fleet_the_service_and_the_dashboard(tmp_path: P
             assert "present before gpufleet started" not in text
         else:
             assert "prometheus    not installed: What-if, incident history" in text
-        _wait_for(seen, "did cordon a100-0002", proc, 60)
+        wait_for(seen, "did cordon a100-0002", proc, 60)
         with urllib.request.urlopen(f"{url.group(1)}/_stcore/health", timeout=30) as r:
             assert r.status == 200
 
-        text = _wait_for(seen, "drain node/a100-0002: awaiting approval", proc, 60)
+        text = wait_for(seen, "drain node/a100-0002: awaiting approval", proc, 60)
         approve = re.search(r"approve: (.+ actions approve \w+ --config \S+)", text)
         assert approve, text
         done = subprocess.run(  # exactly as printed, from the directory the demo runs in
             shlex.split(approve.group(1)), cwd=tmp_path, capture_output=True, text=True, env=env
         )
         assert done.returncode == 0, done.stderr
-        _wait_for(seen, "evicted 2 pod(s) from a100-0002", proc, 90)
+        wait_for(seen, "evicted 2 pod(s) from a100-0002", proc, 90)
 
         store = Store.open(f"sqlite:///{wd / 'demo.db'}", cluster="demo")
         try:

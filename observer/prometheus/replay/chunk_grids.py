@@ -326,7 +326,7 @@ def xid_counts(block: RawBlock, grid: IndexGrid, ident: Identity) -> dict[str, F
     g = len(ident.keys)
     group = key[ok] * n_codes + code_of[ok]
     per = reduce_rows(np.where(fresh, val, np.nan), group, g * n_codes, "max")
-    per = per.reshape(g, n_codes, -1)
+    per = per.reshape(g, n_codes, per.shape[1])  # g may be 0: a chunk before any GPU reported
     with np.errstate(invalid="ignore"):
         seen = ~np.isnan(per).all(axis=1)
         out = {XID_COUNT_METRIC: np.where(seen, np.nansum(per, axis=1), np.nan)}

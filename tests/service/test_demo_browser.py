@@ -285,6 +285,7 @@ def test_the_running_demo_tells_one_story_in_the_browser(
             # over a part-filled step drew a false ramp), busy never above allocated.
             lines = trend_lines(d)
             share = 100.0 * ALLOCATED_GPUS / FLEET_GPUS
+            assert len(lines) == 2 and all(lines), lines  # allocated and busy, drawn
             held = max(lines, key=max)
             assert all(abs(v - share) < 2.0 for v in held), (lines, share)
             assert all(v <= share + 2.0 for line in lines for v in line), lines

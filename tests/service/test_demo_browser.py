@@ -167,8 +167,20 @@ def notebook_pods(kubeconfig: Path) -> dict[str, str]:
 
 
 def whatif(d: WebDriver, url: str) -> bool:
-    """Run What-if with its defaults; True when its findings name a100-0002's XID."""
+    """Run What-if with its default window and policy at 15 s steps (the Step box, as a person
+    picks it); True when its findings name a100-0002's XID."""
     page(d, url, "whatif", "What-if")
+    d.find_element(By.CSS_SELECTOR, '.st-key-wi_step button[aria-label="Open"]').click()
+    WebDriverWait(d, 10, poll_frequency=0.2).until(
+        lambda d: [
+            o for o in d.find_elements(By.CSS_SELECTOR, '[role="option"]') if o.text == "15 s"
+        ]
+    )[0].click()
+    step = (By.CSS_SELECTOR, ".st-key-wi_step input")
+    WebDriverWait(d, 10, poll_frequency=0.2).until(
+        lambda d: d.find_element(*step).get_attribute("value") == "15 s"
+    )
+    settle(d, "What-if")
     d.find_element(By.CSS_SELECTOR, ".st-key-wi_run button").click()
     WebDriverWait(d, 120, poll_frequency=0.5).until(
         lambda d: (

@@ -8,13 +8,17 @@ facts, medians, a markdown table.
 
 from __future__ import annotations
 
+import cProfile
+import io
 import os
 import platform
+import pstats
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 
@@ -79,6 +83,32 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def own_time(fn: Callable[..., Any], *args: Any, top: int = 12) -> str:
+    """Where one call of `fn(*args)` spends its time: cProfile's functions by own time, as
+    `name (dir/file.py:line) N ms (P %); ...`."""
+    prof = cProfile.Profile()
+    prof.runcall(fn, *args)
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    total = max(float(getattr(stats, "total_tt", 0.0)), 1e-9)
+    rows = []
+    entries = getattr(stats, "stats", {})
+    for (path, line, func), (_cc, _nc, tt, _ct, _callers) in sorted(
+        entries.items(), key=lambda kv: -kv[1][2]
+    )[:top]:
+        where = (
+            f"{path.rsplit('/', 2)[-2]}/{path.rsplit('/', 1)[-1]}:{line}" if "/" in path else path
+        )
+        rows.append(f"{func} ({where}) {tt * 1000:.0f} ms ({100 * tt / total:.0f} %)")
+    return "; ".join(rows)
+
+
+def missed_by(value: float, target: float, unit: str, digits: int = 0) -> str:
+    """`met`, or `NOT met, by 290 ms (3.9x)`: what `make bench` says of a target (<=)."""
+    if value <= target:
+        return "met"
+    return f"NOT met, by {value - target:.{digits}f} {unit} ({value / target:.1f}x)"
 
 
 def write_section(name: str, title: str, body: str, doc: Path = DOC) -> None:

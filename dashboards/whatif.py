@@ -16,8 +16,8 @@ from pathlib import Path
 
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite
-from evaluation.backtest import Backtest, backtest, step_count
-from observer.prometheus.collector import PrometheusCollector
+from evaluation.backtest import Backtest, step_count
+from evaluation.backtest_sharded import backtest_sharded, default_shards
 from observer.prometheus.plan import PromSettings
 from remediations.policy import DEFAULT_POLICY, load_policy
 
@@ -74,10 +74,14 @@ def run(
     policy_file: Path,
     cluster: str,
     on_progress: Callable[[Eta], None] | None = None,
+    shards: int | None = None,
+    suite: DetectorSuite | None = None,
 ) -> Backtest:
     """Backtest [start, end] every `step` with the policy in `policy_file` (ConfigError if it
-    is invalid; errors.GpufleetError if Prometheus cannot answer). An end past now stops at now:
-    Prometheus would answer the future with each series' last sample."""
+    is invalid; errors.GpufleetError if Prometheus cannot answer), in time shards on `shards`
+    processes (default: the CPUs; 1: sequential) with `suite` (default detectors). Cancelling
+    (Streamlit stops the page's script by raising from `on_progress`) stops the workers. An end
+    past now stops at now: Prometheus would answer the future with each series' last sample."""
     end = min(end, time.time())
     if end <= start:
         raise ValueError("the window's end must be after its start")
@@ -100,9 +104,10 @@ def run(
             on_progress(eta)
 
     settings = PromSettings(prometheus_url, timeout=30.0, cluster=cluster)
-    with PrometheusCollector(settings) as c:
-        suite = DetectorSuite.default()
-        result = backtest(c, start, end, step, suite, 0, policy, progress, found)
+    result = backtest_sharded(
+        settings, start, end, step, suite or DetectorSuite.default(), 0, policy,
+        shards or default_shards(), progress, found,
+    )  # fmt: skip
     eta.update(total)
     if on_progress is not None:
         on_progress(eta)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from detectors.anomaly_score import LeafDepths
 from observer.fleet.model import FloatArray
 
 SAMPLE_POOL = 16
@@ -38,10 +40,16 @@ class FittedForest:
     population: int
     """How many GPUs it could be fitted on (rows with peers and complete data)."""
     fitted_at: float
+    depths: LeafDepths
+    """Its trees' leaf depths, to score rows and settle them early (detectors.anomaly_score)."""
 
     def score(self, x: FloatArray) -> FloatArray:
-        out: FloatArray = self.forest.score_samples(x)
-        return out
+        """Every row's score, bit-identical to the forest's `score_samples`."""
+        return self.depths.full(x)
+
+    def below(self, x: FloatArray, threshold: float) -> tuple[npt.NDArray[np.bool_], FloatArray]:
+        """Rows scoring below `threshold`, and their scores (NaN where not needed to say so)."""
+        return self.depths.below(x, threshold)
 
 
 def due(
@@ -78,4 +86,4 @@ def fit(x: FloatArray, names: tuple[str, ...], at: float, params: Any) -> Fitted
         max_samples=min(params.max_samples, x.shape[0]),
         random_state=params.seed,
     ).fit(x)
-    return FittedForest(forest, names, n, at)
+    return FittedForest(forest, names, n, at, LeafDepths.of(forest, x))

@@ -20,6 +20,7 @@ import numpy as np
 
 from detectors.base import DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.job_members import by_job_member
 from detectors.signals import (
     GR_ACTIVE,
     NVLINK_BW,
@@ -225,6 +226,7 @@ def _learn_baselines(
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
+    snapshot = by_job_member(snapshot)  # a job on time-sliced GPUs only is watched too
     interval = scrape_interval(snapshot)
     age = params.max_age_intervals * interval
     cur = align(state.jobs if state else None, job_keys(snapshot), _SPEC)

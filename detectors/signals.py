@@ -177,19 +177,30 @@ def by_group_then_value(values: AnyFloat, groups: IntArray, n_groups: int) -> np
     return order
 
 
-def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
-    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort."""
-    out = np.full(n_groups, np.nan)
+def grouped_sorted(
+    values: FloatArray, groups: npt.NDArray[np.signedinteger[Any]], n_groups: int
+) -> tuple[FloatArray, npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
+    """(values sorted by group then value, their group ids, count and start per group id),
+    NaN and NO_INDEX rows left out; None when no row is left."""
     ok = (groups != NO_INDEX) & ~np.isnan(values)
     if not np.any(ok):
-        return out
+        return None
     g = groups[ok]
     v = values[ok]
     order = by_group_then_value(v, g, n_groups)
-    gs = g[order]
-    vs = v[order]
+    gs = g[order].astype(np.intp)
     counts = np.bincount(gs, minlength=n_groups)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.intp)
+    return v[order], gs, counts, starts
+
+
+def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort."""
+    out = np.full(n_groups, np.nan)
+    grouped = grouped_sorted(values, groups, n_groups)
+    if grouped is None:
+        return out
+    vs, _, counts, starts = grouped
     has = counts > 0
     lo = (starts + (counts - 1) // 2)[has]
     hi = (starts + counts // 2)[has]

@@ -28,6 +28,7 @@ import numpy as np
 
 from detectors.base import DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.job_members import by_job_member, member_keys
 from detectors.signals import (
     GR_ACTIVE,
     POWER,
@@ -42,7 +43,7 @@ from detectors.signals import (
     scrape_interval,
     value,
 )
-from detectors.state import GpuCycleState, KeyedArrays, align, gpu_keys
+from detectors.state import GpuCycleState, KeyedArrays, align
 from detectors.straggler_evidence import group_ids, job_signal, noise_threshold
 from detectors.straggler_report import StragglerReport
 from observer.fleet.model import NO_INDEX, FleetSnapshot
@@ -291,9 +292,11 @@ def _evidence(
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
-    interval = scrape_interval(snapshot)
+    view = by_job_member(snapshot)  # a shared GPU is compared within each job holding it
+    interval = scrape_interval(view)
     age = params.max_age_intervals * interval
-    cur = align(state.gpus if state else None, gpu_keys(snapshot), _SPEC)
+    cur = align(state.gpus if state else None, member_keys(view, snapshot), _SPEC)
+    snapshot = view
     dt = dt_since(state.last_now if state else np.nan, now, interval)
     peers = _job_peers(snapshot, cur, now, age, params)
     if peers is None:

@@ -214,6 +214,11 @@ class SnapshotViews:
         self._key, self._gpus = key, gpus
         return self._view
 
+    @property
+    def built(self) -> ClusterView | None:
+        """The view as last rebuilt (the same object until what it is made of changes)."""
+        return self._view
+
 
 def backtest(
     collector: PrometheusCollector,

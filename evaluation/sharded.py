@@ -7,6 +7,10 @@ time chunks; a worker process replays each chunk from `warmup` seconds before it
 only, findings discarded), then the chunk itself, and sends back each cycle's findings. The
 parent feeds them, in time order, to one episode tracker, exactly as a sequential replay does.
 
+While the workers run, the parent wakes every `TICK` seconds to report the steps done so far
+(a shared counter the workers add to), which is also when a caller can cancel: an exception
+from a callback terminates the workers at once.
+
 `warmup_seconds(suite)` is the longest memory any enabled detector declares: per detector, the
 sum of its `*_seconds` parameters (the anomaly forest's refit period plus its persistence, a
 straggler's limit, noise and jump windows, gpu_idle's idle time plus its warning delay, ...).
@@ -16,6 +20,7 @@ counted cycle; `tests/test_sharded_replay.py` holds the episodes byte-identical 
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import math
 import multiprocessing
@@ -23,13 +28,31 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from detectors.findings import Finding
 from detectors.suite import DetectorFailure, DetectorSuite, SuiteState
 from evaluation.episodes import EpisodeTracker
 from evaluation.replay import ReplayResult
 from observer.fleet.model import FleetSnapshot
+
+
+def _mapping_proxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(items)
+
+
+def _reduce_mapping_proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _mapping_proxy, (dict(m),)
+
+
+# A worker's results carry read-only mappings (cluster views' labels, findings' evidence):
+# they cross the process boundary as a read-only copy of the same items.
+copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
+
+TICK = 0.25
+"""Seconds between progress reports (and chances to cancel) while the shards run."""
+_done: Any = None
+"""In a worker: the shared count of counted cycles replayed, for the parent's progress."""
 
 
 class FrameSource(Protocol):
@@ -59,6 +82,8 @@ class ShardOutput:
     detector_seconds: float
     replayed: int
     """Cycles replayed, warm-up included."""
+    notes: tuple[object, ...] = ()
+    """What `notes(snapshot)` said at each counted cycle, when asked (else empty)."""
 
 
 def warmup_seconds(suite: DetectorSuite) -> float:
@@ -98,15 +123,27 @@ def _portable(f: Finding) -> Finding:
     return dataclasses.replace(f, evidence=dict(f.evidence))
 
 
-def _restored(f: Finding) -> Finding:
+def restored(f: Finding) -> Finding:
+    """A finding back from a worker, its evidence read-only again as the suite returns it."""
     return dataclasses.replace(f, evidence=MappingProxyType(dict(f.evidence)))
 
 
+def _init_worker(done: Any) -> None:
+    global _done
+    _done = done
+
+
 def replay_shard(
-    source: FrameSource, suite: DetectorSuite, shard: Shard, step: float
+    source: FrameSource,
+    suite: DetectorSuite,
+    shard: Shard,
+    step: float,
+    notes: Callable[[FleetSnapshot], object] | None = None,
 ) -> ShardOutput:
-    """One shard, in this process: warm up, then record each counted cycle's findings."""
+    """One shard, in this process: warm up, then record each counted cycle's findings (and
+    what `notes`, a picklable callable, says of its snapshot)."""
     state = SuiteState()
+    noted: list[object] = []
     cycles: list[tuple[float, tuple[Finding, ...]]] = []
     failures: list[DetectorFailure] = []
     seconds = 0.0
@@ -119,7 +156,12 @@ def replay_shard(
             cycles.append((now, tuple(_portable(f) for f in res.findings)))
             failures.extend(res.failures)
             seconds += sum(res.seconds.values())
-    return ShardOutput(shard, tuple(cycles), tuple(failures), seconds, replayed)
+            if notes is not None:
+                noted.append(notes(snap))
+            if _done is not None:
+                with _done.get_lock():
+                    _done.value += 1
+    return ShardOutput(shard, tuple(cycles), tuple(failures), seconds, replayed, tuple(noted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +180,7 @@ def merge(outputs: Iterable[ShardOutput], grace_cycles: int = 0) -> Iterator[lis
     tracker = EpisodeTracker(grace_cycles=grace_cycles)
     for out in outputs:
         for now, found in out.cycles:
-            tracker.observe(now, [_restored(f) for f in found])
+            tracker.observe(now, [restored(f) for f in found])
         yield [*tracker.closed, *tracker.active()]
     yield tracker.finish()
 
@@ -154,18 +196,33 @@ def replay_sharded(
     warmup: float | None = None,
     grace_cycles: int = 0,
     on_shard: Callable[[ShardOutput, list[Finding]], None] | None = None,
+    on_tick: Callable[[int], None] | None = None,
+    notes: Callable[[FleetSnapshot], object] | None = None,
 ) -> ShardedRun:
     """Replay start..end in `shards` time chunks on `workers` processes (default: as many as
-    shards, at most the CPUs); `on_shard(output, episodes so far)` after each chunk in order."""
+    shards, at most the CPUs); `on_shard(output, episodes so far)` after each chunk in order,
+    `on_tick(counted steps done)` every TICK seconds while waiting; `notes` as replay_shard's.
+    An exception from a callback (a cancelled run) terminates the workers and propagates."""
     began = time.perf_counter()
     chunks = plan(start, end, step, shards, warmup_seconds(suite) if warmup is None else warmup)
     n_workers = max(1, min(len(chunks), workers or multiprocessing.cpu_count()))
     outputs: list[ShardOutput] = []
     episodes: list[Finding] = []
-    pool = multiprocessing.get_context("spawn").Pool(n_workers)
+    ctx = multiprocessing.get_context("spawn")
+    done = ctx.Value("q", 0)
+    pool = ctx.Pool(n_workers, initializer=_init_worker, initargs=(done,))
+
+    def results() -> Iterator[ShardOutput]:
+        for p in pending:
+            while not p.ready():
+                p.wait(TICK)
+                if on_tick is not None:
+                    on_tick(int(done.value))
+            yield p.get()
+
     try:
-        pending = [pool.apply_async(replay_shard, (source, suite, c, step)) for c in chunks]
-        for i, episodes in enumerate(merge((p.get() for p in pending), grace_cycles)):
+        pending = [pool.apply_async(replay_shard, (source, suite, c, step, notes)) for c in chunks]
+        for i, episodes in enumerate(merge(results(), grace_cycles)):
             if i < len(pending):
                 outputs.append(pending[i].get())
                 if on_shard is not None:

@@ -90,6 +90,10 @@ class GpuColumns:
     """Code into HEALTH_CODES."""
     issue: list[str]
     """Per GPU, the kind of its worst hardware finding ("" for none); sparse in practice."""
+    pod_namespace: IntArray
+    """Per pod (FleetSnapshot.pods), its code into `namespaces`: for pods sharing a GPU."""
+    pod_team: IntArray
+    """Per pod, its code into `teams`."""
 
 
 def _codes(values: list[str]) -> tuple[list[int], list[str]]:
@@ -189,7 +193,10 @@ def gpu_columns(
     gpus = snap.gpus
     n = len(gpus)
     pod = gpus.pod_index
-    allocated = pod != NO_INDEX
+    has_pod = pod != NO_INDEX
+    allocated = has_pod.copy()
+    if snap.shared_pods:  # a time-sliced GPU is held while any of its pods holds it
+        allocated[[g for g, _ in snap.shared_pods]] = True
     util_col = snap.metrics.get(UTIL)
     util = (
         np.asarray(util_col.value, dtype=np.float64) if util_col is not None else np.full(n, np.nan)
@@ -201,10 +208,10 @@ def gpu_columns(
         mig_gr = (gpus.mig_instance != "") & np.isnan(util)
         util = np.where(mig_gr, 100.0 * np.asarray(gr_col.value, dtype=np.float64), util)
     ns_of_pod, namespaces, team_of_pod, teams = _pod_columns(snap, team_label)
-    safe_pod = np.where(allocated, pod, 0)
+    safe_pod = np.where(has_pod, pod, 0)
     if snap.pods:
-        namespace = np.where(allocated, ns_of_pod[safe_pod], NO_INDEX).astype(np.int32)
-        team = np.where(allocated, team_of_pod[safe_pod], NO_INDEX).astype(np.int32)
+        namespace = np.where(has_pod, ns_of_pod[safe_pod], NO_INDEX).astype(np.int32)
+        team = np.where(has_pod, team_of_pod[safe_pod], NO_INDEX).astype(np.int32)
     else:
         namespace = np.full(n, NO_INDEX, dtype=np.int32)
         team = np.full(n, NO_INDEX, dtype=np.int32)
@@ -223,5 +230,6 @@ def gpu_columns(
         health[_quarantined_nodes(snap)[gpus.node_index]] = 3
     health[_lost(snap, findings)] = 4
     return GpuColumns(
-        allocated, util, namespace, namespaces, team, teams, pool, pools, weight, health, issue
-    )
+        allocated, util, namespace, namespaces, team, teams, pool, pools, weight, health, issue,
+        ns_of_pod, team_of_pod,
+    )  # fmt: skip

@@ -11,7 +11,9 @@ bucket holds exactly the seconds that fell into it. Per GPU and second:
 - `busy_seconds`: allocated x utilization / 100 (utilization-weighted busy time);
 - `unmeasured_seconds`: allocated, but no utilization sample: neither busy nor idle.
 
-Idle = allocated - busy - unmeasured. A MIG instance counts as its share of a GPU. Sums use
+Idle = allocated - busy - unmeasured. A MIG instance counts as its share of a GPU; a time-sliced
+GPU's seconds are split evenly among the pods sharing it, each share going to that pod's
+namespace, job and team (the fleet, node and pool count the GPU once). Sums use
 `np.bincount` over (key code x model) codes: no Python loop over GPUs.
 """
 
@@ -45,17 +47,50 @@ class Sums:
     unmeasured: FloatArray
 
 
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """Who holds each allocated GPU row, with what share: a time-sliced GPU's seconds are split
+    evenly among the pods sharing it (FleetSnapshot.shared_pods), a GPU of one pod goes whole."""
+
+    row: IntArray
+    """GPU position of each holding."""
+    pod: IntArray
+    """Pod position of each holding, NO_INDEX for a GPU held by no known pod."""
+    share: FloatArray
+
+
+def holdings(snap: FleetSnapshot, cols: GpuColumns) -> Holdings:
+    own = np.flatnonzero(cols.allocated & (snap.gpus.pod_index != NO_INDEX)).astype(np.int32)
+    pod = snap.gpus.pod_index[own].astype(np.int32)
+    if snap.shared_pods:
+        extra = np.array(snap.shared_pods, dtype=np.int32).reshape(-1, 2)
+        own = np.concatenate([own, extra[:, 0]])
+        pod = np.concatenate([pod, extra[:, 1]])
+    per_gpu = np.bincount(own, minlength=len(snap.gpus))
+    share: FloatArray = 1.0 / np.maximum(per_gpu[own], 1)
+    return Holdings(own, pod, share)
+
+
 def _sum(
-    codes: IntArray, keys: list[str], snap: FleetSnapshot, cols: GpuColumns, all_gpus: bool
+    codes: IntArray,
+    keys: list[str],
+    snap: FleetSnapshot,
+    cols: GpuColumns,
+    rows: IntArray | None = None,
+    share: FloatArray | None = None,
 ) -> Sums:
+    """Per (key, model) sums over GPU rows (`rows` None: every GPU, `gpu_seconds` counting each)
+    or over holdings (`rows`, `share`: `gpu_seconds` counting the held share only)."""
     models = snap.gpus.models
     m = max(1, len(models))
+    at = np.arange(len(snap.gpus)) if rows is None else rows
     ok = codes != NO_INDEX
-    combined = codes[ok].astype(np.int64) * m + snap.gpus.model_index[ok]
+    at = at[ok]
+    combined = codes[ok].astype(np.int64) * m + snap.gpus.model_index[at]
     size = max(1, len(keys)) * m
-    weight = cols.weight[ok]
-    alloc = cols.allocated[ok] * weight
-    util = cols.utilization[ok]
+    weight = cols.weight[at] * (1.0 if share is None else share[ok])
+    alloc = cols.allocated[at] * weight
+    util = cols.utilization[at]
     measured = ~np.isnan(util)
     busy = np.where(measured, util, 0.0) / 100.0 * alloc
     unmeasured = np.where((alloc > 0) & ~measured, weight, 0.0)
@@ -64,7 +99,7 @@ def _sum(
     unm: FloatArray = np.bincount(combined, weights=unmeasured, minlength=size).astype(np.float64)
     gpu_sum: FloatArray = (
         np.bincount(combined, weights=weight, minlength=size).astype(np.float64)
-        if all_gpus
+        if rows is None
         else allocated
     )
     keep = np.flatnonzero(gpu_sum > 0)
@@ -80,19 +115,34 @@ def _sum(
     )
 
 
+def _of_pods(per_pod: IntArray, pods: IntArray, missing: int = NO_INDEX) -> IntArray:
+    """Per holding, the code of its pod (`missing` for a holding without a known pod)."""
+    if len(per_pod) == 0:
+        return np.full(len(pods), missing, dtype=np.int32)
+    safe = np.where(pods == NO_INDEX, 0, pods)
+    return np.where(pods == NO_INDEX, missing, per_pod[safe]).astype(np.int32)
+
+
 def dimension_sums(snap: FleetSnapshot, cols: GpuColumns) -> dict[str, Sums]:
+    """Fleet, node and pool count every GPU; namespace, job and team count each pod's holding."""
     gpus = snap.gpus
     n = len(gpus)
+    held = holdings(snap, cols)
     job_keys = [str(j.key) for j in snap.jobs] + [NO_JOB]
-    job = np.where(gpus.job_index == NO_INDEX, len(snap.jobs), gpus.job_index).astype(np.int32)
-    job = np.where(cols.allocated, job, NO_INDEX).astype(np.int32)
+    no_job = len(snap.jobs)
+    job_of_pod = np.array(
+        [no_job if p.job_index == NO_INDEX else p.job_index for p in snap.pods], dtype=np.int32
+    )
+    rows, share = held.row, held.share
     return {
-        "fleet": _sum(np.zeros(n, dtype=np.int32), [""], snap, cols, True),
-        "node": _sum(gpus.node_index, [str(x.name) for x in snap.nodes], snap, cols, True),
-        "pool": _sum(cols.pool, cols.pools, snap, cols, True),
-        "namespace": _sum(cols.namespace, cols.namespaces, snap, cols, False),
-        "job": _sum(job, job_keys, snap, cols, False),
-        "team": _sum(cols.team, cols.teams, snap, cols, False),
+        "fleet": _sum(np.zeros(n, dtype=np.int32), [""], snap, cols),
+        "node": _sum(gpus.node_index, [str(x.name) for x in snap.nodes], snap, cols),
+        "pool": _sum(cols.pool, cols.pools, snap, cols),
+        "namespace": _sum(
+            _of_pods(cols.pod_namespace, held.pod), cols.namespaces, snap, cols, rows, share
+        ),
+        "job": _sum(_of_pods(job_of_pod, held.pod, no_job), job_keys, snap, cols, rows, share),
+        "team": _sum(_of_pods(cols.pod_team, held.pod), cols.teams, snap, cols, rows, share),
     }
 
 

@@ -49,6 +49,15 @@ class Actuator(ClusterReader, Protocol):
         ...
 
 
+@runtime_checkable
+class JobReasons(Protocol):
+    """Says why a finished Job failed (remediations.kube_jobs.KubeNodeJobs)."""
+
+    def reason(self, namespace: str, name: str) -> str:
+        """The container's own words (its termination message); "" when it said nothing."""
+        ...
+
+
 class NodeJobs(Protocol):
     """Creates and reads Jobs pinned to one node (remediations.kube_jobs.KubeNodeJobs)."""
 

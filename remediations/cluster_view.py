@@ -104,6 +104,11 @@ class ClusterView:
     unknown, so the circuit breaker cannot compute its share and stays out of it."""
     gpu_index: Mapping[str, int] = field(default_factory=dict)
     """GPU UUID -> its index on the node (DCGM's `gpu` label), where the snapshot knows it."""
+    device_taints: bool | None = None
+    """Whether the cluster serves DeviceTaintRules (single-GPU fencing); None: not known."""
+    sharers_of_gpu: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """GPU UUID -> the other pods holding a time-sliced GPU (FleetSnapshot.shared_pods): a GPU
+    is free only when all of them are."""
 
     def __post_init__(self) -> None:
         if not self.pods_by_node and self.pods:
@@ -164,6 +169,9 @@ class ClusterView:
             for g, pi in enumerate(snap.gpus.pod_index)
             if pi != NO_INDEX
         }
+        sharers: dict[str, list[str]] = {}
+        for g, pi in snap.shared_pods:
+            sharers.setdefault(str(snap.gpus.uuid[g]), []).append(str(snap.pods[pi].key))
         gpu_index = {
             str(u): int(i)
             for u, i in zip(snap.gpus.uuid, snap.gpus.device_index, strict=True)
@@ -180,6 +188,7 @@ class ClusterView:
             snap.taken_at,
             gpu_index=gpu_index,
             gpus_of_node={n: tuple(u) for n, u in gpus_of_node.items()},
+            sharers_of_gpu={u: tuple(k) for u, k in sharers.items()},
         )
 
 

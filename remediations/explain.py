@@ -21,7 +21,9 @@ from remediations.types import Actuation, Mode
 GRAINS: dict[str, str] = {
     "fence_gpu": (
         "one GPU (a DRA DeviceTaintRule on its device): the node and its other GPUs stay in "
-        "service; needs resource.k8s.io/v1 and the NVIDIA DRA driver publishing the GPUs"
+        "service; needs DeviceTaintRules served (Kubernetes 1.37, or 1.34-1.36 with the "
+        "DRADeviceTaints gate) and the NVIDIA DRA driver publishing the GPUs; where none are "
+        "served, the pods-on-GPU grain (evict_gpu_pods' guard, budgeted as disruptive)"
     ),
     "unfence_gpu": "one GPU (deletes gpufleet's own DeviceTaintRule for it)",
     "evict_gpu_pods": (

@@ -28,6 +28,7 @@ from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, Nod
 from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
 from remediations.kube_taints import Taint, patch_taints, same
+from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.gpu_drain import keep_schedulable
@@ -35,6 +36,7 @@ from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_t
 from remediations.playbooks.reset import UUID_LABEL
 from remediations.types import (
     ACTION_ANNOTATION,
+    FENCE_FALLBACK,
     INCIDENT_ANNOTATION,
     OWNER_ANNOTATION,
     REASON_ANNOTATION,
@@ -69,6 +71,21 @@ def _error(exc: Exception, what: str) -> Exception:
             return TemporaryError(f"{what}: HTTP {exc.status} {exc.reason}")
         return PermanentError(f"{what}: HTTP {exc.status} {exc.reason}")
     return TemporaryError(f"{what}: {exc}")
+
+
+def fence_fallback(intent: Intent) -> Intent:
+    """fence_device where the cluster serves no DeviceTaintRules: the pods-on-GPU grain's guard
+    instead (cordon unless the device plugin withdrew the GPU, decided when pinned), journaled
+    with the reason; an effect `None` dry run writes nothing, and NoExecute's eviction is left
+    to `evict_gpu_pods`."""
+    a = intent.args
+    why = FENCE_FALLBACK
+    args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": why}
+    if a.get("effect") == "None":
+        args.update(cordon=False, why=f"{why}; effect None (a dry run): nothing written")
+    elif a.get("effect") == "NoExecute":
+        args["fallback"] = f"{why}; the pods holding it are not evicted (evict_gpu_pods does)"
+    return Intent(GUARD_OP, intent.target, args)
 
 
 def _job_of(namespace: str, labels: Mapping[str, str]) -> str | None:
@@ -192,23 +209,8 @@ class KubeActuator:
 
     def node_job(self, namespace: str, name: str) -> JobStatus | None:
         """A repair Job's outcome (None: no such Job), for reset_gpu's verification; a failed
-        one says what its container said (its termination message), where the pod is left."""
-        status = self.jobs.status(namespace, name)
-        if status is None or status.outcome != "failed":
-            return status
-        try:
-            pods = self.core.list_namespaced_pod(
-                namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
-            ).items
-        except (ApiException, HTTPError):
-            return status  # the Job's own reason is enough to fail on
-        said = [
-            c.state.terminated.message.strip()
-            for p in pods
-            for c in ((p.status.container_statuses if p.status is not None else None) or [])
-            if c.state is not None and c.state.terminated is not None and c.state.terminated.message
-        ]
-        return JobStatus(status.outcome, "; ".join([status.detail, *said[:1]]))
+        one says what its container said (its pod's termination message)."""
+        return self.jobs.status(namespace, name)
 
     def fenced_gpus(self) -> list[FencedGpu]:
         """The GPUs gpufleet's own DeviceTaintRules fence, with node, index and UUID (a rule
@@ -261,7 +263,17 @@ class KubeActuator:
             {p.key: p for p in pods},
             {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
             taken_at=taken_at,
+            device_taints=self.device_taints_served(),
         )
+
+    def device_taints_served(self) -> bool | None:
+        """Whether DeviceTaintRules are served (discovered once; None: discovery failed, and
+        fence_gpu plans as if they were, its step then pinned to the fallback if not)."""
+        try:
+            return self.dra.rule_version() is not None
+        except (ApiException, HTTPError) as exc:
+            log.warning("DeviceTaintRule discovery failed: %s", exc)
+            return None
 
     # ---- pinning -------------------------------------------------------------------------------
 
@@ -296,24 +308,32 @@ class KubeActuator:
                     "pod may not hold the GPU, so it is not evicted; decide again on fresh data"
                 )
             a["pods"] = [[p.namespace, p.name, p.uid] for p in pods]
-        elif intent.op == "cordon_unless_withdrawn" and "cordon" not in a:
+        elif intent.op == GUARD_OP and "cordon" not in a:
             node = self._read_node(intent.target)
             keep, why = keep_schedulable(
                 node, self.device_taint_rule(fence_rule_name(str(a["gpu"])))
             )
             a.update(
                 cordon=not keep,
-                why=why,
+                why=f"{a['fallback']}; {why}" if a.get("fallback") else why,
                 capacity=node.gpu_capacity,
                 allocatable=node.gpu_allocatable,
             )
         elif intent.op == "fence_device" and "device" not in a:
+            if self._rule_version() is None:
+                return self.pin(fence_fallback(intent))
             self._pin_device(intent.target, a)
         elif intent.op == "run_node_job" and UUID_LABEL in (a.get("labels") or {}):
             a["claims"] = self._claims_free(intent.target, str(a["labels"][UUID_LABEL]))
         elif intent.op == "mark_reboot" and "boot_id" not in a:
             a["boot_id"] = self._read_node(intent.target).boot_id
         return Intent(intent.op, intent.target, a)
+
+    def _rule_version(self) -> str | None:
+        try:
+            return self.dra.rule_version()
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, "discover the DeviceTaintRule API") from exc
 
     def _claims_free(self, node: str, uuid: str) -> str:
         """Right before a GPU's repair Job: no ResourceClaim may reserve its DRA device (the

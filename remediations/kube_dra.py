@@ -1,28 +1,75 @@
-"""The DRA adapter: GPUs from ResourceSlices, gpufleet's DeviceTaintRules (resource.k8s.io/v1).
+"""The DRA adapter: GPUs from ResourceSlices, gpufleet's DeviceTaintRules at the version served.
 
-The one module that reads ResourceSlices and ResourceClaims and writes DeviceTaintRules (through
-the `kubernetes` client's `ResourceV1Api`). A finding names a GPU by UUID; the NVIDIA DRA driver
-publishes each GPU as a device of a ResourceSlice (driver `gpu.nvidia.com`, pool = node name)
-with a `uuid` attribute, so the UUID maps to exactly one (driver, pool, device), and the
-ResourceClaims allocated that device say which pods hold it. gpufleet's rules carry the
-`app.kubernetes.io/managed-by: gpufleet` label and the action/incident annotations, and their names
-are derived from the GPU UUID, so re-creating one after a crash finds the earlier one (409) and
-deleting one never touches a rule someone else made.
+The one module that reads ResourceSlices and ResourceClaims (`resource.k8s.io/v1`, GA since
+1.34) and writes DeviceTaintRules. Those are GA (v1) only from 1.37; 1.34-1.36 serve them at
+v1alpha3 or v1beta2 behind the `DRADeviceTaints` gate, or not at all. So the version is
+discovered (`rule_version`) before any rule is read or written, and a cluster that serves none
+answers "nothing fenced" to reads and `DeviceTaintsNotServed` to writes, never a 404 per fence.
+
+A finding names a GPU by UUID; the NVIDIA DRA driver publishes each GPU as a device of a
+ResourceSlice (driver `gpu.nvidia.com`, pool = node name) with a `uuid` attribute, so the UUID
+maps to exactly one (driver, pool, device), and the ResourceClaims allocated that device say
+which pods hold it. gpufleet's rules carry the `app.kubernetes.io/managed-by: gpufleet` label and
+the action/incident annotations, and their names are derived from the GPU UUID, so re-creating
+one after a crash finds the earlier one (409) and deleting one never touches a rule someone
+else made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediations.types import DEVICE_TAINTS_NOT_SERVED
+
 NVIDIA_DRIVER = "gpu.nvidia.com"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 GPU_LABEL = "gpufleet.io/gpu"
 EFFECTS = ("None", "NoSchedule", "NoExecute")
+GROUP = "resource.k8s.io"
+RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
+    "v1": client.ResourceV1Api,
+    "v1beta2": client.ResourceV1beta2Api,
+    "v1alpha3": client.ResourceV1alpha3Api,
+}
+"""The versions that can serve DeviceTaintRule, most stable first (the order of preference)."""
+REDISCOVER_SECONDS = 300.0
+"""How long "no DeviceTaintRules here" is believed before discovery asks again (a gate turned
+on, an upgrade)."""
+NOT_SERVED = DEVICE_TAINTS_NOT_SERVED
+log = logging.getLogger(__name__)
+
+
+class DeviceTaintsNotServed(Exception):
+    """The cluster serves DeviceTaintRule at no version gpufleet knows."""
+
+    def __init__(self) -> None:
+        super().__init__(NOT_SERVED)
+
+
+def rule_version(api: client.ApiClient) -> str | None:
+    """The preferred `resource.k8s.io` version that serves DeviceTaintRule (discovery: the
+    group's versions, then each version's resource list), None when none does."""
+    try:
+        group = client.ResourceApi(api).get_api_group(_request_timeout=10)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    served = {v.version for v in group.versions or ()}
+    for version, api_class in RULE_APIS.items():
+        if version not in served:
+            continue
+        found = api_class(api).get_api_resources(_request_timeout=10)
+        if any(r.name == "devicetaintrules" for r in found.resources or ()):
+            return version
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +119,43 @@ class DraClient:
 
     Raises the client's ApiException / urllib3 errors; the actuator maps them."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(
+        self, api: client.ApiClient, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.api = api
         self.resource = client.ResourceV1Api(api)
+        self.clock = clock
+        self._version: str | None = None
+        self._checked_at: float | None = None
+
+    def rule_version(self) -> str | None:
+        """The DeviceTaintRule version this cluster serves (discovered once, a "none" again
+        after REDISCOVER_SECONDS); None: single-GPU fencing is not possible here."""
+        now = self.clock()
+        if self._version is None and (
+            self._checked_at is None or now - self._checked_at >= REDISCOVER_SECONDS
+        ):
+            self._version = rule_version(self.api)
+            self._checked_at = now
+            if self._version is None:
+                log.warning("%s: fence_gpu falls back to the pods-on-GPU grain", NOT_SERVED)
+            else:
+                log.info("DeviceTaintRules served at %s/%s", GROUP, self._version)
+        return self._version
+
+    def _rules(self) -> Any:
+        """The client API of the DeviceTaintRule version served (DeviceTaintsNotServed: none).
+        Callers bind it as `rules: client.ResourceV1Api`: every version has the same methods
+        and body shape, and the RBAC check (tests/deploy/rbac_calls.py) reads that binding."""
+        version = self.rule_version()
+        if version is None:
+            raise DeviceTaintsNotServed()
+        return RULE_APIS[version](self.api)
+
+    def _forget_on_404(self, exc: ApiException) -> None:
+        """A 404 for a whole rule collection: the version went away; discover again next time."""
+        if exc.status == 404:
+            self._version, self._checked_at = None, None
 
     def find_device(
         self, node: str, gpu_uuid: str, driver: str = NVIDIA_DRIVER
@@ -91,9 +173,16 @@ class DraClient:
         return None
 
     def our_rules(self) -> list[TaintRuleView]:
-        """gpufleet's DeviceTaintRules (by the managed-by label)."""
-        rules = self.resource.list_device_taint_rule(label_selector=f"{MANAGED_BY}=gpufleet")
-        return [_view(r) for r in rules.items]
+        """gpufleet's DeviceTaintRules (by the managed-by label); none where none are served."""
+        if self.rule_version() is None:
+            return []
+        rules: client.ResourceV1Api = self._rules()
+        try:
+            found = rules.list_device_taint_rule(label_selector=f"{MANAGED_BY}=gpufleet")
+        except ApiException as exc:
+            self._forget_on_404(exc)
+            raise
+        return [_view(r) for r in found.items]
 
     def device_info(self, driver: str, pool: str, device: str) -> tuple[str, int, str] | None:
         """(node, `index`, `uuid`) of a published device, None when no slice publishes it."""
@@ -139,11 +228,17 @@ class DraClient:
 
     def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Merge labels into gpufleet's rule (None removes one); the taint is left as it is."""
-        self.resource.patch_device_taint_rule(name, {"metadata": {"labels": dict(labels)}})
+        rules: client.ResourceV1Api = self._rules()
+        body: Any = {"metadata": {"labels": dict(labels)}}
+        rules.patch_device_taint_rule(name, body)
 
     def rule(self, name: str) -> TaintRuleView | None:
+        """Rule `name`, None when absent (or when the cluster serves no DeviceTaintRules)."""
+        if self.rule_version() is None:
+            return None
         try:
-            return _view(self.resource.read_device_taint_rule(name))
+            rules: client.ResourceV1Api = self._rules()
+            return _view(rules.read_device_taint_rule(name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -157,25 +252,27 @@ class DraClient:
         labels: Mapping[str, str],
         annotations: Mapping[str, str],
     ) -> bool:
-        """Create gpufleet's rule for `dev`; False when a rule of that name already exists."""
+        """Create gpufleet's rule for `dev` at the version served; False when a rule of that
+        name already exists (DeviceTaintsNotServed: the cluster serves none)."""
         key, value, effect = taint
         if effect not in EFFECTS:
             raise ValueError(f"device taint effect must be one of {EFFECTS}, not {effect!r}")
-        body = client.V1DeviceTaintRule(
-            metadata=client.V1ObjectMeta(
-                name=name,
-                labels={**labels, MANAGED_BY: "gpufleet"},
-                annotations=dict(annotations),
-            ),
-            spec=client.V1DeviceTaintRuleSpec(
-                device_selector=client.V1DeviceTaintSelector(
-                    driver=dev.driver, pool=dev.pool, device=dev.device
-                ),
-                taint=client.V1DeviceTaint(key=key, value=value, effect=effect),
-            ),
-        )
+        rules: client.ResourceV1Api = self._rules()
+        body: Any = {  # the same shape at v1alpha3, v1beta2 and v1
+            "apiVersion": f"{GROUP}/{self._version}",
+            "kind": "DeviceTaintRule",
+            "metadata": {
+                "name": name,
+                "labels": {**labels, MANAGED_BY: "gpufleet"},
+                "annotations": dict(annotations),
+            },
+            "spec": {
+                "deviceSelector": {"driver": dev.driver, "pool": dev.pool, "device": dev.device},
+                "taint": {"key": key, "value": value, "effect": effect},
+            },
+        }
         try:
-            self.resource.create_device_taint_rule(body)
+            rules.create_device_taint_rule(body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -192,7 +289,8 @@ class DraClient:
             "metadata": {"annotations": dict(annotations)},
             "spec": {"taint": {"key": key, "value": value, "effect": effect}},
         }
-        self.resource.patch_device_taint_rule(name, body)
+        rules: client.ResourceV1Api = self._rules()
+        rules.patch_device_taint_rule(name, body)
 
     def delete_rule(self, name: str) -> str:
         """Delete rule `name` if gpufleet owns it; says what happened."""
@@ -203,7 +301,8 @@ class DraClient:
             return f"device taint rule {name} is not gpufleet's: left alone"
         try:
             opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=current.uid))
-            self.resource.delete_device_taint_rule(name, body=opts)
+            rules: client.ResourceV1Api = self._rules()
+            rules.delete_device_taint_rule(name, body=opts)
         except ApiException as exc:
             if exc.status == 409:
                 return f"device taint rule {name} was replaced meanwhile: left alone"

@@ -109,6 +109,7 @@ class KubeNodeJobs:
     def __init__(self, api: client.ApiClient, *, deadline: int = 1800) -> None:
         self.api = api
         self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
         self.deadline = deadline
 
     def close(self) -> None:
@@ -187,12 +188,33 @@ class KubeNodeJobs:
             if c.status == "True" and c.type in ("Complete", "SuccessCriteriaMet"):
                 return JobStatus("passed", why)
             if c.status == "True" and c.type in ("Failed", "FailureTarget"):
-                return JobStatus("failed", why)
+                return JobStatus("failed", "; ".join([why, *self._said(namespace, name)[:1]]))
         if st.succeeded:
             return JobStatus("passed", "succeeded")
         if st.failed:
-            return JobStatus("failed", "failed")
+            return JobStatus("failed", "; ".join(["failed", *self._said(namespace, name)[:1]]))
         return JobStatus(None, "running" if st.active else "not started")
+
+    def reason(self, namespace: str, name: str) -> str:
+        """Why the Job's container ended as it did, in its own words ("" when it said nothing):
+        the note a failed diagnostic's verdict carries."""
+        return "; ".join(self._said(namespace, name)[:1])
+
+    def _said(self, namespace: str, name: str) -> list[str]:
+        """What the Job's containers said as they ended (their termination messages): the only
+        place a real cluster keeps why a Job failed; its condition says only "backoff limit"."""
+        try:
+            pods = self.core.list_namespaced_pod(
+                namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
+            ).items
+        except (ApiException, HTTPError):
+            return []  # the Job's own condition is enough to fail on
+        return [
+            c.state.terminated.message.strip()
+            for p in pods
+            for c in ((p.status.container_statuses if p.status is not None else None) or [])
+            if c.state is not None and c.state.terminated is not None and c.state.terminated.message
+        ]
 
     def delete(self, namespace: str, name: str) -> None:
         try:

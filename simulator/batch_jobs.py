@@ -1,23 +1,24 @@
 """batch/v1 Jobs in the simulated cluster: the diagnostic Jobs gpufleet pins to a node.
 
-No pods are simulated for them: a Job starts when it is first seen (status.active, startTime)
-and completes `scenario.diagnostic_seconds` of scenario time later, succeeded or failed as the
-scenario's `diagnostics` says for the node it is pinned to (`spec.template.spec.nodeName`;
-unlisted nodes pass, a Job pinned to no existing node fails). A Job whose command names GPUs
-(`dcgmi diag ... -i 2` or `-i 0,3`) takes its outcome from `gpu_diagnostics` (`<node>/<index>`)
-for those GPUs, falling back to the node's; a node-wide Job fails when any GPU of its node is
-listed as failing. Whatever the scenario says, the hardware has the last word (simulator.repairs):
-a diagnostic fails on a GPU whose hard fault persists (DBEs not yet reset, a failed row remap, a
-GPU fallen off the bus), and for a while after a repair it may fail flakily (seeded). Status
-fields and conditions are
-shaped like the real Job controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
+A Job starts when it is first seen (status.active, startTime, and its pod Running on the pinned
+node: simulator.job_pods) and completes `scenario.diagnostic_seconds` of scenario time later,
+succeeded or failed as the scenario's `diagnostics` says for the node it is pinned to
+(`spec.template.spec.nodeName`; unlisted nodes pass, a Job pinned to no existing node fails). A
+Job whose command names GPUs (`dcgmi diag ... -i 2` or `-i 0,3`) takes its outcome from
+`gpu_diagnostics` (`<node>/<index>`) for those GPUs, falling back to the node's; a node-wide Job
+fails when any GPU of its node is listed as failing. Whatever the scenario says, the hardware has
+the last word (simulator.repairs): a diagnostic fails on a GPU whose hard fault persists (DBEs
+not yet reset, a failed row remap, a GPU fallen off the bus), and for a while after a repair it
+may fail flakily (seeded). Status fields and conditions are shaped like the real Job
+controller's (Complete/SuccessCriteriaMet, Failed/FailureTarget).
 
 Repair Jobs (label `gpufleet.io/repair`) take `scenario.reset_seconds` instead, and their outcome
 comes from the cluster's repairs (simulator.repairs): a GPU reset that finds the GPU in use fails
-with the reason nvidia-smi gives (in the Failed condition's message: no pods are simulated, where
-a real cluster keeps it in the Job pod's termination message); a reboot sentinel Job leaves the
-sentinel file for the node's reboot daemon. A finished Job with `ttlSecondsAfterFinished` is
-deleted that many scenario seconds after it finished, as the TTL-after-finished controller does.
+with the reason nvidia-smi gives. As on a real cluster, a failure's reason is in the Job pod's
+termination message only (the Job's Failed condition says the backoff limit was reached); a
+reboot sentinel Job leaves the sentinel file for the node's reboot daemon. A finished Job with
+`ttlSecondsAfterFinished` is deleted that many scenario seconds after it finished, as the
+TTL-after-finished controller does, and a Job's pod goes with its Job (the garbage collector).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from simulator import job_pods
 from simulator.kube_api import objects as ko
 from simulator.kube_api.store import ObjectStore
 from simulator.scenario import DiagResult, Scenario
@@ -129,6 +131,9 @@ class BatchJobs:
             if key not in self._started:
                 self._started[key] = now
                 self._write(job, {"active": 1, "startTime": ko.rfc3339(wall)})
+                node = _node_of(job)
+                if node is not None and self.store.get("nodes", "", node) is not None:
+                    self.store.put("pods", job_pods.job_pod(job, ko.rfc3339(wall)))
                 continue
             repair = _labels(job).get(REPAIR_LABEL)
             took = self.scenario.reset_seconds if repair else self.scenario.diagnostic_seconds
@@ -139,6 +144,19 @@ class BatchJobs:
             del self._started[key]
         for key in set(self._finished) - live:
             del self._finished[key]
+        self._collect_garbage()
+
+    def _collect_garbage(self) -> None:
+        """Delete Job pods whose Job is gone (background propagation, as gpufleet deletes)."""
+        _, pods = self.store.objects("pods")
+        for p in pods:
+            owner = (p["metadata"].get("ownerReferences") or [{}])[0]
+            ns = str(p["metadata"].get("namespace", ""))
+            if owner.get("kind") != "Job":
+                continue
+            job = self.store.get(RESOURCE, ns, str(owner.get("name")))
+            if job is None or job["metadata"].get("uid") != owner.get("uid"):
+                self.store.delete("pods", ns, p["metadata"]["name"])
 
     def _expire(self, job: Obj, key: tuple[str, str], now: float) -> None:
         """The TTL-after-finished controller: a finished Job with `ttlSecondsAfterFinished` is
@@ -186,7 +204,13 @@ class BatchJobs:
                     ),
                 ],
             )
-        else:
+        meta = job["metadata"]
+        pod = self.store.get("pods", str(meta.get("namespace", "")), job_pods.pod_name(job))
+        passed = exists and result is DiagResult.PASS
+        if pod is not None:  # the container's words are in its pod, the Job says backoff
+            self.store.put("pods", job_pods.terminated(pod, passed, "" if passed else why, at))
+            why = job_pods.BACKOFF_LIMIT_REACHED
+        if not passed:
             status.update(
                 failed=1,
                 conditions=[
@@ -195,7 +219,6 @@ class BatchJobs:
                 ],
             )
         self._write(job, status)
-        meta = job["metadata"]
         self._finished[(str(meta.get("namespace", "")), str(meta["name"]))] = self._now
 
     def _repair(self, kind: str, node: str, job: Obj) -> str | None:

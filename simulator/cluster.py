@@ -24,7 +24,11 @@ from simulator.kube_api import objects as ko
 from simulator.kube_api import pods as kp
 from simulator.kube_api.store import Conflict, ObjectStore
 from simulator.layout import Layout, SimPod, build_layout
-from simulator.node_lifecycle import toggled_writer_taint, unschedulable_taints
+from simulator.node_lifecycle import (
+    add_default_tolerations,
+    lifecycle_taints,
+    toggled_writer_taint,
+)
 from simulator.repairs import Repairs
 from simulator.scenario import Scenario, WorkloadKind
 
@@ -54,7 +58,8 @@ class ClusterOptions:
     pdb_sync_seconds: float = 1.0
     """Scenario seconds before the disruption controller observes a new PDB generation."""
     node_lifecycle: bool = True
-    """The node lifecycle controller taints a cordoned node `node.kubernetes.io/unschedulable`."""
+    """The node lifecycle controller taints a cordoned node `node.kubernetes.io/unschedulable`
+    and a node not Ready `not-ready` or `unreachable` (simulator.node_lifecycle)."""
     taint_writer_seconds: float = 0.0
     """> 0: another controller toggles a taint on every node this often (scenario seconds)."""
     """Every training job gets a policy/v1 PDB with this maxUnavailable."""
@@ -114,6 +119,7 @@ class SimCluster:
         self.device_taints: dict[tuple[str, int], Obj] = {}
         """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
         self._claims_seen_rv = -1
+        self._lifecycle_seen_rv = -1
         self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
         self.repairs = Repairs(
             self.store,
@@ -193,6 +199,7 @@ class SimCluster:
             self.batch.tick(t, self.clock.now())
             self.repairs.tick()
             self._concurrent_taint_writer(t)
+            self._node_lifecycle()
             self._refresh_pdbs()
             self._sync_claims()
 
@@ -271,6 +278,8 @@ class SimCluster:
         obj = copy.deepcopy(obj)  # the store owns what it holds
         old: Obj | None = None
         with self.store.lock:
+            if create and resource == "pods":
+                add_default_tolerations(obj)
             if create:
                 meta = obj.setdefault("metadata", {})
                 meta.setdefault("uid", ko.new_uid())
@@ -389,15 +398,26 @@ class SimCluster:
                 self.store.put(dra.CLAIMS, claim)
 
     def _taint_by_condition(self, node: Obj) -> Obj:
-        """The node lifecycle controller: the unschedulable taint follows spec.unschedulable
-        (a write of its own, after the one that cordoned)."""
-        taints = unschedulable_taints(node)
+        """The node lifecycle controller: the unschedulable taint follows spec.unschedulable,
+        not-ready and unreachable follow the Ready condition (a write of its own, after the one
+        that changed the node)."""
+        taints = lifecycle_taints(node, ko.rfc3339(self.clock.now()))
         if taints is None or not self.options.node_lifecycle:
             return node
         changed = {**node, "spec": {**node["spec"], "taints": taints or None}}
         if not taints:
             changed["spec"].pop("taints")
         return self.store.put("nodes", changed)
+
+    def _node_lifecycle(self) -> None:
+        """The lifecycle controller's pass over nodes changed since its last one (a reboot's
+        NotReady is written by the reboot daemon, not through `write`)."""
+        if self.store.changed_at("nodes") == self._lifecycle_seen_rv:
+            return
+        _, nodes = self.store.objects("nodes")
+        for n in nodes:
+            self._taint_by_condition(n)
+        self._lifecycle_seen_rv = self.store.changed_at("nodes")
 
     def _concurrent_taint_writer(self, t: float) -> None:
         """Another controller toggling a taint of its own on every node, every
@@ -550,14 +570,16 @@ class SimCluster:
         while len(self._emitted) > MAX_EVENTS:  # like the API server's event TTL, by count
             self.store.delete("events", *self._emitted.popleft())
 
-    def set_node_ready(self, node: str, ready: bool) -> None:
-        """Flip a node's Ready condition (a test or a scenario fault marking it NotReady)."""
+    def set_node_ready(self, node: str, ready: bool | None) -> None:
+        """Set a node's Ready condition (a test or a scenario fault marking it NotReady); None:
+        Unknown, the kubelet stopped posting status (the node is unreachable)."""
+        status = {True: "True", False: "False", None: "Unknown"}[ready]
+        reason = {True: "KubeletReady", False: "KubeletNotReady", None: "NodeStatusUnknown"}[ready]
         with self.store.lock:
             obj = copy.deepcopy(self.get("nodes", "", node))
             for c in obj["status"]["conditions"]:
                 if c["type"] == "Ready":
-                    c["status"] = "True" if ready else "False"
-                    c["reason"] = "KubeletReady" if ready else "KubeletNotReady"
+                    c["status"], c["reason"] = status, reason
                     c["lastTransitionTime"] = ko.rfc3339(self.clock.now())
             self.write("nodes", obj)
 

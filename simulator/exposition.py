@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC
+from simulator import mig_series, vgpu_series
 from simulator.engine import XID_COUNT_WINDOW, Sample
 from simulator.kube_series import (
     KUBE_HELP,
@@ -46,13 +47,15 @@ def dcgm_text(
     pod_labels: str = "direct",
     fields: Collection[str] | None = None,
     exporter: Exporter | None = None,
+    instances: mig_series.Instances | None = None,
 ) -> str:
     """One node's dcgm-exporter /metrics (only the GPUs whose series are present).
     `pod_labels="none"`: the exporter's Kubernetes mapping off (no pod labels); `exported`:
     the workload as `exported_*`, as a relabelling proxy would show it. `fields`: only these
     families, as an exporter with that counters file serves them (None: every catalog field
     and the XID counter; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: the shipped file).
-    `exporter`: the version's layout of the XID series (None: `simple`)."""
+    `exporter`: the version's layout of the XID series (None: `simple`). `instances`: the MIG
+    GPUs' instances at the sample's time (simulator.mig_series.instances_at)."""
     exp = exporter if exporter is not None else Exporter()
     pos = layout.node_position()[node]
     gpus = np.flatnonzero(layout.gpu_node == pos)
@@ -61,11 +64,23 @@ def dcgm_text(
         s if (k := int(sample.gpu_pod[g])) < 0 else s + pod_label_part(sample.pods[k], pod_labels)
         for s, g in zip(static, gpus.tolist(), strict=True)
     ]
+    if exp.virtual_gpus:  # one series per pod on a time-sliced GPU (simulator.vgpu_series)
+        held = vgpu_series.holders(layout, sample.pods, sample.t, node)
+        labels, rows = vgpu_series.expand(
+            labels, gpus.tolist(), sample.gpu_pod, sample.pods, held, pod_labels
+        )
+        gpus = gpus[rows]
+    on_mig = np.zeros(len(labels), dtype=bool)
+    if instances:  # MIG GPUs: one series per GPU instance (simulator.mig_series)
+        labels, rows, on_mig = mig_series.expand(labels, gpus.tolist(), instances)
+        gpus = gpus[rows]
     parts: list[str] = []
     for m in METRICS:
         if fields is not None and m.name not in fields:
             continue
         values = sample.metrics[m.name][gpus]
+        if m.name in mig_series.UNSUPPORTED_ON_MIG and on_mig.any():
+            values = np.where(on_mig, np.nan, values)
         labs = gauge_labels(labels, values, exp) if m.name == XID_GAUGE else labels
         lines = sample_lines(m.name, labs, values, m.name not in FLOAT_FAMILIES)
         parts.append(_family(m.name, m.help, m.exposed_kind.value, lines))

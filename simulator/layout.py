@@ -134,6 +134,9 @@ def build_layout(sc: Scenario) -> Layout:
                 "nvidia.com/gpu.count": str(p.gpus_per_node),
                 **p.labels,
             }
+            if p.time_slicing > 1:  # what GPU feature discovery labels a time-sliced node
+                labels["nvidia.com/gpu.replicas"] = str(p.time_slicing)
+                labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
             nodes.append(SimNode(name, p.name, p.model.value, p.gpus_per_node, labels))
     n_gpus = sum(n.gpus for n in nodes)
     uuids = np.empty(n_gpus, dtype=object)
@@ -151,18 +154,20 @@ def build_layout(sc: Scenario) -> Layout:
             device[row] = d
             row += 1
 
-    free = {n.name: list(range(n.gpus)) for n in nodes}
+    replicas = {p.name: p.time_slicing for p in sc.pools}
+    free = {n.name: [d for d in range(n.gpus) for _ in range(replicas[n.pool])] for n in nodes}
     pods: list[SimPod] = []
     unplaced: list[str] = []
     for w in sc.workloads:
         candidates = [n for n in nodes if w.pool is None or n.pool == w.pool]
         placed: list[SimPod] = []
         for rank in range(w.replicas):
-            host = next((n for n in candidates if len(free[n.name]) >= w.gpus_per_pod), None)
+            host = next((n for n in candidates if len(set(free[n.name])) >= w.gpus_per_pod), None)
             if host is None:
                 break
-            gpus = tuple(free[host.name][: w.gpus_per_pod])
-            del free[host.name][: w.gpus_per_pod]
+            gpus = tuple(sorted(set(free[host.name]))[: w.gpus_per_pod])
+            for d in gpus:  # one replica of each device
+                free[host.name].remove(d)
             job_label = w.job_label if w.kind == WorkloadKind.TRAINING else ""
             owner_kind = OWNER_KIND[job_label] if job_label else "ReplicaSet"
             placed.append(

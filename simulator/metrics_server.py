@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from simulator import mig_series
 from simulator.cluster import SimCluster
 from simulator.engine import FleetSimulator, Sample
 from simulator.exposition import dcgm_text, kube_state_text, steps_text
@@ -70,8 +71,9 @@ class LiveMetrics:
         pos = self.engine.layout.node_position()[node]
         if not s.scrape_ok or not bool(s.exporter_up[pos]):
             return None
-        exporter = self.engine.scenario.exporter
-        return dcgm_text(s, self.engine.layout, node, self.pod_labels, self.fields, exporter)
+        sc, layout = self.engine.scenario, self.engine.layout
+        instances = mig_series.instances_at(sc, layout, s.t)
+        return dcgm_text(s, layout, node, self.pod_labels, self.fields, sc.exporter, instances)
 
     def kube_state_page(self) -> str:
         s, pods = self.sample()

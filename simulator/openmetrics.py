@@ -21,6 +21,8 @@ import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
+from observer.fleet.model import BoolArray, IntArray
+from simulator import mig_series, vgpu_series
 from simulator.device_health import DeviceFault, device_faults, gpu_allocatable_at, unhealthy_at
 from simulator.engine import XID_COUNT_WINDOW, FleetSimulator, Sample
 from simulator.kube_series import KUBE_HELP, STEPS_HELP, kube_state_series, steps_series
@@ -182,17 +184,33 @@ class OpenMetricsWriter:
         labels = self._labels.labels(s.gpu_pod, s.pods)
         count = 0
         exp = self.sim.scenario.exporter
+        rows: IntArray | None = None
+        if exp.virtual_gpus:  # one series per pod on a time-sliced GPU (simulator.vgpu_series)
+            held = vgpu_series.holders(self.sim.layout, s.pods, t)
+            labels, rows = vgpu_series.expand(
+                labels, range(len(labels)), s.gpu_pod, s.pods, held, self._labels.pod_labels
+            )
+        instances = mig_series.instances_at(self.sim.scenario, self.sim.layout, t)
+        on_mig: BoolArray | None = None
+        if instances:  # MIG GPUs: one series per GPU instance (simulator.mig_series)
+            gpus = range(len(labels)) if rows is None else rows.tolist()
+            labels, inst_rows, on_mig = mig_series.expand(labels, gpus, instances)
+            rows = inst_rows if rows is None else rows[inst_rows]
         for m in self.metrics:
-            values = s.metrics[m.name]
+            values = s.metrics[m.name] if rows is None else s.metrics[m.name][rows]
+            if on_mig is not None and m.name in mig_series.UNSUPPORTED_ON_MIG:
+                values = np.where(on_mig, np.nan, values)
             labs = gauge_labels(labels, values, exp) if m.name == XID_GAUGE else labels
             spools[m.name].write(
                 sample_lines(m.name, labs, values, m.name not in FLOAT_FAMILIES, ts)
             )
             count += int(np.count_nonzero(~np.isnan(values)))
         if exp.xid_count:
+            present = s.present if rows is None else s.present[rows]
             text, n = count_lines(
-                XID_COUNT_METRIC, labels, s.present.tolist(), s.xid_counts,
-                range(len(labels)), exp, XID_COUNT_WINDOW, int(t * 1000), ts,
+                XID_COUNT_METRIC, labels, present.tolist(), s.xid_counts,
+                range(len(labels)) if rows is None else rows.tolist(), exp, XID_COUNT_WINDOW,
+                int(t * 1000), ts,
             )  # fmt: skip
             spools[XID_COUNT_METRIC].write(text)
             count += n

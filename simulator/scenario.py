@@ -28,12 +28,35 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Mig(_Strict):
+    """MIG in flex mode (dcgm-exporter's default): the GPU writes only per-instance series, each
+    with `GPU_I_PROFILE`/`GPU_I_ID`, device fields repeated on each, no GPU_UTIL."""
+
+    profile: str = Field(default="3g.40gb", pattern=r"^[1-7]g\.[0-9]+gb$")
+    instances: int = Field(default=2, ge=1, le=7)
+    """GPU instances per GPU, ids 1..instances."""
+
+
+class MigRepartition(_Strict):
+    """An operator re-partitions one MIG GPU at `at`: its last instance is destroyed and a new
+    one created (a new `GPU_I_ID`, the next free id) while the others keep reporting."""
+
+    node: str
+    gpu: int = Field(ge=0)
+    at: Duration
+
+
 class Pool(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     model: GpuModel
     nodes: int = Field(ge=1, le=20000)
     gpus_per_node: int = Field(default=8, ge=1, le=16)
     labels: dict[str, str] = Field(default_factory=dict)
+    mig: Mig | None = None
+    """Every GPU of the pool partitioned with MIG (flex mode); None: whole GPUs."""
+    time_slicing: int = Field(default=1, ge=1, le=64)
+    """Replicas per GPU (the NVIDIA device plugin's `sharing.timeSlicing` replicas): up to this
+    many pods share each GPU of the pool, each pod's GPUs distinct devices."""
 
 
 JOB_LABEL_KEYS = DEFAULT_JOB_LABEL_KEYS
@@ -215,7 +238,7 @@ EXPORTER_VERSIONS = ("simple", "3.3", "4.x")
 class Exporter(_Strict):
     """What the simulated dcgm-exporters emit, version by version (docs/collectors.md)."""
 
-    version: Literal["simple", "3.3", "4.x"] = "simple"
+    version: Literal["simple", "3.3", "4.x"] = "4.x"
     """`4.x` (tags 4.x, as read from dcgm-exporter's source) and `3.3` (tag 3.3.5-3.4.0): the
     last-XID gauge is sticky (kept until the exporter restarts, not cleared by a GPU reset),
     XIDs come in cascades (48, 94, 95 followed by 45; 13 by 43), and the XID count has one
@@ -227,10 +250,15 @@ class Exporter(_Strict):
     xid_count: bool = True
     """Whether `DCGM_EXP_XID_ERRORS_COUNT` is collected (it is commented out of the shipped
     counters file; the GPU Operator's and many deployments turn it on)."""
-    hostname: Literal["node", "fqdn", "pod"] = "node"
+    virtual_gpus: bool = False
+    """`KUBERNETES_VIRTUAL_GPUS`: a GPU shared by time-slicing has one series per pod holding
+    it, each with a `vgpu` label (the replica), the device's values repeated; off, the exporter
+    names one of the pods (dcgm-exporter's device-to-pod map keeps one)."""
+    hostname: Literal["node", "fqdn", "pod", "host"] = "node"
     """What the `Hostname` label says (simulator.series.HOSTNAME_MODES): the node's name
     (`NODE_NAME` set), the host's FQDN (`<node>.gpu.example.internal`) or the exporter pod's
-    name (`nvidia-dcgm-exporter-<node>`)."""
+    name (`nvidia-dcgm-exporter-<node>`), or a host name unrelated to the node's (`host`:
+    `host-<hex>`, a node registered under another name, e.g. `--hostname-override`)."""
 
     @property
     def real(self) -> bool:
@@ -291,9 +319,23 @@ class Scenario(_Strict):
     `exported_pod`/`exported_namespace` beside the exporter's target labels, or not at all."""
     exporter: Exporter = Field(default_factory=Exporter)
     """Which dcgm-exporter layout the exporters and the backfill reproduce."""
+    mig_repartitions: list[MigRepartition] = Field(default_factory=list)
+    """Re-partitioning of MIG GPUs (not a fault: the GPU keeps reporting)."""
     shipped_fields_only: bool = False
     """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
     counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
+    kubernetes_version: Literal["1.34", "1.35", "1.36", "1.37"] = "1.37"
+    """The release the simulated API server is (simulator.kube_api.discovery.Profile): its
+    `/version` and API versions, DeviceTaintRules at v1 only from 1.37."""
+    dra_device_taint_gate: bool = False
+    """The `DRADeviceTaints` feature gate and its runtime-config on: DeviceTaintRules are also
+    served at v1alpha3 (1.34+) and v1beta2 (1.36+)."""
+
+    @field_validator("kubernetes_version", mode="before")
+    @classmethod
+    def _version_text(cls, v: Any) -> Any:
+        """`kubernetes_version: 1.35` unquoted is a YAML float: read it as the release."""
+        return f"{v:.2f}" if isinstance(v, float) else v
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
@@ -351,6 +393,8 @@ __all__ = [
     "Fault",
     "FaultKind",
     "GpuModel",
+    "Mig",
+    "MigRepartition",
     "Pool",
     "Scenario",
     "Workload",

@@ -72,10 +72,11 @@ def container_name(pod: SimPod) -> str:
     return CONTAINER.get(pod.kind, "main")
 
 
-HOSTNAME_MODES = ("node", "fqdn", "pod")
+HOSTNAME_MODES = ("node", "fqdn", "pod", "host")
 """What dcgm-exporter's `Hostname` says: the node's name (`NODE_NAME` set, as the Helm chart and
 the GPU Operator do), the host's fully qualified name (hostNetwork without `NODE_NAME`), or the
-exporter pod's name (its hostname without `NODE_NAME`)."""
+exporter pod's name (its hostname without `NODE_NAME`), or a host name unrelated to the node's
+(a node registered under another name): only the exporter pod's node joins that one."""
 
 
 def exporter_hostname(node: str, mode: str = "node") -> str:
@@ -83,6 +84,8 @@ def exporter_hostname(node: str, mode: str = "node") -> str:
         return f"{node}.gpu.example.internal"
     if mode == "pod":
         return exporter_pod_name(node)
+    if mode == "host":
+        return f"host-{zlib.crc32(node.encode()):08x}"
     return node
 
 

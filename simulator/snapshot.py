@@ -25,7 +25,9 @@ from observer.snapshot.builder import SnapshotBuilder
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from simulator.device_health import device_faults, gpu_allocatable_at, unhealthy_at
 from simulator.engine import FleetSimulator, Sample
+from simulator.exporter_rows import exporter_rows
 from simulator.layout import SimPod
+from simulator.mig_series import UNSUPPORTED_ON_MIG
 
 SEMANTICS = Semantics(left_open=True, zero_point_first=True)
 """The simulator's PromQL: windows and lookback left-open (as 3.x), extrapolation capped at the
@@ -105,42 +107,53 @@ class SimSnapshots:
         latest = samples[-1] if samples else self.sim.sample(t)
         pods = latest.pods
         gpu_pod = np.array([int(samples[newest_k[r]].gpu_pod[r]) for r in rows], dtype=np.int64)
+        ex = exporter_rows(self.sim.scenario, lay, latest, rows, gpu_pod, t)
+        if ex is not None:  # time-sliced (virtual GPUs) and MIG GPUs: the exporter's rows
+            gpu_pod = ex.pod.astype(np.int64)
+        src = None if ex is None else ex.src
+        at = rows if src is None else rows[src]
+        stamp_rows = stamp if src is None else stamp[src]
         pod_name = np.array([pods[p].name if p >= 0 else "" for p in gpu_pod], dtype=object)
         pod_ns = np.array([pods[p].namespace if p >= 0 else "" for p in gpu_pod], dtype=object)
         gpus = GpuColumns(
-            uuid=lay.gpu_uuid[rows],
-            hostname=self._node_names[lay.gpu_node[rows]],
-            device_index=lay.gpu_device[rows],
-            model_name=lay.gpu_model[rows],
-            pci_bus_id=lay.gpu_pci[rows],
+            uuid=lay.gpu_uuid[at],
+            hostname=self._node_names[lay.gpu_node[at]],
+            device_index=lay.gpu_device[at],
+            model_name=lay.gpu_model[at],
+            pci_bus_id=lay.gpu_pci[at],
+            mig_instance=None if ex is None else ex.mig_instance,
+            mig_profile=None if ex is None else ex.mig_profile,
             pod=pod_name,
             namespace=pod_ns,
-            timestamp=stamp,
+            timestamp=stamp_rows,
         )
         metrics: dict[str, MetricSeries] = {}
-        positions = np.arange(rows.size, dtype=np.int32)
+        positions = np.arange(at.size, dtype=np.int32)
+        on_mig = None if ex is None else ex.on_mig
         names = list(samples[-1].metrics) if samples else []
         for name in names:
             stack = np.array([s.metrics[name] for s in samples])
-            val = stack[newest_k[rows], rows]
+            val = stack[newest_k[at], at]
+            if on_mig is not None and name in UNSUPPORTED_ON_MIG:
+                val = np.where(on_mig, np.nan, val)
             inc = None
             window = 0.0
             spec = BY_NAME.get(name)
             if spec is not None and spec.kind == Kind.COUNTER:
-                inc = increase(times, stack, t, self.window)[rows]
+                inc = increase(times, stack, t, self.window)[at]
                 window = self.window
             metrics[name] = MetricSeries(
-                val, stamp, row=positions, increase=inc, window_seconds=window
+                val, stamp_rows, row=positions, increase=inc, window_seconds=window
             )
         if samples:
             xid_total = np.zeros(n)
             for code, arr in samples[-1].xid_counts.items():
                 xid_total = xid_total + np.nan_to_num(arr)
-                if bool(np.any(arr[rows] > 0)):  # a code's column, as the collectors keep it
+                if bool(np.any(arr[at] > 0)):  # a code's column, as the collectors keep it
                     metrics[xid_count_column(code)] = MetricSeries(
-                        np.where(arr[rows] > 0, arr[rows], np.nan), stamp, row=positions
+                        np.where(arr[at] > 0, arr[at], np.nan), stamp_rows, row=positions
                     )
-            metrics[XID_COUNT_METRIC] = MetricSeries(xid_total[rows], stamp, row=positions)
+            metrics[XID_COUNT_METRIC] = MetricSeries(xid_total[at], stamp_rows, row=positions)
         pod_records = tuple(_pod(p, t) for p in pods)
         steps = self._steps(samples, times, t, pods)
         up = {str(self._node_names[i]): bool(latest.exporter_up[i]) for i in range(len(lay.nodes))}

@@ -70,6 +70,9 @@ class Fleet:
     allocatable: dict[int, int] = field(default_factory=dict)
     """Node position -> allocatable `nvidia.com/gpu` (capacity: gpus_per_node); other nodes
     carry no counts (not collected)."""
+    time_sliced: bool = False
+    """Pods on one node share its GPUs (virtual-GPU series): the node's last pod is each GPU's
+    `pod_index`, the earlier ones its shared pods. Otherwise the last pod holds them alone."""
 
     def __post_init__(self) -> None:
         n = self.n
@@ -218,4 +221,16 @@ class Fleet:
             metrics=metrics,
             job_steps_increase=steps,
             telemetry=telemetry,
+            shared_pods=self._shared(gpu_pod, rows),
+        )
+
+    def _shared(self, gpu_pod: np.ndarray, rows: np.ndarray) -> tuple[tuple[int, int], ...]:
+        if not self.time_sliced:
+            return ()
+        at = {int(r): i for i, r in enumerate(rows)}
+        return tuple(
+            (at[int(g)], idx)
+            for idx, (_, node, _) in enumerate(self.pods)
+            for g in np.flatnonzero(self.mask(node=node))
+            if int(g) in at and gpu_pod[g] != idx
         )

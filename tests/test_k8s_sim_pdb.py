@@ -103,3 +103,76 @@ def test_unhealthy_pod_eviction_policy(sim: Sim, api: client.ApiClient) -> None:
     sim.advance(2)
     assert _evict(api, "serving", "serve-1")[0] == 201
     assert _evict(api, "serving", "serve-0")[0] == 429  # a Ready pod still needs the budget
+
+
+BAD_SPECS: dict[str, tuple[dict[str, Any], dict[str, Any], list[tuple[str, str]]]] = {
+    "both set": (
+        {"matchLabels": {"app": "x"}}, {"minAvailable": 1, "maxUnavailable": 1},
+        [("spec", "minAvailable and maxUnavailable cannot be both set")],
+    ),
+    "negative": (
+        {"matchLabels": {"app": "x"}}, {"maxUnavailable": -1},
+        [("spec.maxUnavailable", "must be greater than or equal to 0")],
+    ),
+    "not a percent": (
+        {"matchLabels": {"app": "x"}}, {"minAvailable": "half"},
+        [("spec.minAvailable", "a valid percent string must be a numeric string")],
+    ),
+    "over 100 %": (
+        {"matchLabels": {"app": "x"}}, {"maxUnavailable": "150%"},
+        [("spec.maxUnavailable", "must not be greater than 100%")],
+    ),
+    "bad operator": (
+        {"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["x"]}]},
+        {"minAvailable": 1},
+        [("spec.selector.matchExpressions[0].operator", "not a valid selector operator")],
+    ),
+    "In without values": (
+        {"matchExpressions": [{"key": "app", "operator": "In"}]}, {"minAvailable": 1},
+        [("spec.selector.matchExpressions[0].values", "must be specified when `operator`")],
+    ),
+    "Exists with values": (
+        {"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]},
+        {"minAvailable": 1},
+        [("spec.selector.matchExpressions[0].values", "Forbidden: may not be specified")],
+    ),
+    "bad label value": (
+        {"matchLabels": {"app": "-x-"}}, {"minAvailable": 1},
+        [("spec.selector.matchLabels", "Invalid value: \"-x-\"")],
+    ),
+    "unknown eviction policy": (
+        {"matchLabels": {"app": "x"}}, {"minAvailable": 1, "unhealthyPodEvictionPolicy": "Never"},
+        [("spec.unhealthyPodEvictionPolicy", 'supported values: "IfHealthyBudget", "AlwaysAllow"')],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_SPECS))
+def test_an_invalid_budget_is_refused_with_its_causes(api: client.ApiClient, case: str) -> None:
+    selector, spec, want = BAD_SPECS[case]
+    policy = client.PolicyV1Api(api)
+    with pytest.raises(client.ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget("serving", _pdb("bad", selector, **spec))
+    assert err.value.status == 422
+    body = json.loads(present(err.value.body, "body"))
+    assert body["reason"] == "Invalid" and body["details"]["kind"] == "PodDisruptionBudget"
+    assert body["message"].startswith('PodDisruptionBudget.policy "bad" is invalid: ')
+    causes = [(c["field"], c["message"]) for c in body["details"]["causes"]]
+    for field, says in want:
+        assert any(f == field and says in m for f, m in causes), causes
+    stored = policy.list_namespaced_pod_disruption_budget("serving").items
+    assert "bad" not in [p.metadata.name for p in stored if p.metadata is not None]
+
+
+def test_a_patch_that_would_make_a_budget_invalid_is_refused(api: client.ApiClient) -> None:
+    policy = client.PolicyV1Api(api)
+    policy.create_namespaced_pod_disruption_budget(
+        "serving", _pdb("ok", {"matchLabels": {"app": "x"}}, minAvailable="50%")
+    )
+    with pytest.raises(client.ApiException) as err:
+        policy.patch_namespaced_pod_disruption_budget(
+            "ok", "serving", {"spec": {"maxUnavailable": 1}}
+        )
+    assert err.value.status == 422
+    kept = policy.read_namespaced_pod_disruption_budget("ok", "serving")
+    assert kept.spec is not None and kept.spec.max_unavailable is None  # nothing lost or half-set

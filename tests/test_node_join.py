@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpufleet.doctor.checks import node_join_check
+from gpufleet.doctor.report import OK, WARN
 from observer.fleet.model import FleetSnapshot, Node, NodeName, Pod
+from observer.kube.collector import KubeCollector, KubeSettings
+from observer.kube.exporters import DEFAULT_EXPORTER_SELECTORS
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
@@ -67,6 +72,11 @@ def test_a_gpu_that_joins_no_node_is_kept_and_reported() -> None:
     assert "GPUs on no Kubernetes node" in text and "gpu-box-7 (1 GPUs)" in text
     joined = snap.nodes[int(snap.gpus.node_index[snap.gpus.position("GPU-0")])]
     assert joined.name == "h100-0000" and joined.in_kubernetes
+    check = node_join_check(snap)  # `gpufleet doctor`'s row
+    assert (
+        check.status == WARN and "1 GPUs on no Kubernetes node: gpu-box-7 (1 GPUs)" in check.detail
+    )
+    assert "NODE_NAME" in check.fix
 
 
 def test_the_scrape_targets_node_label_wins_over_the_exporters_hostname() -> None:
@@ -75,6 +85,7 @@ def test_the_scrape_targets_node_label_wins_over_the_exporters_hostname() -> Non
     gpus = _gpus(["nvidia-dcgm-exporter-abcde"], ["h100-0001"])
     snap = build_snapshot(100.0, gpus, {}, nodes=k8s)
     assert [n.name for n in snap.nodes] == NODES and unjoined_gpus(snap) == {}
+    assert node_join_check(snap).status == OK
 
 
 def _scenario() -> Scenario:
@@ -123,3 +134,27 @@ def test_prometheus_joins_fqdn_hostnames_to_their_nodes(tmp_path: Path) -> None:
     finally:
         prom.stop()
     _assert_joined(snap)
+
+
+def test_direct_scrape_joins_by_the_exporter_pods_node_from_the_watch_cache(
+    tmp_path: Path,
+) -> None:
+    """A `Hostname` that no name rule joins (`host-<hex>`: the node registered under another
+    name): the exporter pod found in the Kubernetes watch cache names its `spec.nodeName`.
+    On the old discovery (URLs only) both nodes' GPUs were on two nodes outside Kubernetes."""
+    base = _scenario()
+    exporter = base.exporter.model_copy(update={"hostname": "host"})
+    sc = base.model_copy(update={"start": float(int(time.time())), "exporter": exporter})
+    handle = start_simulation(sc, exporter_pods="gpu-operator",
+                              kubeconfig_out=tmp_path / "kubeconfig")  # fmt: skip
+    try:
+        with KubeCollector(KubeSettings(kubeconfig=str(handle.kubeconfig))) as kube:
+            assert kube.wait_synced(10)
+            discover = lambda: kube.exporter_targets(DEFAULT_EXPORTER_SELECTORS)  # noqa: E731
+            with ScrapeCollector(ScrapeSettings(), now=time.time, discover=discover) as c:
+                snap = c.collect(nodes=kube.nodes(), pods=kube.pods()).snapshot
+    finally:
+        handle.stop()
+    assert len(snap.gpus) == 4
+    _assert_joined(snap)
+    assert node_join_check(snap).status == OK

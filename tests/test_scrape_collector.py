@@ -64,10 +64,12 @@ def test_prometheus_and_direct_scrape_agree(
 ) -> None:
     handle, wall = live
     sc = handle.scenario
-    t = sc.start + 10 * MIN
+    # 11 min: more than the 5-minute lookback after XID 48's follower 45 changed the gauge's
+    # `err_code` (5 min); backfilled data has no staleness markers (docs/collectors.md)
+    t = sc.start + 11 * MIN
     with scraper(handle) as c:
-        direct = run_until(c, wall, handle, 10).snapshot
-    om = write_scenario(sc, tmp_path / "small.om", sc.start, sc.start + 11 * MIN)
+        direct = run_until(c, wall, handle, 11).snapshot
+    om = write_scenario(sc, tmp_path / "small.om", sc.start, sc.start + 12 * MIN)
     prom = start_prometheus(om, tmp_path)
     try:
         with PrometheusCollector(PromSettings(prom.url)) as pc:

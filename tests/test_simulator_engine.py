@@ -145,7 +145,9 @@ def test_xid79_series_vanish_only_on_target_and_window(sim: FleetSimulator) -> N
 def test_xid48_and_row_remap_failure(sim: FleetSimulator) -> None:
     before, after, later = at(sim, 4.5), at(sim, 5.5), at(sim, 12)
     xid = m(after, "DCGM_FI_DEV_XID_ERRORS")
-    assert xid[H100_2 + 1] == 48 and xid[H100_2 + 2] == 64
+    # the 4.x layout (the default): XID 48 is followed by 45 at once, so the gauge shows 45
+    assert xid[H100_2 + 1] == 45 and xid[H100_2 + 2] == 64
+    assert after.xid_counts[45][H100_2 + 1] == 1
     others = np.delete(np.arange(40), [H100_2 + 1, H100_2 + 2])
     assert np.nansum(xid[others]) == 0 and np.nansum(m(before, "DCGM_FI_DEV_XID_ERRORS")) == 0
     dbe = m(after, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
@@ -256,7 +258,8 @@ def test_fleet_without_workloads_is_idle() -> None:
     )
     s = FleetSimulator(sc).sample(sc.start + 60, [])
     assert s.gpu_pod.tolist() == [-1, -1] and s.pod_steps.size == 0
-    assert s.metrics["DCGM_FI_DEV_XID_ERRORS"].tolist() == [0, 48]
+    assert s.metrics["DCGM_FI_DEV_XID_ERRORS"].tolist() == [0, 45]  # 48's follower (4.x)
+    assert s.xid_counts[48].tolist() == [0, 1]
     assert (s.metrics["DCGM_FI_DEV_GPU_UTIL"] == 0).all()
 
 
@@ -297,7 +300,8 @@ def test_app_xid_and_power_cap_confounders() -> None:
     xid = m(at(sim, 6), "DCGM_FI_DEV_XID_ERRORS")
     assert xid[8] == 31 and np.count_nonzero(xid) == 1  # rank 1's first GPU only
     assert at(sim, 6).xid_counts[31][8] == 1
-    assert m(at(sim, 10), "DCGM_FI_DEV_XID_ERRORS")[8] == 0  # window over
+    assert m(at(sim, 10), "DCGM_FI_DEV_XID_ERRORS")[8] == 31  # sticky: the exporter kept it
+    assert 31 not in at(sim, 12).xid_counts  # the count's 5-minute window is over
     before, capped = at(sim, 8), at(sim, 12)
     power = m(capped, "DCGM_FI_DEV_POWER_USAGE")
     assert power.max() <= 0.6 * 400 * 1.1  # held at the cap (plus per-GPU offsets and noise)

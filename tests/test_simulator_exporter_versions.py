@@ -106,7 +106,7 @@ def test_an_exporter_down_restarts_the_exporter_and_empties_the_gauge() -> None:
 
 def test_simple_layout_stays_as_it_was_for_the_tests_that_ask_for_it() -> None:
     """The convenient layout: the fault's own code, cleared when the fault ends, no cascade."""
-    sim = FleetSimulator(_scenario({}))
+    sim = FleetSimulator(_scenario({"version": "simple"}))
     t0 = sim.scenario.start
     during = _series(sim, t0 + 11 * MIN)
     assert _gpu(during[GAUGE], "1")[0] == (_gpu(during[GAUGE], "1")[0][0], 48.0)
@@ -126,3 +126,11 @@ def test_backfill_writes_the_same_xid_series(tmp_path: Path) -> None:
     # steps at 10, 10.5 and 11 min; the follower comes 50 ms after the 48 of 10:00
     assert sum('xid="48"' in x for x in count) == 3 and sum('xid="45"' in x for x in count) == 2
     assert sum("xid=" not in x and x.split()[-2] == "0" for x in count) == 3  # GPU 0, 3 steps
+
+
+def test_scenarios_and_the_suite_default_to_the_4x_layout() -> None:
+    """The suite, the held-out fleets and the demo run on what real exporters write; `simple`
+    only where a scenario names it."""
+    assert _scenario({}).exporter.version == "4.x"
+    suite = Path(__file__).parents[1] / "eval" / "suite"
+    assert all("version: simple" not in p.read_text() for p in suite.glob("*.yaml"))

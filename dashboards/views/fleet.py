@@ -93,10 +93,12 @@ def pool_chart(table: pd.DataFrame) -> alt.Chart:
 
 
 def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
-    """Node x GPU cells of one pool, coloured by health or utilization."""
-    d = gpus.assign(gpu=gpus["device"].astype(str) + gpus["mig_instance"].map(
-        lambda m: f"/{m}" if m else ""
-    ))  # fmt: skip
+    """Node x GPU cells of one pool, coloured by health or utilization; a MIG GPU's instances
+    are side by side under their GPU's column (`instance`), as the GPU is the grain."""
+    d = gpus.assign(
+        gpu=gpus["device"].astype(int),
+        instance=gpus["mig_instance"].map(lambda m: f"MIG {m}" if m else ""),
+    )
     if colour == "health":
         color = alt.Color(
             "health:N",
@@ -111,13 +113,14 @@ def grid(gpus: pd.DataFrame, colour: str) -> alt.Chart:
             legend=alt.Legend(orient="top"),
         )
     chart: alt.Chart = (
-        alt.Chart(d[["node", "gpu", "health", "utilization", "job", "issue", "model"]])
+        alt.Chart(d[["node", "gpu", "instance", "health", "utilization", "job", "issue", "model"]])
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
             x=alt.X("gpu:O", title="GPU"),
+            xOffset=alt.XOffset("instance:N", sort="ascending"),
             y=alt.Y("node:N", title=None, sort=None),
             color=color,
-            tooltip=["node", "gpu", "health", "issue", "utilization", "job", "model"],
+            tooltip=["node", "gpu", "instance", "health", "issue", "utilization", "job", "model"],
         )
         .properties(height=min(22 * d["node"].nunique() + 60, 4000))
     )

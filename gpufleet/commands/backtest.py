@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from errors import GpufleetError
-from evaluation.backtest import Progress, backtest, iso, step_count
+from evaluation.backtest import Progress, iso, step_count
+from evaluation.backtest_sharded import backtest_sharded, default_shards, shards_worth
+from evaluation.sharded import warmup_seconds
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_all
-from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings
 
 EXIT_OK = 0
@@ -66,6 +67,10 @@ def register(sub: Any) -> None:
     p.add_argument("--output", "-o", metavar="OUT.json", required=True, help="where to write")
     p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
                    help=POD_LABELS_HELP)  # fmt: skip
+    p.add_argument("--shards", type=int, default=default_shards(), metavar="N",
+                   help="replay the window in N time shards on N processes (default: the CPUs "
+                        "here; 1: sequential); fewer when the window is too short for the "
+                        "detectors' warm-up to pay off")  # fmt: skip
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="per request (30; range requests are larger than live ones)")  # fmt: skip
     p.set_defaults(func=run, _parser=p)
@@ -87,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     step = parse_duration_arg(parser, "--step", args.step)
     if end < start:
         parser.error(f"--end ({iso(end)}) is before --start ({iso(start)})")
+    if args.shards < 1:
+        parser.error(f"--shards: expected a whole number >= 1, got {args.shards}")
     out = Path(args.output)
     if not out.parent.is_dir():
         parser.error(f"--output: directory {str(out.parent)!r} does not exist")
@@ -95,11 +102,13 @@ def run(args: argparse.Namespace) -> int:
     settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster,
                             pod_labels=args.pod_labels)  # fmt: skip
     total = step_count(start, end, step)
+    shards = shards_worth(args.shards, end - start, warmup_seconds(suite))
     print(f"gpufleet backtest: {iso(start)} .. {iso(end)} every {step:g} s ({total} steps), "
-          f"{len(suite.detectors)} detectors", file=sys.stderr)  # fmt: skip
+          f"{len(suite.detectors)} detectors, {shards} shard(s)", file=sys.stderr)  # fmt: skip
     try:
-        with PrometheusCollector(settings) as c:
-            result = backtest(c, start, end, step, suite, grace, policy, Progress(total))
+        result = backtest_sharded(
+            settings, start, end, step, suite, grace, policy, shards, Progress(total)
+        )
     except GpufleetError as exc:
         print(f"gpufleet backtest: error: {exc.render()}; {out} not written", file=sys.stderr)
         return EXIT_NO_DATA

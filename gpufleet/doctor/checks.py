@@ -19,7 +19,9 @@ from gpufleet.doctor.report import FAIL, OK, SKIP, WARN, Check
 from gpufleet.service.cluster_claim import recorded
 from gpufleet.service.sources import prom_settings
 from observer.fleet.coverage import snapshot_fields
+from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
+from observer.snapshot import unjoined_gpus
 from remediations.policy import Policy
 from remediations.store.migrate import make_engine, schema_revisions
 
@@ -81,6 +83,7 @@ def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:
             "pod_labels: none to attribute GPUs by node",
         )
     )
+    out.append(node_join_check(snap))
     out.append(
         Check(
             "kube-state-metrics",
@@ -91,6 +94,22 @@ def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:
         )
     )
     return out
+
+
+def node_join_check(snap: FleetSnapshot) -> Check:
+    """GPUs whose exporter's `Hostname` joined no Kubernetes node (observer.snapshot.node_join):
+    kept under their hostname, but no node action or drain can reach them."""
+    unjoined = unjoined_gpus(snap)
+    if not unjoined:
+        return Check("node join", OK, "every GPU joins a Kubernetes node")
+    hosts = "; ".join(f"{h} ({n} GPUs)" for h, n in sorted(unjoined.items()))
+    return Check(
+        "node join",
+        WARN,
+        f"{sum(unjoined.values())} GPUs on no Kubernetes node: {hosts}",
+        "set NODE_NAME on dcgm-exporter (fieldRef spec.nodeName; the GPU Operator and the chart "
+        "do), or relabel kubernetes_node from __meta_kubernetes_pod_node_name",
+    )
 
 
 def store_check(cfg: GpufleetConfig) -> list[Check]:

@@ -1,5 +1,5 @@
 """The doctor's Kubernetes adapter: what this identity may do (SelfSubjectAccessReview) and
-whether the DRA API (`resource.k8s.io`) is served.
+which version of `resource.k8s.io` serves DeviceTaintRules.
 
 `authorization.k8s.io/v1` SelfSubjectAccessReview: the API server answers, for the caller's own
 credentials, whether one verb on one resource (in one namespace) is allowed, the way
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from remediations.kube_dra import rule_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +62,9 @@ class KubeAccess:
         status = review.status
         return bool(status is not None and status.allowed)
 
-    def served_groups(self) -> set[str]:
-        """API group names the server serves (`/apis` discovery)."""
+    def device_taint_version(self) -> str | None:
+        """The `resource.k8s.io` version that serves DeviceTaintRules (None: none does)."""
         try:
-            found = client.ApisApi(self.api).get_api_versions(_request_timeout=10)
+            return rule_version(self.api)
         except (ApiException, HTTPError) as exc:
             raise AccessUnknown(str(exc)) from None
-        return {str(g.name) for g in found.groups or []}

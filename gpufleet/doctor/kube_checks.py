@@ -1,6 +1,6 @@
 """The doctor's Kubernetes checks: the API reachable (and which cluster it is), every verb the
 service and the policy's playbooks need granted per SelfSubjectAccessReview, the Lease writable
-when leader election is on, and whether the DRA API is served."""
+when leader election is on, and whether DeviceTaintRules are served (single-GPU fencing)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gpufleet.doctor.report import FAIL, OK, WARN, Check
 from gpufleet.service.kube_identity import cluster_uid
 from remediations.kube_jobs import api_client
 from remediations.policy import Policy
+from remediations.types import DEVICE_TAINTS_NOT_SERVED
 
 READS = (
     Access("", "nodes", "list"),
@@ -130,15 +131,22 @@ def _verbs(access: KubeAccess, cfg: GpufleetConfig, policy: Policy) -> list[Chec
 
 
 def _dra(access: KubeAccess) -> Check:
+    """Whether fence_gpu can taint one GPU here: the DeviceTaintRule version served, or why not
+    and what happens instead."""
     try:
-        groups = access.served_groups()
+        version = access.device_taint_version()
     except AccessUnknown as exc:
         return Check("dra", WARN, f"API discovery failed: {exc}", "check the API server")
-    if "resource.k8s.io" in groups:
-        return Check("dra", OK, "resource.k8s.io served (fence_gpu can taint one GPU)")
+    if version is not None:
+        return Check(
+            "dra", OK, f"DeviceTaintRules served at resource.k8s.io/{version} (fence_gpu can "
+            "taint one GPU)",
+        )  # fmt: skip
     return Check(
         "dra",
         WARN,
-        "resource.k8s.io not served: fence_gpu cannot taint one GPU",
-        "Kubernetes 1.34+ with DRA, or keep node-level playbooks",
+        f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu falls back to the pods-on-GPU grain (cordon "
+        "unless the device plugin withdrew the GPU)",
+        "upgrade to Kubernetes 1.37, or enable the DRADeviceTaints gate and runtime-config; or "
+        "keep node-level playbooks",
     )

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from gpufleet.service.telemetry import Telemetry
 from observer.fleet.model import FleetSnapshot
 from remediations.actuator_api import FencedGpu, FencedGpuReader, WriteContext
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.cycle import LiveActuator
-from remediations.playbooks.fence import DeviceTaintReader, RuleView
+from remediations.playbooks.base import RuleView
+from remediations.playbooks.fence import DeviceTaintDiscovery, DeviceTaintReader
 from remediations.playbooks.reset import JobOutcome, NodeJobReader
 from remediations.types import Intent
 
@@ -64,7 +66,11 @@ class CachedActuator:
 
     def cluster_view(self, taken_at: float = 0.0) -> ClusterView:
         cached = self.cache.view() if self.cache is not None else None
-        return cached if cached is not None else self.inner.cluster_view(taken_at)
+        if cached is None:
+            return self.inner.cluster_view(taken_at)
+        if isinstance(self.inner, DeviceTaintDiscovery):  # what fence_gpu can do here
+            return replace(cached, device_taints=self.inner.device_taints_served())
+        return cached
 
     def node(self, name: str) -> NodeView | None:
         return self.inner.node(name)

@@ -84,7 +84,7 @@ def open_source(
     if isinstance(settings, PodDiscovery):
         selectors = settings.selectors
         scraper = ScrapeCollector(
-            settings.scrape, now=clock, discover=lambda: kube.exporter_urls(selectors)
+            settings.scrape, now=clock, discover=lambda: kube.exporter_targets(selectors)
         )
     else:
         scraper = ScrapeCollector(settings, now=clock)

@@ -235,6 +235,9 @@ class FleetSnapshot:
     telemetry: TelemetryHealth | None = None
     events: tuple[Event, ...] = ()
     cluster: str = "default"
+    shared_pods: tuple[tuple[int, int], ...] = ()
+    """(GPU position, pod position) of each pod holding a time-sliced GPU besides the GPU's
+    `pod_index` (dcgm-exporter's virtual-GPU series), so that every pod on a GPU is attributed."""
 
     def metric(self, name: str) -> MetricColumn | None:
         return self.metrics.get(name)
@@ -246,4 +249,15 @@ class FleetSnapshot:
         return {n.name: i for i, n in enumerate(self.nodes)}
 
     def gpus_of_job(self, job_index: int) -> IntArray:
-        return np.flatnonzero(self.gpus.job_index == job_index).astype(np.int32)
+        """The job's GPUs, those it shares with other pods' jobs included."""
+        own = self.gpus.job_index == job_index
+        for g, p in self.shared_pods:
+            if self.pods[p].job_index == job_index:
+                own[g] = True
+        return np.flatnonzero(own).astype(np.int32)
+
+    def pods_on_gpu(self, gpu: int) -> tuple[int, ...]:
+        """Positions of every pod holding the GPU: its `pod_index`, then the pods sharing it."""
+        own = int(self.gpus.pod_index[gpu])
+        shared = tuple(p for g, p in self.shared_pods if g == gpu)
+        return ((own,) if own != NO_INDEX else ()) + shared

@@ -63,8 +63,16 @@ def exporter_urls(
     pods: Iterable[Mapping[str, Any]], selectors: Iterable[ExporterSelector]
 ) -> list[str]:
     """Scrape URLs of the running pods that match a selector (each URL once, sorted)."""
+    return sorted(exporter_targets(pods, selectors))
+
+
+def exporter_targets(
+    pods: Iterable[Mapping[str, Any]], selectors: Iterable[ExporterSelector]
+) -> dict[str, str]:
+    """Scrape URL -> the exporter pod's `spec.nodeName` ("" when unbound), for the running
+    pods that match a selector: the node its GPUs are on, whatever their `Hostname` says."""
     sels = tuple(selectors)
-    urls: set[str] = set()
+    urls: dict[str, str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
@@ -79,6 +87,7 @@ def exporter_urls(
                 continue
             port = _port((pod.get("spec") or {}).get("containers") or [], sel)
             host = f"[{ip}]" if ":" in ip else ip
-            urls.add(f"{sel.scheme}://{host}:{port}{sel.path}")
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            urls[f"{sel.scheme}://{host}:{port}{sel.path}"] = node
             break
-    return sorted(urls)
+    return dict(sorted(urls.items()))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +46,7 @@ from observer.scrape.ring_window import RingWindow
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
 from observer.snapshot.cycle_stats import CycleStats, QueryStat
 from observer.snapshot.inputs import (
+    NODE_HINT_LABELS,
     ExporterHealth,
     GpuColumns,
     MetricSeries,
@@ -108,13 +109,15 @@ class ScrapeCollector:
         settings: ScrapeSettings,
         *,
         now: Callable[[], float] = time.time,
-        discover: Callable[[], Sequence[str]] | None = None,
+        discover: Callable[[], Sequence[str] | Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.now = now
         self.discover = discover
         """Lists the exporter URLs each cycle (the Kubernetes way: pods by label from the
-        service's watch cache); used when `settings` names no targets or discovery URL."""
+        service's watch cache), or maps each to its exporter pod's node; used when `settings`
+        names no targets or discovery URL."""
+        self._target_nodes: dict[str, str] = {}
         self.builder = SnapshotBuilder(
             JobIdentity(tuple(settings.job_label_keys)), settings.cluster
         ).with_pod_cache()
@@ -144,7 +147,10 @@ class ScrapeCollector:
         if s.targets:
             return list(s.targets)
         if self.discover is not None and not s.discovery_url:
-            urls = list(self.discover())
+            found = self.discover()
+            if isinstance(found, Mapping):  # URL -> the exporter pod's node (watch cache)
+                self._target_nodes = {u: n for u, n in found.items() if n}
+            urls = list(found)
             if not urls:
                 raise TemporaryError(
                     "no dcgm-exporter pod found (none running with an IP matches the selectors)",
@@ -192,13 +198,16 @@ class ScrapeCollector:
                             "malformed lines of this target are counted, not logged",
                             f.url, page.malformed, page.first_error)  # fmt: skip
             st.page, st.at = page, t
+            node = self._target_nodes.get(f.url, "")
+            if node:  # as Prometheus' pod discovery relabels `kubernetes_node` (node_join)
+                _stamp_node(page, node)
             for key, labels in page.identity.items():
                 st.inventory[key] = (dict(labels), t)
             for key in [
                 k for k, (_, seen) in st.inventory.items() if t - seen > s.inventory_window
             ]:
                 del st.inventory[key]
-            st.node = _node_of(page) or st.node
+            st.node = node or _node_of(page) or st.node
             self._push(page, t)
             stats.append(QueryStat(f.url, f.seconds, f.bytes, f.bytes, page.samples, True))
         if urls and not any(self._targets[u].ok for u in urls):
@@ -244,6 +253,7 @@ class ScrapeCollector:
         up: dict[str, bool] = {}
         last: dict[str, float] = {}
         lost: list[tuple[dict[str, str], float]] = []
+        sharers: list[tuple[Mapping[str, str], float]] = []
         for url in urls:
             st = self._targets[url]
             if st.page is None or not t - st.at <= s.inventory_window:
@@ -258,6 +268,7 @@ class ScrapeCollector:
                     cols.stamps.append(seen)
                 else:
                     lost.append((labels, seen))
+            sharers += [(lab, st.at) for rows in page.sharers.values() for lab in rows]
             for fam, (keys, vals, _) in page.gpu.items():
                 k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
                 k.extend(keys)
@@ -270,8 +281,10 @@ class ScrapeCollector:
                     kube.append(row)
                 elif x == 1:
                     status.append(row)
-        cols.rows += [labels for labels, _ in lost]  # vanished GPUs last: rows, no data
+        cols.rows += [labels for labels, _ in lost]  # vanished GPUs: rows, no data
         cols.stamps += [seen for _, seen in lost]
+        cols.rows += [dict(labels) for labels, _ in sharers]  # then pods sharing a GPU
+        cols.stamps += [seen for _, seen in sharers]
         gpus = GpuColumns.from_label_dicts(cols.rows, cols.stamps)
         metrics = self._metrics(cols, t)
         n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
@@ -320,6 +333,18 @@ class ScrapeCollector:
             timestamp=np.array([r[3] for r in rows]),
             increase=self.steps.increase(keys, t, self.settings.window),
         )
+
+
+NODE_LABEL = NODE_HINT_LABELS[-1]
+"""`kubernetes_node`: the label the snapshot reads as the exporter pod's `spec.nodeName`."""
+
+
+def _stamp_node(page: ParsedPage, node: str) -> None:
+    """The page's GPUs labelled with their exporter pod's node (`kubernetes_node`)."""
+    page.identity = {k: {**lab, NODE_LABEL: node} for k, lab in page.identity.items()}
+    page.sharers = {
+        k: [{**lab, NODE_LABEL: node} for lab in rows] for k, rows in page.sharers.items()
+    }
 
 
 def _node_of(page: ParsedPage) -> str:

@@ -30,6 +30,8 @@ from observer.snapshot.kube_records import KSM_FAMILIES, KSM_GPU_FAMILIES, KSM_S
 
 KUBE_NAMES = frozenset((*KSM_FAMILIES, *KSM_STATUS_FAMILIES, *KSM_GPU_FAMILIES))
 DCGM_PREFIXES = ("DCGM_FI_", "DCGM_EXP_")
+LABEL_VGPU = "vgpu"
+"""dcgm-exporter's replica label on a time-sliced GPU's per-pod series (KUBERNETES_VIRTUAL_GPUS)."""
 
 
 @dataclass(slots=True)
@@ -42,6 +44,9 @@ class ParsedPage:
     """Family (catalog name) -> (GPU keys, values, explicit timestamps or None)."""
     steps: list[tuple[str, str, float]] = field(default_factory=list)
     kube: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    sharers: dict[str, list[Mapping[str, str]]] = field(default_factory=dict)
+    """GPU key -> label sets of its other virtual-GPU series (`vgpu`: one per pod sharing a
+    time-sliced GPU), one per pod, beside the identity's (observer.snapshot.gpu_sharing)."""
     xid: dict[str, dict[str, float]] = field(default_factory=dict)
     """GPU key -> XID code -> count ("" for the zero series without `xid`), folded into
     `gpu` by `finish`."""
@@ -86,6 +91,8 @@ def _add(
             return
         if key not in page.identity:
             page.identity[key] = labels
+        elif LABEL_VGPU in labels:
+            _add_sharer(page, key, labels)
         keys, values, stamps = page.gpu.setdefault(family, ([], [], []))
         keys.append(key)
         values.append(value)
@@ -94,6 +101,15 @@ def _add(
         page.steps.append((labels.get(LABEL_NAMESPACE, ""), labels.get(LABEL_POD, ""), value))
     elif name in KUBE_NAMES:
         page.kube.append((name, labels, value))
+
+
+def _add_sharer(page: ParsedPage, key: str, labels: Mapping[str, str]) -> None:
+    vgpu = labels[LABEL_VGPU]
+    if page.identity[key].get(LABEL_VGPU) == vgpu:
+        return
+    known = page.sharers.setdefault(key, [])
+    if all(other[LABEL_VGPU] != vgpu for other in known):
+        known.append(labels)
 
 
 def _finish_xid(page: ParsedPage) -> None:

@@ -68,6 +68,7 @@ from observer.fleet.model import (
     Pod,
 )
 from observer.snapshot.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
+from observer.snapshot.gpu_sharing import SharedPod, shared_pods
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
 from observer.snapshot.node_join import join_hostnames
@@ -160,11 +161,13 @@ class SnapshotBuilder:
         rows = resolve_gpu_rows(gpus, node_list, extra_nodes, join)
         columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
         labels = attribute_by_node(rows.pod_labels(), pod_list)  # no pod labels: by node
+        sharing = shared_pods(rows)  # time-sliced GPUs' other pods (virtual-GPU series)
         pod_records, jobs, pod_index, synthesised = (
             self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
-            if self.pod_cache is not None
-            else self._pods(labels, pod_list)
+            if self.pod_cache is not None and not sharing
+            else self._pods(labels, pod_list, sharing)
         )
+        shared = _shared_positions(sharing, pod_records)
         pod_job = np.array([p.job_index for p in pod_records] + [NO_INDEX], dtype=np.int32)
         table = rows.table(pod_index, readonly(pod_job[pod_index]))
         node_newest = newest_per_node(gpu_newest, table.node_index, len(rows.nodes))
@@ -182,6 +185,7 @@ class SnapshotBuilder:
             telemetry=telemetry,
             events=tuple(sorted(events, key=lambda e: e.time)),
             cluster=self.cluster,
+            shared_pods=shared,
         )
         report = BuildReport(
             identity_rows=len(gpus),
@@ -238,15 +242,16 @@ class SnapshotBuilder:
                     columns[spec.name] = MetricColumn(nan, nan, inc_nan, 0.0)
         return columns, dups, unknown, newest
 
-    def _pods(self, labels: PodLabels, pods: list[Pod]) -> PodAssignment:
+    def _pods(
+        self, labels: PodLabels, pods: list[Pod], sharing: Sequence[SharedPod] = ()
+    ) -> PodAssignment:
         by_key: dict[tuple[str, str], Pod] = {(p.namespace, p.name): p for p in pods}
         ns, name, host = labels
         named = np.flatnonzero(name != "")
         heads = named[run_starts(ns[named], name[named])]  # one row per GPU-holding pod
         missing: list[str] = []
-        for n_, p_, h_ in zip(
-            ns[heads].tolist(), name[heads].tolist(), host[heads].tolist(), strict=True
-        ):
+        held = zip(ns[heads].tolist(), name[heads].tolist(), host[heads].tolist(), strict=True)
+        for n_, p_, h_ in [*held, *((n, p, h) for _, n, p, h in sharing)]:
             if (n_, p_) not in by_key:
                 at = NodeName(h_) if h_ and h_ != NO_HOSTNAME else None
                 by_key[(n_, p_)] = Pod(n_, p_, at, phase="Unknown")
@@ -256,6 +261,16 @@ class SnapshotBuilder:
         index = {(p.namespace, p.name): i for i, p in enumerate(records)}
         pod_index = readonly(lookup_runs(index, ns, name))
         return records, jobs, pod_index, tuple(sorted(set(missing)))
+
+
+def _shared_positions(
+    sharing: Sequence[SharedPod], pods: Sequence[Pod]
+) -> tuple[tuple[int, int], ...]:
+    """(GPU, pod position) pairs of the pods sharing GPUs."""
+    if not sharing:
+        return ()
+    index = {(p.namespace, p.name): i for i, p in enumerate(pods)}
+    return tuple(sorted({(g, index[(n, p)]) for g, n, p, _ in sharing}))
 
 
 def _increase(s: MetricSeries) -> np.ndarray:

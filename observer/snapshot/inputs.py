@@ -176,7 +176,8 @@ class GpuColumns:
             LABEL_POD,
             LABEL_NAMESPACE,
         )
-        cols = {name: [r.get(name, "") for r in rows] for name in names}
+        hints = tuple(h for h in NODE_HINT_LABELS if any(h in r for r in rows))
+        cols = {name: [r.get(name, "") for r in rows] for name in (*names, *hints)}
         return cls.from_labels(cols, timestamp)
 
     def mig_keys(self) -> StrArray:

@@ -70,7 +70,7 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
             steps = s.job_steps.get(job.key)
             inc = s.job_steps_increase.get(job.key)
             jrows.append([
-                job.key, str(ranks), str(int((g.job_index == j).sum())),
+                job.key, str(ranks), str(len(s.gpus_of_job(j))),  # shared GPUs included
                 "-" if steps is None else f"{steps:.0f}", "-" if inc is None else f"+{inc:.0f}",
             ])  # fmt: skip
         lines += _table(jrows)
@@ -83,6 +83,11 @@ def summarize(s: FleetSnapshot, source: str = "") -> str:
             "the exporter or relabel kubernetes_node): "
             + "; ".join(f"{h} ({n} GPUs)" for h, n in sorted(unjoined.items()))
         )
+    if s.shared_pods:
+        shared = len({gpu for gpu, _ in s.shared_pods})
+        pods = len({p for _, p in s.shared_pods}) + shared
+        lines.append(f"shared GPUs (time-slicing, virtual-GPU series): {shared} GPUs held by "
+                     f"{pods} pods")  # fmt: skip
     if s.events:
         lines.append(f"events: {len(s.events)} GPU/node warnings (latest: "
                      f"{s.events[-1].reason} on {s.events[-1].node or '?'})")  # fmt: skip

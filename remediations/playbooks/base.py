@@ -12,13 +12,28 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from observer.fleet.units import Duration
 from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.types import IncidentId, Intent
+
+
+class RuleView(Protocol):
+    """A DeviceTaintRule as playbooks read it (remediations.kube_dra.TaintRuleView)."""
+
+    @property
+    def effect(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def ours(self) -> bool: ...
+    @property
+    def device(self) -> str | None: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 class BaseParams(BaseModel):
@@ -122,3 +137,20 @@ def gpu_of(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
     if not subject.gpu_uuid:
         return NoPlan(f"{subject.kind} incident names no GPU: act on the node instead")
     return node, subject.gpu_uuid
+
+
+GUARD_OP = "cordon_unless_withdrawn"
+"""Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin):
+the pods-on-GPU grain's guard, also fence_gpu's fallback where no DeviceTaintRules are served."""
+
+
+def guard_unverified(i: Intent, reader: ClusterReader) -> Verification | None:
+    """A pinned guard that decided to cordon, checked on the live node: None when it holds."""
+    if i.op != GUARD_OP or not i.args.get("cordon"):
+        return None
+    node = reader.node(i.target)
+    if node is None:
+        return Verification(VerifyStatus.FAILED, f"node {i.target} is gone")
+    if not node.unschedulable:
+        return Verification(VerifyStatus.PENDING, f"{i.target} not yet cordoned")
+    return None

@@ -1,33 +1,38 @@
 """fence_gpu and unfence_gpu: take one GPU out of service on a DRA node, leave the other seven.
 
-On clusters where the NVIDIA DRA driver publishes GPUs as `resource.k8s.io/v1` devices, a
+On clusters where the NVIDIA DRA driver publishes GPUs as `resource.k8s.io` devices, a
 DeviceTaintRule owned by gpufleet selects exactly the faulty GPU's device (driver, pool, device,
 resolved from the finding's GPU UUID through the node's ResourceSlice when the step is pinned)
 and taints it: effect `NoSchedule` keeps new claims off it, `NoExecute` also evicts the pods that
 hold it, `None` only records the taint (the API's own dry run). The node stays schedulable. The
 rule's name derives from the GPU UUID, so a retry finds it, and undoing deletes only a rule that
 carries gpufleet's managed-by label. Under `actuation: shadow` nothing is written at all.
+Where the cluster serves no DeviceTaintRules (1.34-1.36 without the DRADeviceTaints gate) the
+step is pinned to the pods-on-GPU grain's guard instead (`kube_actuator.fence_fallback`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import replace
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from remediations.cluster_view import ClusterReader, ClusterView
 from remediations.playbooks.base import (
+    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
+    RuleView,
     Subject,
     Verification,
     VerifyStatus,
     gpu_of,
 )
-from remediations.types import QUARANTINE_TAINT, Intent
+from remediations.playbooks.gpu_drain import EvictGpuPods, GpuDrainParams
+from remediations.types import DEVICE_TAINTS_NOT_SERVED, FENCE_FALLBACK, QUARANTINE_TAINT, Intent
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 
@@ -37,17 +42,11 @@ def fence_rule_name(gpu_uuid: str) -> str:
     return "gpufleet-" + gpu_uuid.lower().replace("_", "-")[:50]
 
 
-class RuleView(Protocol):
-    @property
-    def effect(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-    @property
-    def ours(self) -> bool: ...
-    @property
-    def device(self) -> str | None: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
+@runtime_checkable
+class DeviceTaintDiscovery(Protocol):
+    def device_taints_served(self) -> bool | None:
+        """Whether the cluster serves DeviceTaintRules (None: could not tell)."""
+        ...
 
 
 @runtime_checkable
@@ -75,6 +74,8 @@ class FenceGpu(Playbook):
         if isinstance(found, NoPlan):
             return found
         node, uuid = found
+        if view.device_taints is False:
+            return _pods_on_gpu_grain(subject, view, params)
         intent = Intent(
             "fence_device",
             node,
@@ -94,6 +95,12 @@ class FenceGpu(Playbook):
     ) -> Verification:
         if not isinstance(reader, DeviceTaintReader):
             return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
+        if not any(i.op in ("fence_device", "label_device_rule") for i in intents):
+            # the pods-on-GPU grain (no DeviceTaintRules served), planned or pinned so
+            done = EvictGpuPods().verify(intents, reader, GpuDrainParams())
+            guard = next((i for i in intents if i.op == GUARD_OP), None)
+            why = str(guard.args.get("why", "")) if guard is not None else ""
+            return replace(done, detail=f"{done.detail}: {why}") if why else done
         for i in intents:
             if i.op == "label_device_rule":
                 marked = _verify_labels(i, reader)
@@ -122,6 +129,32 @@ class FenceGpu(Playbook):
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return tuple(_unfence(i) for i in intents if i.op == "fence_device")
+
+
+def _pods_on_gpu_grain(subject: Subject, view: ClusterView, params: FenceParams) -> Plan | NoPlan:
+    """Where the cluster serves no DeviceTaintRules: evict_gpu_pods' plan under fence_gpu's name,
+    disruptive (it may cordon, so the blast-radius budget counts it). NoSchedule keeps only the
+    guard (no pod is evicted), NoExecute also evicts the GPU's pods, a `None` dry run has
+    nothing to record."""
+    if params.effect == "None":
+        return NoPlan(f"{DEVICE_TAINTS_NOT_SERVED}: a dry-run (effect None) fence records nothing")
+    planned = EvictGpuPods().plan(subject, view, GpuDrainParams())
+    if isinstance(planned, NoPlan):
+        return NoPlan(f"{DEVICE_TAINTS_NOT_SERVED}; the pods-on-GPU grain: {planned.reason}")
+    why = FENCE_FALLBACK
+    intents = tuple(
+        Intent(i.op, i.target, {**i.args, "fallback": why}) if i.op == GUARD_OP else i
+        for i in planned.intents
+        if params.effect == "NoExecute" or i.op == GUARD_OP
+    )
+    return replace(
+        planned,
+        playbook=FenceGpu.name,
+        intents=intents,
+        disruptive=True,
+        namespaces=planned.namespaces if params.effect == "NoExecute" else (),
+        priority_classes=planned.priority_classes if params.effect == "NoExecute" else (),
+    )
 
 
 def _verify_labels(i: Intent, reader: DeviceTaintReader) -> Verification | None:

@@ -22,21 +22,21 @@ from __future__ import annotations
 
 from remediations.cluster_view import ClusterReader, ClusterView, NodeView
 from remediations.playbooks.base import (
+    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
+    RuleView,
     Subject,
     Verification,
     VerifyStatus,
     gpu_of,
+    guard_unverified,
 )
 from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
-from remediations.playbooks.fence import RuleView
 from remediations.types import Intent
 
-GUARD_OP = "cordon_unless_withdrawn"
-"""Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin)."""
 NODE_LEVEL_KINDS = frozenset({"gpu_lost", "monitoring_gap"})
 """Kinds this grain refuses: the whole node is suspect (XID 79 class), or nothing is known."""
 NODE_LEVEL_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM"})
@@ -103,14 +103,15 @@ class EvictGpuPods(Playbook):
                 "drain the node instead"
             )
         skip = frozenset(params.skip_namespaces)
-        holder = view.pods.get(view.pod_of_gpu.get(uuid, ""))
+        holders = [view.pod_of_gpu.get(uuid, ""), *view.sharers_of_gpu.get(uuid, ())]
         pods = [
             p
-            for p in (holder,)
+            for p in (view.pods.get(k) for k in holders)  # every pod on a time-sliced GPU
             if p is not None and p.node == node and evictable(p, params.include_unmanaged, skip)
         ]
         evicted = {p.key for p in pods}
-        held = set(view.pod_of_gpu.values()) - evicted
+        sharing = {k for keys in view.sharers_of_gpu.values() for k in keys}
+        held = (set(view.pod_of_gpu.values()) | sharing) - evicted
         kept_pods = sorted(p.key for p in view.pods_on(node) if p.key in held)
         in_service = sorted(u for u in view.gpus_of_node.get(node, ()) if u != uuid)
         guard = (
@@ -143,12 +144,9 @@ class EvictGpuPods(Playbook):
         self, intents: tuple[Intent, ...], reader: ClusterReader, params: BaseParams
     ) -> Verification:
         for i in intents:
-            if i.op == GUARD_OP and i.args.get("cordon"):
-                node = reader.node(i.target)
-                if node is None:
-                    return Verification(VerifyStatus.FAILED, f"node {i.target} is gone")
-                if not node.unschedulable:
-                    return Verification(VerifyStatus.PENDING, f"{i.target} not yet cordoned")
+            guard = guard_unverified(i, reader)
+            if guard is not None:
+                return guard
         v = drain_verify(intents, reader)
         if v.status is not VerifyStatus.OK:
             return v

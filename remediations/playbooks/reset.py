@@ -88,8 +88,11 @@ def holder_of(uuid: str, node: str, view: ClusterView) -> str | None:
     (the exporters' pod labels are off), any workload pod on the node might hold it."""
     key = view.pod_of_gpu.get(uuid)
     if key is not None:
-        pod = view.pods.get(key)
-        return None if pod is not None and pod.phase in FREE_PHASES else key
+        for k in (key, *view.sharers_of_gpu.get(uuid, ())):  # every pod on a shared GPU
+            pod = view.pods.get(k)
+            if pod is None or pod.phase not in FREE_PHASES:
+                return k
+        return None
     if view.pod_of_gpu:
         return None
     for p in view.pods_on(node):

@@ -40,6 +40,7 @@ from simulator.kube_api.tls import ca_pem, maybe_wrap
 from simulator.kube_api.verbs import Reply, Request, Verbs, error
 
 log = logging.getLogger(__name__)
+NOT_FOUND = "the server could not find the requested resource"
 
 
 def _parse_path(parts: list[str]) -> tuple[str, str, list[str]] | None:
@@ -197,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             return
         if path == "/version":
-            self._send(Reply(200, dict(disc.SERVER_VERSION)))
+            self._send(Reply(200, self.server.profile.server_version()))
             return
         if path == "/healthz" or path == "/readyz" or path == "/livez":
             self._send_text("ok")
@@ -206,17 +207,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(Reply(200, disc.api_versions(f"127.0.0.1:{self.server.server_address[1]}")))
             return
         if path == "/apis":
-            self._send(Reply(200, disc.group_list()))
+            self._send(Reply(200, self.server.profile.group_list()))
             return
-        if len(parts) == 2 and parts[0] == "apis" and parts[1] in disc.GROUPS:
-            self._send(Reply(200, disc.group(parts[1])))
+        if len(parts) == 2 and parts[0] == "apis":
+            doc = self.server.profile.group(parts[1])
+            self._send(Reply(200, doc) if doc else error(404, NOT_FOUND, "NotFound"))
             return
         if parsed is None:
             self._send(error(404, "the server could not find the requested resource", "NotFound"))
             return
         group, version, rest = parsed
         if not rest:
-            doc = disc.resource_list(group, version)
+            doc = self.server.profile.resource_list(group, version)
             self._send(
                 Reply(200, doc)
                 if doc
@@ -226,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         ns: str | None = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
-        res = disc.find(group, version, rest[0])
+        res = self.server.profile.find(group, version, rest[0])
         if res is None or (ns is not None and not res.namespaced):
             self._send(error(404, "the server could not find the requested resource", "NotFound"))
             return
@@ -350,6 +352,9 @@ class _Server(ThreadingHTTPServer):
         self.verbs = verbs
         self.authn = Authenticator()
         self.rbac = Rbac()
+        sc = cluster.scenario
+        self.profile = disc.Profile(sc.kubernetes_version, sc.dra_device_taint_gate)
+        """The Kubernetes release served (resources, discovery, `/version`)."""
         self._stop = threading.Event()
         self._counts_lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()

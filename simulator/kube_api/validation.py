@@ -6,18 +6,18 @@ object the product writes is checked as pkg/apis/*/validation does, and a refusa
 real shape: `<Kind>.<group> "<name>" is invalid: <field>: <what>` with `details.causes`.
 Covered: names by kind (DNS-1123 subdomain, or label for namespaces), label keys and values,
 annotation keys and total size, node taints, Job specs (what the Job strategy adds to the pod
-template included), Lease fields and their MicroTime syntax, DeviceTaintRules.
+template included), Lease fields and their MicroTime syntax, DeviceTaintRules, PDB specs
+(simulator.kube_api.pdb_spec).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from simulator import dra
-from simulator.kube_api import names
+from simulator.kube_api import names, pdb_spec
+from simulator.kube_api.field_errors import FieldError, quote
 
 Obj = dict[str, Any]
 
@@ -32,45 +32,8 @@ JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 """Labels the Job strategy puts on the pod template, valued with the Job's name."""
 
 
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    """One cause: field.Error of k8s.io/apimachinery/pkg/util/validation/field."""
-
-    field: str
-    reason: str
-    """FieldValueInvalid, FieldValueRequired, FieldValueNotSupported, FieldValueTooLong, ..."""
-    detail: str = ""
-    value: Any = None
-
-    def message(self) -> str:
-        """The cause's message (the error text without the field path)."""
-        if self.reason == "FieldValueRequired":
-            return "Required value" + (f": {self.detail}" if self.detail else "")
-        if self.reason == "FieldValueNotSupported":
-            return f"Unsupported value: {_quote(self.value)}: {self.detail}"
-        if self.reason == "FieldValueTooLong":
-            return f"Too long: {self.detail}"
-        return f"Invalid value: {_quote(self.value)}: {self.detail}"
-
-    def cause(self) -> Obj:
-        return {"reason": self.reason, "message": self.message(), "field": self.field}
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message()}"
-
-
 class Undecodable(ValueError):
     """The body cannot be decoded into the kind (a malformed MicroTime): 400 BadRequest."""
-
-
-def _quote(value: Any) -> str:
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return str(value)
 
 
 def _bad(field: str, detail: str, value: Any) -> FieldError:
@@ -215,8 +178,8 @@ def decode_lease(body: Obj) -> None:
         v = spec.get(k)
         if v is not None and not (isinstance(v, str) and MICRO_TIME.match(v)):
             raise Undecodable(
-                f'Lease in version "v1" cannot be handled as a Lease: parsing time {_quote(v)} '
-                f'as "{MICRO_TIME_LAYOUT}": cannot parse {_quote(v)} as "{MICRO_TIME_LAYOUT}"'
+                f'Lease in version "v1" cannot be handled as a Lease: parsing time {quote(v)} '
+                f'as "{MICRO_TIME_LAYOUT}": cannot parse {quote(v)} as "{MICRO_TIME_LAYOUT}"'
             )
 
 
@@ -245,6 +208,8 @@ def validate(resource: str, body: Obj) -> list[FieldError]:
         out += lease(body)
     elif resource == dra.RULES:
         out += device_taint_rule(body)
+    elif resource == "poddisruptionbudgets":
+        out += pdb_spec.pdb(body.get("spec") or {})
     return out
 
 

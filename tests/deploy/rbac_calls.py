@@ -89,6 +89,13 @@ def _api_objects(tree: ast.AST) -> dict[str, str]:
         if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
             continue
         call = node.value
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            # `rules: client.ResourceV1Api = self._rules()`: the annotation names the API class
+            ann = node.annotation
+            cls = ann.attr if isinstance(ann, ast.Attribute) else getattr(ann, "id", "")
+            if re.fullmatch(r"[A-Z]\w*V\d\w*Api", cls):
+                objects[node.target.id] = cls
+                continue
         if not isinstance(call, ast.Call):
             continue
         func = call.func

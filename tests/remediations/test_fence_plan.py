@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -99,3 +99,30 @@ def test_policy_rejects_an_unknown_effect_naming_the_field() -> None:
             "mode": "auto", "params": {"effect": "PreferNoSchedule"}}  # fmt: skip
     with pytest.raises(ConfigError, match=r"rules\[0\]\.params\.effect"):
         policy_from_dict({"rules": [rule]}, "p.yaml")
+
+
+def test_without_device_taints_the_plan_is_the_pods_on_gpu_grain() -> None:
+    """A cluster that serves no DeviceTaintRules (1.34-1.36 without the gate): the grain's guard,
+    counted as disruptive; NoExecute also evicts the GPU's pod; a dry run plans nothing."""
+    pb = PLAYBOOKS["fence_gpu"]
+    pod = PodView("ml", "train-0", "n1", "u0", "Running", {}, "Job", "train")
+    view = ClusterView(
+        {"n1": NODE}, {pod.key: pod}, {}, pod_of_gpu={UUID: pod.key}, device_taints=False
+    )
+    keep = pb.plan(subject(), view, pb.params({"effect": "NoSchedule"}))
+    assert isinstance(keep, Plan) and keep.playbook == "fence_gpu" and keep.disruptive
+    (guard,) = keep.intents
+    assert guard.op == "cordon_unless_withdrawn" and guard.args["gpu"] == UUID
+    assert "single-GPU fencing needs a cluster that serves DeviceTaintRules" in str(
+        guard.args["fallback"]
+    )
+    evict = pb.plan(subject(), view, pb.params({"effect": "NoExecute"}))
+    assert isinstance(evict, Plan) and [i.op for i in evict.intents] == [
+        "cordon_unless_withdrawn",
+        "evict_pods",
+    ]
+    assert evict.intents[1].args["only"] == [pod.key] and evict.namespaces == ("ml",)
+    dry = pb.plan(subject(), view, pb.params({"effect": "None"}))
+    assert isinstance(dry, NoPlan) and "records nothing" in dry.reason
+    served = pb.plan(subject(), replace(view, device_taints=True), pb.params({}))
+    assert isinstance(served, Plan) and [i.op for i in served.intents] == ["fence_device"]

@@ -121,6 +121,9 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
     verdicts = {a.target: a.detail["outcome"] for a in log if a.kind == "diagnostic"}
     assert verdicts == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
+    # the failed verdict says why, in the Job container's words (its pod's termination message)
+    notes = {a.target: a.detail["note"] for a in log if a.kind == "diagnostic"}
+    assert notes == {"node/h100-0001": "", "node/h100-0003": "diagnostics failed"}
     assert [a.target for a in log if a.kind == "needs_person"] == ["node/h100-0003"]
 
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left

@@ -42,7 +42,7 @@ from gpufleet.service.jobs.diagnose_targets import (
 from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
-from remediations.actuator_api import FencedGpuReader, NodeJobs
+from remediations.actuator_api import FencedGpuReader, JobReasons, NodeJobs
 from remediations.repeats import lemon
 from remediations.store import Store
 from remediations.types import JOBS_NAMESPACE, stable_id
@@ -156,8 +156,11 @@ def _wait(
             return outcomes
 
 
-def _journal_verdict(store: Store, t: Target, got: str, p: DiagnoseParams, now: float) -> None:
-    record_diagnosis(store, now, t.subject, got, node=t.node, job=f"{p.namespace}/{t.name}")
+def _journal_verdict(
+    store: Store, t: Target, got: str, p: DiagnoseParams, now: float, note: str = ""
+) -> None:
+    job = f"{p.namespace}/{t.name}"
+    record_diagnosis(store, now, t.subject, got, node=t.node, job=job, note=note)
     if got == "failed":
         store.audit(
             now,
@@ -222,7 +225,14 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
             # for the hardware before that change; the next run starts a Job of its own
             lines.append(f"{t.subject}: {outcomes.pop(t.subject)} ignored, changed meanwhile")
         else:
-            _journal_verdict(store, t, outcomes[t.subject], p, ctx.clock())
+            got = outcomes[t.subject]
+            # a failed diagnostic's verdict carries what dcgmi said (its pod's termination message)
+            said = (
+                diag.reason(p.namespace, t.name)
+                if got == "failed" and isinstance(diag, JobReasons)
+                else ""
+            )
+            _journal_verdict(store, t, got, p, ctx.clock(), said)
             verdicts[t.subject] = outcomes[t.subject]
     decided = [t for t in targets if t.subject in verdicts]
     mine = _act(ctx, req.name, p, decided, verdicts, notes, lines)

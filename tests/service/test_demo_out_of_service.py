@@ -5,9 +5,10 @@ reset or reboot is tried, its diagnostic fails) stays out of service once taken 
 The demo runs as `make demo` does (`gpufleet run --embedded`, the demo's policy), at 10x, with
 h100-0005's fault 30 scenario seconds after a100-0002's XID (the live demo has it 9 minutes
 later) so it comes within seconds, and the diagnostic job every minute instead of every three:
-the test waits for one wall-clock minute boundary, not for the demo's quarter hour. The table's nodes are read with the dashboard's own functions (`dashboards.data`:
-`out_of_service`, then `away`, which the page counts); the cluster's with the real `kubernetes`
-client (a node is out of service when it is unschedulable, `SchedulingDisabled`)."""
+the test waits for one wall-clock minute boundary, not for the demo's quarter hour. The
+table's nodes are read with the dashboard's own functions (`dashboards.data`: `out_of_service`,
+then `away`, which the page counts); the cluster's with the real `kubernetes` client (a node is
+out of service when it is unschedulable, `SchedulingDisabled`)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from kubernetes import client, config
 
 from dashboards import data
 from gpufleet.commands.run import DEMO_CONFIG
-from simulator.scenario import LIVE_DEMO_SCENARIO
 from remediations.store import Store
+from simulator.scenario import LIVE_DEMO_SCENARIO
 from tests.service.demo_proc import GPUFLEET, reader, wait_for
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST = "tests/service/test_lifecycle_stateful.py"
 
 
-def soak(examples: int, steps: int) -> tuple[str, int, int, float, str]:
+def soak(examples: int, steps: int) -> tuple[str, int, int, float, str, str]:
     env = {
         **os.environ,
         "GPUFLEET_STATEFUL_EXAMPLES": str(examples),
@@ -39,15 +39,16 @@ def soak(examples: int, steps: int) -> tuple[str, int, int, float, str]:
     wall = time.perf_counter() - t
     got = re.search(r"stateful: (\d+) examples, (\d+) steps", done.stdout)
     ran = (int(got.group(1)), int(got.group(2))) if got else (0, 0)
+    seen = re.search(r"stateful: journaled (.*)", done.stdout)
     verdict = "all invariants held" if done.returncode == 0 else "FAILED (see output)"
     if done.returncode != 0:
         print(done.stdout[-4000:], done.stderr[-2000:], file=sys.stderr)
-    return verdict, ran[0], ran[1], wall, f"{examples} x {steps}"
+    return verdict, ran[0], ran[1], wall, f"{examples} x {steps}", seen.group(1) if seen else ""
 
 
 def run(runs: int, quick: bool) -> str:
-    budget = (8, 12) if quick else (16, 15)
-    verdict, examples, steps, wall, asked = soak(*budget)
+    budget = (8, 12) if quick else (30, 20)
+    verdict, examples, steps, wall, asked, seen = soak(*budget)
     rows = [[asked, examples, steps, f"{wall:.0f}", verdict]]
     header = ["budget (sequences x steps)", "sequences run", "steps run", "wall s", "result"]
     return "\n".join(
@@ -56,9 +57,16 @@ def run(runs: int, quick: bool) -> str:
             "",
             table(header, rows),
             "",
+            f"What the sequences journaled (playbook:state, and people asked): {seen}.",
+            "",
             "One run (a soak, not a timing): CI runs the same machine with 4 sequences of up to 10 "
-            "steps. A failure prints Hypothesis' shrunk sequence of events. Found so far: a node "
+            "steps. Every sequence starts with a fault found; its steps add faults (DBE, XID 48, a "
+            "GPU off the bus), repeats after a repair, failing reset Jobs, hung reboots, failing "
+            "or flaky diagnostics, late approvals, leader restarts and hand cordons. A failure "
+            "prints Hypothesis' shrunk sequence of events. Found so far: a node "
             "a person cordoned and gpufleet then quarantined was never given back (the ownership "
-            "gate refused the whole return); fixed, test_return_rule_sim.py keeps it fixed.",
+            "gate refused the whole return); fixed, test_return_rule_sim.py keeps it fixed. And "
+            "the simulator's reboot of a node running a Job's pod failed its PATCH (the pod had "
+            "no uid), so every reboot timed out; fixed, test_k8s_sim_job_pods.py keeps it fixed.",
         ]
     )

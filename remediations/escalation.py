@@ -5,15 +5,19 @@ cycles within `gates.attempts` (no sooner than `cooldown` after the last attempt
 `max_attempts` within `window`). Past that budget the gate escalates: the decision is a denial,
 and a person must look. This turns the escalation into the `needs_person` row the alerts outbox
 posts and the hold reconciler counts as an owner, written once per incident and playbook (the
-denial itself is reported again whenever its reasons change, and after a leader change).
+denial itself is reported again whenever its reasons change, and after a leader change). Both
+places the gate can escalate write it here: the journal's decision, and the executor finding
+an approved action's budget spent when it is about to start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from remediations.decisions import ActionDecision
-from remediations.store import Store
+from remediations.store import ActionRecord, Store
+from remediations.types import IncidentId
 from remediations.validation import NEEDS_PERSON
 
 
@@ -23,26 +27,44 @@ def escalation(store: Store, d: ActionDecision) -> dict[str, Any] | None:
     `d.playbook`."""
     if not d.escalate or d.shadow or d.plan is None:
         return None
-    for r in store.audit_of(NEEDS_PERSON, [d.target]):
-        if r.incident_id == d.incident_id and r.detail.get("playbook") == d.playbook:
+    node = d.plan.target_nodes[0] if d.plan.target_nodes else ""
+    return needs_person(store, d.incident_id, d.playbook, d.target, d.rule, node, d.reasons)
+
+
+def escalated_start(store: Store, a: ActionRecord, reason: str) -> dict[str, Any] | None:
+    """The same row for an approved action whose attempt budget is spent when it is about to
+    start (the executor's last look), or None if the person was already asked."""
+    node = a.target_nodes[0] if a.target_nodes else ""
+    return needs_person(store, a.incident_id, a.playbook, a.target, a.rule, node, (reason,))
+
+
+def needs_person(
+    store: Store,
+    incident_id: IncidentId,
+    playbook: str,
+    target: str,
+    rule: str,
+    node: str,
+    reasons: Sequence[str],
+) -> dict[str, Any] | None:
+    """One `needs_person` row per (incident, playbook), naming the attempts and the last one's
+    outcome; None when it was already written."""
+    for r in store.audit_of(NEEDS_PERSON, [target]):
+        if r.incident_id == incident_id and r.detail.get("playbook") == playbook:
             return None
     tried = [
         a
-        for a in store.actions(target=d.target)
-        if a.incident_id == d.incident_id and a.playbook == d.playbook
+        for a in store.actions(target=target)
+        if a.incident_id == incident_id and a.playbook == playbook
     ]
-    last = max(tried, key=lambda a: a.created_at, default=None)
+    done = [a for a in tried if a.started_at is not None]
+    last = max(done, key=lambda a: a.created_at, default=None)
     failed = f"; the last attempt: {last.state.value}: {last.result}" if last else ""
-    why = "; ".join(d.reasons)
+    why = "; ".join(reasons)
     return {
         "kind": NEEDS_PERSON,
-        "message": (f"{d.playbook} on {d.target} will not be tried again ({why}){failed}")[:1000],
-        "incident_id": d.incident_id,
-        "target": d.target,
-        "detail": {
-            "playbook": d.playbook,
-            "rule": d.rule,
-            "node": d.plan.target_nodes[0] if d.plan.target_nodes else "",
-            "attempts": len(tried),
-        },
+        "message": (f"{playbook} on {target} will not be tried again ({why}){failed}")[:1000],
+        "incident_id": incident_id,
+        "target": target,
+        "detail": {"playbook": playbook, "rule": rule, "node": node, "attempts": len(done)},
     }

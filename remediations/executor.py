@@ -33,6 +33,7 @@ from remediations import gates
 from remediations.actuator_api import Actuator, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import summarize
+from remediations.escalation import escalated_start
 from remediations.gates import Fleet
 from remediations.holds import marked_by_us
 from remediations.playbooks import PLAYBOOKS, Plan, VerifyStatus
@@ -240,6 +241,11 @@ class Executor:
         ]
         failed = gates.first_failure(checks)
         if failed is not None:
+            if failed.outcome is gates.Outcome.ESCALATE:  # the budget was spent meanwhile
+                asked = escalated_start(self.store, a, f"{failed.gate}: {failed.reason}")
+                if asked is not None:
+                    kind, message = asked.pop("kind"), asked.pop("message")
+                    self.store.audit(now, kind, message, action_id=a.id, **asked)
             if failed.outcome is gates.Outcome.DENY or failed.outcome is gates.Outcome.ESCALATE:
                 self.store.update_action(
                     a,

@@ -401,14 +401,16 @@ def attempts(a: Attempts, playbook: str, target: str, ledger: Ledger, now: float
             f"{len(in_window)} {playbook} attempts on {target} within {a.window:.0f}s "
             f"(max {a.max_attempts}): escalate to a person",
         )
-    if times and now - times[-1] < a.cooldown:
+    wait = a.wait_after(len(in_window))
+    if times and now - times[-1] < wait:
+        grown = f", backoff after {len(in_window)} attempts" if wait != a.cooldown else ""
         return GateResult(
             "cooldown",
             Outcome.WAIT,
             # Stated by its end, not by the time elapsed: the reason (and so the decision a
             # backtest reports) then stays the same for the whole cooldown.
-            f"{playbook} on {target} is cooling down until {_utc(times[-1] + a.cooldown)} "
-            f"({a.cooldown:.0f}s after the last attempt)",
+            f"{playbook} on {target} is cooling down until {_utc(times[-1] + wait)} "
+            f"({wait:.0f}s after the last attempt{grown})",
         )
     return _pass("attempts")
 

@@ -43,6 +43,7 @@ from remediations.types import (
     REBOOT_ANNOTATION,
     REBOOTS_ANNOTATION,
     Intent,
+    fence_fallback_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
+EVICTED, GONE, BLOCKED = "evicted", "gone", "blocked"
+"""What one eviction call found: ours, another's doing already, or refused by a PDB."""
 """The eviction API's 500 for a pod that several budgets select: permanent until a person
 removes the overlap (pkg/registry/core/pod/storage/eviction.go)."""
 
@@ -76,15 +79,15 @@ def _error(exc: Exception, what: str) -> Exception:
 def fence_fallback(intent: Intent) -> Intent:
     """fence_device where the cluster serves no DeviceTaintRules: the pods-on-GPU grain's guard
     instead (cordon unless the device plugin withdrew the GPU, decided when pinned), journaled
-    with the reason; an effect `None` dry run writes nothing, and NoExecute's eviction is left
-    to `evict_gpu_pods`."""
+    with what it does; NoExecute also evicts the GPU's pods (`evict_holders`, found when
+    pinned); an effect `None` dry run writes nothing."""
     a = intent.args
-    why = FENCE_FALLBACK
-    args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": why}
-    if a.get("effect") == "None":
-        args.update(cordon=False, why=f"{why}; effect None (a dry run): nothing written")
-    elif a.get("effect") == "NoExecute":
-        args["fallback"] = f"{why}; the pods holding it are not evicted (evict_gpu_pods does)"
+    effect = str(a.get("effect") or "NoSchedule")
+    args: dict[str, Any] = {"gpu": str(a["uuid"]), "fallback": fence_fallback_reason(effect)}
+    if effect == "None":
+        args.update(cordon=False, why=f"{FENCE_FALLBACK}; effect None (a dry run): nothing written")
+    elif effect == "NoExecute":
+        args["evict_holders"] = True
     return Intent(GUARD_OP, intent.target, args)
 
 
@@ -319,6 +322,9 @@ class KubeActuator:
                 capacity=node.gpu_capacity,
                 allocatable=node.gpu_allocatable,
             )
+            if a.get("evict_holders"):
+                a["pods"], note = self._gpu_holders(intent.target, str(a["gpu"]))
+                a["why"] = f"{a['why']}; {note}"
         elif intent.op == "fence_device" and "device" not in a:
             if self._rule_version() is None:
                 return self.pin(fence_fallback(intent))
@@ -334,6 +340,29 @@ class KubeActuator:
             return self.dra.rule_version()
         except (ApiException, HTTPError) as exc:
             raise _error(exc, "discover the DeviceTaintRule API") from exc
+
+    def _gpu_holders(self, node: str, uuid: str) -> tuple[list[list[str]], str]:
+        """The evictable pods whose ResourceClaims hold the GPU, as `evict_pods` takes them,
+        and what was found. Pods that cannot be told are never guessed: none, and a person is
+        told."""
+        try:
+            dev = self.dra.find_device(node, uuid)
+            holders = self.dra.device_holders() if dev is not None else None
+        except (ApiException, HTTPError) as exc:
+            raise _error(exc, f"read the ResourceClaims of GPU {uuid}") from exc
+        if dev is None or holders is None:
+            return [], (
+                f"the pods holding GPU {uuid} cannot be told here (no DRA claims): none evicted, "
+                "a person decides"
+            )
+        pods = []
+        for key in holders.get((dev.driver, dev.pool, dev.device), ()):
+            ns, _, name = key.partition("/")
+            p = self.pod(ns, name) if name and " " not in key else None
+            if p is not None and p.uid and p.node == node and evictable(p, False):
+                pods.append([p.namespace, p.name, p.uid])
+        names = ", ".join(f"{ns}/{n}" for ns, n, _ in pods) or "none"
+        return pods, f"pods holding the GPU to evict: {names}"
 
     def _claims_free(self, node: str, uuid: str) -> str:
         """Right before a GPU's repair Job: no ResourceClaim may reserve its DRA device (the
@@ -417,9 +446,14 @@ class KubeActuator:
         """The pods-on-GPU grain's guard: the pinned verdict (journaled) says cordon or not."""
         if "cordon" not in a:
             raise PermanentError("cordon_unless_withdrawn was not pinned to the live node")
-        if a["cordon"]:
-            return f"{self._op_cordon(name, a, ctx)}: {a['why']}"
-        return f"left schedulable: {a['why']}"
+        out = (
+            f"{self._op_cordon(name, a, ctx)}: {a['why']}"
+            if a["cordon"]
+            else f"left schedulable: {a['why']}"
+        )
+        if a.get("pods"):  # a NoExecute fence's fallback: the GPU's pods leave too
+            out += "; " + self._op_evict_pods(name, {"pods": a["pods"]}, ctx)
+        return out
 
     def _op_uncordon(self, name: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         node = self._read_node(name)
@@ -628,8 +662,10 @@ class KubeActuator:
         done = [self._delete(ns, n, u, ctx) for n, u in zip(a["names"], a["uids"], strict=True)]
         return "; ".join(done)
 
-    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> bool:
-        """True when the pod is gone or going; False when a PDB refuses (429).
+    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> str:
+        """EVICTED when this call evicted the pod; GONE when it was already gone, replaced or
+        terminating (another controller's doing, e.g. the taint manager on an unreachable node,
+        never counted as ours); BLOCKED when a PDB refuses (429).
 
         The UID precondition is the guarantee; reading the pod first also skips a replacement
         on API servers that ignore an Eviction's preconditions."""
@@ -637,11 +673,11 @@ class KubeActuator:
             now = self.core.read_namespaced_pod(name, ns)
         except ApiException as exc:
             if exc.status == 404:
-                return True
+                return GONE
             raise
         meta: Any = now.metadata
         if meta.uid != uid or meta.deletion_timestamp is not None:
-            return True  # already replaced, or already terminating
+            return GONE  # already replaced, or already terminating
         opts = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=grace
         )
@@ -655,9 +691,9 @@ class KubeActuator:
             self.core.create_namespaced_pod_eviction(name, ns, body)
         except ApiException as exc:
             if exc.status in (404, 409):
-                return True  # gone, or already replaced (UID precondition)
+                return GONE  # gone, or already replaced (UID precondition)
             if exc.status == 429:
-                return False
+                return BLOCKED
             if exc.status == 500 and MULTIPLE_PDBS in str(exc.body or ""):
                 raise PermanentError(
                     f"{ns}/{name}: more than one PodDisruptionBudget selects this pod, which the "
@@ -665,20 +701,21 @@ class KubeActuator:
                     f"(kubectl get pdb -n {ns})"
                 ) from exc
             raise
-        return True
+        return EVICTED
 
     def _op_evict_pods(self, node: str, a: Mapping[str, Any], ctx: WriteContext) -> str:
         pending = [tuple(p) for p in a.get("pods") or ()]
         deadline = self.clock() + float(a.get("timeout") or 600.0)
         backoff = float(a.get("backoff_initial") or 5.0)
         grace = a.get("grace_period")
-        evicted = 0
+        evicted = gone = 0
         while pending:
             blocked = []
             for ns, name, uid in pending:
-                if self._evict(ns, name, uid, grace, ctx):
-                    evicted += 1
-                else:
+                got = self._evict(ns, name, uid, grace, ctx)
+                evicted += got == EVICTED
+                gone += got == GONE
+                if got == BLOCKED:
                     blocked.append((ns, name, uid))
             pending = blocked
             if not pending:
@@ -690,4 +727,6 @@ class KubeActuator:
             ctx.alive()  # renew the claim before waiting (raises when it was lost)
             self.sleep(min(backoff, left))
             backoff = min(backoff * 2, float(a.get("backoff_max") or 60.0))
+        if gone:
+            return f"evicted {evicted} pod(s) from {node}; {gone} already gone or going"
         return f"evicted {evicted} pod(s) from {node}"

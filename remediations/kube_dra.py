@@ -1,7 +1,8 @@
 """The DRA adapter: GPUs from ResourceSlices, gpufleet's DeviceTaintRules at the version served.
 
 The one module that reads ResourceSlices and ResourceClaims (`resource.k8s.io/v1`, GA since
-1.34) and writes DeviceTaintRules. Those are GA (v1) only from 1.37; 1.34-1.36 serve them at
+1.34; the betas where only they are served, discovered like the rules) and writes
+DeviceTaintRules. Those are GA (v1) only from 1.37; 1.34-1.36 serve them at
 v1alpha3 or v1beta2 behind the `DRADeviceTaints` gate, or not at all. So the version is
 discovered (`rule_version`) before any rule is read or written, and a cluster that serves none
 answers "nothing fenced" to reads and `DeviceTaintsNotServed` to writes, never a 404 per fence.
@@ -39,6 +40,13 @@ RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
     "v1alpha3": client.ResourceV1alpha3Api,
 }
 """The versions that can serve DeviceTaintRule, most stable first (the order of preference)."""
+SLICE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {
+    "v1": client.ResourceV1Api,
+    "v1beta2": client.ResourceV1beta2Api,
+    "v1beta1": client.ResourceV1beta1Api,
+}
+"""The versions that can serve ResourceSlices and ResourceClaims: v1 from 1.34 on by default,
+the betas only where the API server's runtime-config enables them (or v1 is switched off)."""
 REDISCOVER_SECONDS = 300.0
 """How long "no DeviceTaintRules here" is believed before discovery asks again (a gate turned
 on, an upgrade)."""
@@ -54,8 +62,15 @@ class DeviceTaintsNotServed(Exception):
 
 
 def rule_version(api: client.ApiClient) -> str | None:
-    """The preferred `resource.k8s.io` version that serves DeviceTaintRule (discovery: the
-    group's versions, then each version's resource list), None when none does."""
+    """The preferred `resource.k8s.io` version that serves DeviceTaintRule, None when none does."""
+    return served_version(api, "devicetaintrules", RULE_APIS)
+
+
+def served_version(
+    api: client.ApiClient, plural: str, apis: Mapping[str, Callable[[client.ApiClient], Any]]
+) -> str | None:
+    """The first version of `apis` (most stable first) that serves `plural` in
+    `resource.k8s.io` (discovery: the group's versions, then each version's resource list)."""
     try:
         group = client.ResourceApi(api).get_api_group(_request_timeout=10)
     except ApiException as exc:
@@ -63,11 +78,11 @@ def rule_version(api: client.ApiClient) -> str | None:
             return None
         raise
     served = {v.version for v in group.versions or ()}
-    for version, api_class in RULE_APIS.items():
+    for version, api_class in apis.items():
         if version not in served:
             continue
         found = api_class(api).get_api_resources(_request_timeout=10)
-        if any(r.name == "devicetaintrules" for r in found.resources or ()):
+        if any(r.name == plural for r in found.resources or ()):
             return version
     return None
 
@@ -114,6 +129,13 @@ def _view(r: Any) -> TaintRuleView:
     )
 
 
+def _attributes(device: Any) -> Mapping[str, Any]:
+    """A published device's attributes: on the device from v1beta2, under `basic` in v1beta1."""
+    basic = getattr(device, "basic", None)
+    attrs = basic.attributes if basic is not None else getattr(device, "attributes", None)
+    return attrs or {}
+
+
 class DraClient:
     """ResourceSlice reads and DeviceTaintRule writes over a `kubernetes.client.ApiClient`.
 
@@ -123,10 +145,30 @@ class DraClient:
         self, api: client.ApiClient, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.api = api
-        self.resource = client.ResourceV1Api(api)
         self.clock = clock
         self._version: str | None = None
         self._checked_at: float | None = None
+        self._slice_version: str | None = None
+        self._slice_checked_at: float | None = None
+
+    def slice_version(self) -> str | None:
+        """The ResourceSlice/ResourceClaim version this cluster serves (v1 where it can;
+        a "none" is asked again after REDISCOVER_SECONDS); None: no DRA here."""
+        now = self.clock()
+        if self._slice_version is None and (
+            self._slice_checked_at is None or now - self._slice_checked_at >= REDISCOVER_SECONDS
+        ):
+            self._slice_version = served_version(self.api, "resourceslices", SLICE_APIS)
+            self._slice_checked_at = now
+            if self._slice_version not in (None, "v1"):
+                log.info("ResourceSlices read at %s/%s", GROUP, self._slice_version)
+        return self._slice_version
+
+    def _slices(self) -> Any:
+        """The client API of the ResourceSlice version served (callers check `slice_version`
+        first). Callers bind it as `api: client.ResourceV1Api`: every version has the same
+        methods, and the RBAC check (tests/deploy/rbac_calls.py) reads that binding."""
+        return SLICE_APIS[self.slice_version() or "v1"](self.api)
 
     def rule_version(self) -> str | None:
         """The DeviceTaintRule version this cluster serves (discovered once, a "none" again
@@ -161,13 +203,16 @@ class DraClient:
         self, node: str, gpu_uuid: str, driver: str = NVIDIA_DRIVER
     ) -> DraDevice | None:
         """The DRA device whose `uuid` attribute is `gpu_uuid` on `node` (None: not a DRA GPU)."""
-        slices = self.resource.list_resource_slice(
+        if self.slice_version() is None:
+            return None
+        api: client.ResourceV1Api = self._slices()
+        slices = api.list_resource_slice(
             field_selector=f"spec.nodeName={node},spec.driver={driver}"
         )
         for s in slices.items:
             spec = s.spec
             for d in spec.devices or ():
-                attr = (d.attributes or {}).get("uuid")
+                attr = _attributes(d).get("uuid")
                 if attr is not None and attr.string == gpu_uuid:
                     return DraDevice(spec.driver, spec.pool.name, d.name, spec.node_name)
         return None
@@ -186,12 +231,15 @@ class DraClient:
 
     def device_info(self, driver: str, pool: str, device: str) -> tuple[str, int, str] | None:
         """(node, `index`, `uuid`) of a published device, None when no slice publishes it."""
-        for s in self.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items:
+        if self.slice_version() is None:
+            return None
+        api: client.ResourceV1Api = self._slices()
+        for s in api.list_resource_slice(field_selector=f"spec.driver={driver}").items:
             spec = s.spec
             if spec.pool.name != pool or not spec.node_name:
                 continue
             for d in spec.devices or ():
-                attrs = d.attributes or {}
+                attrs = _attributes(d)
                 idx, uuid = attrs.get("index"), attrs.get("uuid")
                 if d.name != device or idx is None or idx.int is None or uuid is None:
                     continue
@@ -202,11 +250,15 @@ class DraClient:
         """(driver, pool, device) -> who holds it through a ResourceClaim: `namespace/pod` for
         each pod in `status.reservedFor`, `resourceclaim namespace/name` for a claim allocated but
         not (yet or any more) reserved. One list across namespaces (claims have no field selector
-        for a node); None when the cluster serves no `resource.k8s.io/v1` ResourceClaims (404)."""
+        for a node); None when the cluster serves no ResourceClaims (at the version discovered)."""
+        if self.slice_version() is None:
+            return None
+        api: client.ResourceV1Api = self._slices()
         try:
-            claims = self.resource.list_resource_claim_for_all_namespaces()
+            claims = api.list_resource_claim_for_all_namespaces()
         except ApiException as exc:
             if exc.status == 404:
+                self._slice_version, self._slice_checked_at = None, None
                 return None
             raise
         out: dict[tuple[str, str, str], tuple[str, ...]] = {}

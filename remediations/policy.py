@@ -19,10 +19,17 @@ from datetime import time
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from detectors.findings import FindingKind, Severity
 from errors import ConfigError
@@ -135,6 +142,25 @@ class Attempts(_Strict):
     max_attempts: int = Field(default=3, ge=1)
     window: Duration = 86400.0
     """Attempts are counted within this window; past the limit a person is asked."""
+    backoff: Literal["fixed", "exponential"] = "fixed"
+    """`exponential`: after the n-th attempt in the window the next waits cooldown x 2^(n-1)
+    (a flapping fault is retried ever more slowly), at most `max_cooldown`."""
+    max_cooldown: Duration = 21600.0
+    """The cap of the exponential backoff; never below `cooldown`."""
+
+    @field_validator("max_cooldown")
+    @classmethod
+    def _cap(cls, v: float, info: ValidationInfo) -> float:
+        cooldown = info.data.get("cooldown")
+        if cooldown is not None and v < cooldown:
+            raise ValueError(f"a duration no shorter than cooldown ({cooldown:g}s), not {v:g}s")
+        return v
+
+    def wait_after(self, attempts: int) -> float:
+        """The cooldown after `attempts` attempts within the window."""
+        if self.backoff == "fixed" or attempts <= 1:
+            return self.cooldown
+        return min(self.cooldown * 2.0 ** min(attempts - 1, 62), self.max_cooldown)
 
 
 class Breaker(_Strict):

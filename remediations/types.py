@@ -34,6 +34,21 @@ DEVICE_TAINTS_NOT_SERVED = (
 """What doctor, the log and a fence_gpu that falls back to the pods-on-GPU grain say."""
 FENCE_FALLBACK = f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu fell back to the pods-on-GPU grain"
 """The reason a fence_gpu plan or step carries when it is the pods-on-GPU grain instead."""
+
+
+def fence_fallback_reason(effect: str) -> str:
+    """What the pods-on-GPU fallback does for a fence of `effect`, for plan, log and doctor."""
+    if effect == "NoExecute":
+        return (
+            f"{FENCE_FALLBACK}; NoExecute: the node is cordoned (unless the device plugin withdrew "
+            "the GPU) and the pods holding the GPU are evicted"
+        )
+    return (
+        f"{FENCE_FALLBACK}; {effect}: the node is cordoned (unless the device plugin withdrew "
+        "the GPU), no pod is evicted"
+    )
+
+
 QUARANTINE_LABEL = "gpufleet.io/quarantined"
 REASON_ANNOTATION = "gpufleet.io/reason"
 INCIDENT_ANNOTATION = "gpufleet.io/incident"

@@ -17,7 +17,7 @@ from typing import Any
 from simulator import dra
 from simulator.batch_jobs import BatchJobs
 from simulator.clock import SimClock
-from simulator.controller import JobController, tolerates
+from simulator.controller import JobController
 from simulator.device_health import DevicePlugin, device_faults
 from simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
 from simulator.kube_api import objects as ko
@@ -31,6 +31,7 @@ from simulator.node_lifecycle import (
 )
 from simulator.repairs import Repairs
 from simulator.scenario import Scenario, WorkloadKind
+from simulator.taint_eviction import eviction_due
 
 Obj = dict[str, Any]
 SYSTEM_NAMESPACES = (
@@ -120,6 +121,9 @@ class SimCluster:
         """(node, device index) -> the strongest DeviceTaintRule taint on that DRA device."""
         self._claims_seen_rv = -1
         self._lifecycle_seen_rv = -1
+        self._no_execute_seen_rv = -1
+        self._no_execute_nodes: list[str] = []
+        """Nodes with a NoExecute taint, as of `_no_execute_seen_rv` (the taint manager's list)."""
         self.controller.blocked = lambda: {*self.devices.unhealthy.keys(), *self._fenced()}
         self.repairs = Repairs(
             self.store,
@@ -200,6 +204,7 @@ class SimCluster:
             self.repairs.tick()
             self._concurrent_taint_writer(t)
             self._node_lifecycle()
+            self._taint_eviction()
             self._refresh_pdbs()
             self._sync_claims()
 
@@ -306,15 +311,22 @@ class SimCluster:
                 self.tick()
             return out
 
-    def _evict_for_no_execute(self, node: Obj) -> None:
-        """The taint manager: pods that do not tolerate a NoExecute taint leave the node."""
+    def _evict_for_no_execute(self, node: Obj, pods: list[Obj] | None = None) -> None:
+        """The taint manager: a pod leaves a node with NoExecute taints at once when it does not
+        tolerate them, or when its `tolerationSeconds` (300 s by default for not-ready and
+        unreachable) have run out on fleet time."""
         taints = [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
         if not taints:
             return
-        for pod in self.pods_on(node["metadata"]["name"]):
-            if all(tolerates(pod, t) for t in taints):
+        now = self.clock.now()
+        for listed in self.pods_on(node["metadata"]["name"]) if pods is None else pods:
+            ns, name = listed["metadata"]["namespace"], listed["metadata"]["name"]
+            pod = self.store.get("pods", ns, name)  # an eviction may take a gang's others along
+            if pod is None or pod["metadata"]["uid"] != listed["metadata"]["uid"]:
                 continue
-            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            due = eviction_due(pod, taints, now)
+            if due is None or due > now or pod["metadata"].get("deletionTimestamp"):
+                continue
             self._emit(
                 pod,
                 "TaintManagerEviction",
@@ -322,6 +334,27 @@ class SimCluster:
                 component="taint-eviction-controller",
             )
             self.delete("pods", ns, name)
+
+    def _taint_eviction(self) -> None:
+        """The taint manager's timed evictions, on every node with a NoExecute taint (the list
+        rebuilt only when nodes changed: a tick must stay cheap on a large fleet)."""
+        if self.store.changed_at("nodes") != self._no_execute_seen_rv:
+            self._no_execute_seen_rv = self.store.changed_at("nodes")
+            _, nodes = self.store.objects("nodes")
+            self._no_execute_nodes = [
+                n["metadata"]["name"]
+                for n in nodes
+                if any(t.get("effect") == "NoExecute" for t in n["spec"].get("taints") or ())
+            ]
+        if not self._no_execute_nodes:
+            return
+        on: dict[str, list[Obj]] = {name: [] for name in self._no_execute_nodes}
+        for pod in self.store.objects("pods")[1]:  # one pass over pods, not one per node
+            on.get(pod["spec"].get("nodeName") or "", []).append(pod)
+        for name, pods in on.items():
+            node = self.store.get("nodes", "", name)
+            if node is not None:
+                self._evict_for_no_execute(node, pods)
 
     # --- DRA device taints --------------------------------------------------------------------
 

@@ -38,15 +38,20 @@ class Slot:
     """Where it runs, as the metric engine sees it (set once Running)."""
 
 
-def tolerates(pod: Obj, taint: Obj) -> bool:
+def matching_toleration(pod: Obj, taint: Obj) -> Obj | None:
+    """The pod's first toleration of `taint` (its `tolerationSeconds` bounds a NoExecute stay)."""
     for t in pod["spec"].get("tolerations") or []:
         if t.get("effect") and t["effect"] != taint.get("effect"):
             continue
         if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
-            return True
+            return dict(t)
         if t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
+            return dict(t)
+    return None
+
+
+def tolerates(pod: Obj, taint: Obj) -> bool:
+    return matching_toleration(pod, taint) is not None
 
 
 class JobController:

@@ -14,6 +14,7 @@ import copy
 import zlib
 from typing import Any
 
+from simulator.kube_api.objects import new_uid
 from simulator.node_lifecycle import add_default_tolerations
 
 Obj = dict[str, Any]
@@ -47,6 +48,8 @@ def job_pod(job: Obj, at: str) -> Obj:
         "metadata": {
             "name": pod_name(job),
             "namespace": meta.get("namespace", "default"),
+            # every pod has a uid (what a reboot's pod deletion and the controllers key on)
+            "uid": new_uid(f"pod/{meta.get('namespace', 'default')}/{pod_name(job)}/{uid}"),
             "labels": labels,
             "ownerReferences": [_owner(name, uid)],
         },

@@ -265,6 +265,13 @@ class Exporter(_Strict):
         return self.version != "simple"
 
 
+DraApiVersion = Literal["v1", "v1beta2", "v1beta1"]
+
+
+def _v1_only() -> list[DraApiVersion]:
+    return ["v1"]
+
+
 class Scenario(_Strict):
     name: str
     description: str = ""
@@ -330,6 +337,10 @@ class Scenario(_Strict):
     dra_device_taint_gate: bool = False
     """The `DRADeviceTaints` feature gate and its runtime-config on: DeviceTaintRules are also
     served at v1alpha3 (1.34+) and v1beta2 (1.36+)."""
+    dra_api_versions: list[DraApiVersion] = Field(default_factory=_v1_only, min_length=1)
+    """The `resource.k8s.io` versions serving ResourceSlices and ResourceClaims (the API server's
+    runtime-config): v1 by default on every profile, the deprecated betas when enabled; a list
+    without v1 stands for a cluster that switched it off."""
 
     @field_validator("kubernetes_version", mode="before")
     @classmethod

@@ -58,3 +58,30 @@ def test_a_jobs_pod_runs_then_keeps_the_containers_termination_message(tmp_path:
             sim.advance(1)
             assert _pods(core, "diag-bad") == []  # the garbage collector took its pod
             assert len(_pods(core, "diag-ok")) == 1
+
+
+def test_a_node_running_a_jobs_pod_reboots_when_marked(tmp_path: Path) -> None:
+    """The reboot daemon takes a node's pods down; a Job's pod among them (it has a uid like
+    every pod) no longer fails the PATCH that asked for the reboot."""
+    with running_sim(tmp_path, reboot_seconds=60) as sim:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+        with client.ApiClient(cfg) as api:
+            batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+            batch.create_namespaced_job(NS, _job("diag", "h100-0003"))
+            sim.advance(1)
+            (pod,) = _pods(core, "diag")
+            assert pod.metadata is not None and pod.metadata.uid
+            node = core.read_node("h100-0003")
+            boot = node.status.node_info.boot_id if node.status and node.status.node_info else ""
+            marker = {"metadata": {"annotations": {"gpufleet.io/reboot-required": f"a:{boot}"}}}
+            core.patch_node("h100-0003", marker)
+            sim.advance(1)
+            node = core.read_node("h100-0003")
+            status = node.status
+            ready = [c for c in (status.conditions if status else None) or [] if c.type == "Ready"]
+            assert ready and ready[0].status == "False", ready
+            sim.advance(60)
+            node = core.read_node("h100-0003")
+            info = node.status.node_info if node.status else None
+            assert info is not None and info.boot_id != boot

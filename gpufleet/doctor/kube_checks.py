@@ -146,7 +146,8 @@ def _dra(access: KubeAccess) -> Check:
         "dra",
         WARN,
         f"{DEVICE_TAINTS_NOT_SERVED}: fence_gpu falls back to the pods-on-GPU grain (cordon "
-        "unless the device plugin withdrew the GPU)",
+        "unless the device plugin withdrew the GPU; a NoExecute fence also evicts the GPU's "
+        "pods, a NoSchedule one evicts none)",
         "upgrade to Kubernetes 1.37, or enable the DRADeviceTaints gate and runtime-config; or "
         "keep node-level playbooks",
     )

@@ -32,7 +32,12 @@ from remediations.playbooks.base import (
     gpu_of,
 )
 from remediations.playbooks.gpu_drain import EvictGpuPods, GpuDrainParams
-from remediations.types import DEVICE_TAINTS_NOT_SERVED, FENCE_FALLBACK, QUARANTINE_TAINT, Intent
+from remediations.types import (
+    DEVICE_TAINTS_NOT_SERVED,
+    QUARANTINE_TAINT,
+    Intent,
+    fence_fallback_reason,
+)
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 
@@ -97,8 +102,8 @@ class FenceGpu(Playbook):
             return Verification(VerifyStatus.FAILED, "this actuator cannot read DeviceTaintRules")
         if not any(i.op in ("fence_device", "label_device_rule") for i in intents):
             # the pods-on-GPU grain (no DeviceTaintRules served), planned or pinned so
-            done = EvictGpuPods().verify(intents, reader, GpuDrainParams())
             guard = next((i for i in intents if i.op == GUARD_OP), None)
+            done = EvictGpuPods().verify(_with_holders(intents, guard), reader, GpuDrainParams())
             why = str(guard.args.get("why", "")) if guard is not None else ""
             return replace(done, detail=f"{done.detail}: {why}") if why else done
         for i in intents:
@@ -141,7 +146,7 @@ def _pods_on_gpu_grain(subject: Subject, view: ClusterView, params: FenceParams)
     planned = EvictGpuPods().plan(subject, view, GpuDrainParams())
     if isinstance(planned, NoPlan):
         return NoPlan(f"{DEVICE_TAINTS_NOT_SERVED}; the pods-on-GPU grain: {planned.reason}")
-    why = FENCE_FALLBACK
+    why = fence_fallback_reason(params.effect)
     intents = tuple(
         Intent(i.op, i.target, {**i.args, "fallback": why}) if i.op == GUARD_OP else i
         for i in planned.intents
@@ -155,6 +160,16 @@ def _pods_on_gpu_grain(subject: Subject, view: ClusterView, params: FenceParams)
         namespaces=planned.namespaces if params.effect == "NoExecute" else (),
         priority_classes=planned.priority_classes if params.effect == "NoExecute" else (),
     )
+
+
+def _with_holders(intents: tuple[Intent, ...], guard: Intent | None) -> tuple[Intent, ...]:
+    """The pinned fallback of a NoExecute fence evicts the GPU's pods from its guard step:
+    verified (and described) as the grain's `evict_pods` of those pods."""
+    pods = list(guard.args.get("pods") or ()) if guard is not None else []
+    if guard is None or not pods:
+        return intents
+    only = [f"{p[0]}/{p[1]}" for p in pods]
+    return (*intents, Intent("evict_pods", guard.target, {"pods": pods, "only": only}))
 
 
 def _verify_labels(i: Intent, reader: DeviceTaintReader) -> Verification | None:

@@ -58,8 +58,6 @@ RESOURCES = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, (*READ, *WRITE)),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, READ, ("ds",)),
     Resource("batch", "v1", "jobs", "Job", True, (*READ, *WRITE)),
-    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, READ),
-    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, READ),
     Resource(
         "authorization.k8s.io",
         "v1",
@@ -91,6 +89,10 @@ GROUPS = (
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 DEFAULT_VERSION = "1.37"
 _STABILITY = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
+"""The `resource.k8s.io` versions that can serve ResourceSlices and ResourceClaims in 1.34-1.37:
+v1 (GA in 1.34, on by default) and the deprecated betas, served only when the API server's
+runtime-config enables them."""
 """Version order within a group, preferred first (what the real server's discovery prefers)."""
 
 
@@ -116,8 +118,16 @@ class Profile:
 
     kubernetes_version: str = DEFAULT_VERSION
     device_taint_gate: bool = False
+    dra_versions: tuple[str, ...] = ("v1",)
+    """The versions serving ResourceSlices and ResourceClaims (the runtime-config)."""
 
     def __post_init__(self) -> None:
+        bad = sorted(set(self.dra_versions) - set(DRA_VERSIONS))
+        if bad or not self.dra_versions:
+            raise ValueError(
+                f"dra_versions must be a non-empty subset of {', '.join(DRA_VERSIONS)}, "
+                f"not {list(self.dra_versions)!r}"
+            )
         if self.kubernetes_version not in KUBERNETES_VERSIONS:
             raise ValueError(
                 f"kubernetes_version must be one of {', '.join(KUBERNETES_VERSIONS)}, "
@@ -131,7 +141,15 @@ class Profile:
                      (*READ, *WRITE))
             for v in device_taint_versions(self.kubernetes_version, self.device_taint_gate)
         )  # fmt: skip
-        return (*RESOURCES, *rules)
+        dra = tuple(
+            Resource("resource.k8s.io", v, plural, kind, namespaced, READ)
+            for v in sorted(self.dra_versions, key=_rank)
+            for plural, kind, namespaced in (
+                ("resourceslices", "ResourceSlice", False),
+                ("resourceclaims", "ResourceClaim", True),
+            )
+        )
+        return (*RESOURCES, *dra, *rules)
 
     def server_version(self) -> Obj:
         minor = self.kubernetes_version.split(".")[1]

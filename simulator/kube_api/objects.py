@@ -24,6 +24,13 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_rfc3339(ts: str | None) -> float | None:
+    """An RFC 3339 time as the API writes it (`...Z`), as a Unix time; None for none."""
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+
+
 def new_uid(seed: str | None = None) -> str:
     if seed is not None:
         return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpufleet-sim:{seed}"))

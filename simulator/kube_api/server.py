@@ -353,7 +353,9 @@ class _Server(ThreadingHTTPServer):
         self.authn = Authenticator()
         self.rbac = Rbac()
         sc = cluster.scenario
-        self.profile = disc.Profile(sc.kubernetes_version, sc.dra_device_taint_gate)
+        self.profile = disc.Profile(
+            sc.kubernetes_version, sc.dra_device_taint_gate, tuple(sc.dra_api_versions)
+        )
         """The Kubernetes release served (resources, discovery, `/version`)."""
         self._stop = threading.Event()
         self._counts_lock = threading.Lock()

@@ -8,8 +8,9 @@ NAME and AGE. Columns follow the real API server's printers for nodes and pods.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
+
+from simulator.kube_api.objects import parse_rfc3339
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int]
@@ -66,14 +67,8 @@ _COLUMNS: dict[str, list[Column]] = {
 _DEFAULT: list[Column] = [("Name", "string", 0), ("Age", "string", 0)]
 
 
-def _parse(ts: str | None) -> float | None:
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(UTC).timestamp()
-
-
 def human_age(ts: str | None, now: float | None = None) -> str:
-    t = _parse(ts)
+    t = parse_rfc3339(ts)
     if t is None:
         return "<unknown>"
     s = max(0, int((time.time() if now is None else now) - t))

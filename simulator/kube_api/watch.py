@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from simulator.kube_api.conversion import to_version
 from simulator.kube_api.discovery import Resource
 from simulator.kube_api.faults import status_body
 from simulator.kube_api.query import field_matcher, label_matcher
@@ -23,7 +24,8 @@ DEFAULT_TIMEOUT = 1800.0
 
 
 def decorate(res: Resource, obj: Obj) -> Obj:
-    """The object as the API returns it: with its kind and apiVersion."""
+    """The object as the API returns it: at the requested version, with its kind and apiVersion."""
+    obj = to_version(res.plural, res.group, res.version, obj)
     return {**obj, "kind": res.kind, "apiVersion": res.api_version}
 
 

@@ -26,7 +26,7 @@ from detectors.findings import Finding, FindingKind, Severity
 from remediations.actuator_api import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
+from remediations.kube_actuator import BLOCKED, KubeActuator
 from remediations.store import Store
 from remediations.types import Intent
 from tests.remediations.helpers import live_policy
@@ -78,9 +78,9 @@ class CrashingActuator(KubeActuator):
         crash_point(f"after {intent.op}")
         return out
 
-    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> bool:
+    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> str:
         out = super()._evict(ns, name, uid, grace, ctx)
-        crash_point(f"after evicting {ns}/{name} ({'ok' if out else '429'})")
+        crash_point(f"after evicting {ns}/{name} ({'429' if out == BLOCKED else 'ok'})")
         return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from detectors.findings import Finding, FindingKind, Severity
 from remediations.actuator_api import WriteContext
@@ -100,7 +101,7 @@ def test_xid48_fences_that_gpu_only(sim: Sim, actuator: KubeActuator, store: Sto
     before = _running(sim)
     (a,) = _run(live_policy(_rules()), store, actuator, sim, xid48())
     assert a.state is ActionState.DONE, a
-    (rule,) = actuator.dra.resource.list_device_taint_rule().items
+    (rule,) = client.ResourceV1Api(actuator.dra.api).list_device_taint_rule().items
     assert name_of(rule) == fence_rule_name(BAD)
     sel = present(spec(rule).device_selector, "deviceSelector")
     taint = spec(rule).taint
@@ -140,14 +141,14 @@ def test_shadow_writes_nothing_and_effect_none_only_records(
     before = _running(sim)
     (a,) = _run(policy_from_dict(_rules(), "<shadow>"), store, actuator, sim, xid48())
     assert a.state is ActionState.SHADOW
-    assert actuator.dra.resource.list_device_taint_rule().items == []
+    assert client.ResourceV1Api(actuator.dra.api).list_device_taint_rule().items == []
     other = Store.open(f"sqlite:///{tmp_path / 'none.db'}", cluster="test-cluster")
     try:
         (b,) = _run(live_policy(_rules(effect="None")), other, actuator, sim, xid48())
     finally:
         other.close()
     assert b.state is ActionState.DONE, b
-    (rule,) = actuator.dra.resource.list_device_taint_rule().items
+    (rule,) = client.ResourceV1Api(actuator.dra.api).list_device_taint_rule().items
     assert spec(rule).taint.effect == "None"
     assert sim.cluster.controller.blocked() == set() and _running(sim) == before
 
@@ -165,16 +166,18 @@ def test_unfence_deletes_only_gpufleets_rule(sim: Sim, actuator: KubeActuator) -
     assert actuator.apply(fence, ctx).startswith("created")
     assert "already present" in actuator.apply(fence, ctx)  # a retry after a crash
     foreign = fence_rule_name(gpu_uuid("small", NODE, 5))
-    body = actuator.dra.resource.read_device_taint_rule(fence_rule_name(BAD))
+    body = client.ResourceV1Api(actuator.dra.api).read_device_taint_rule(fence_rule_name(BAD))
     m = meta(body)
     m.name, m.labels, m.resource_version, m.uid = foreign, {}, None, None
-    actuator.dra.resource.create_device_taint_rule(body)
+    client.ResourceV1Api(actuator.dra.api).create_device_taint_rule(body)
     undo = Intent("unfence_device", NODE, {"rule": foreign})
     assert "not gpufleet's" in actuator.apply(undo, ctx)
     ours = Intent("unfence_device", NODE, {"rule": fence_rule_name(BAD)})
     assert actuator.apply(ours, ctx).startswith("deleted")
     assert "already absent" in actuator.apply(ours, ctx)
-    assert [name_of(r) for r in actuator.dra.resource.list_device_taint_rule().items] == [foreign]
+    assert [
+        name_of(r) for r in client.ResourceV1Api(actuator.dra.api).list_device_taint_rule().items
+    ] == [foreign]
 
 
 def test_a_gpu_no_slice_publishes_cannot_be_fenced(actuator: KubeActuator) -> None:
@@ -192,7 +195,7 @@ def test_a_dry_run_rule_becomes_a_fence(sim: Sim, actuator: KubeActuator) -> Non
     fence = actuator.pin(Intent("fence_device", NODE, {**args, "effect": "NoSchedule"}))
     did = actuator.apply(fence, WriteContext("a2", "i1", "fence_gpu", "fence"))
     assert did.endswith("effect None -> NoSchedule")
-    rule = actuator.dra.resource.read_device_taint_rule(fence_rule_name(BAD))
+    rule = client.ResourceV1Api(actuator.dra.api).read_device_taint_rule(fence_rule_name(BAD))
     assert spec(rule).taint.effect == "NoSchedule"
     assert annotations_of(rule)[ACTION_ANNOTATION] == "a2"
     assert (NODE, 2) in sim.cluster.controller.blocked()

@@ -20,7 +20,7 @@ from remediations.executor import Executor
 from remediations.kube_actuator import KubeActuator
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.fence import fence_rule_name
-from remediations.store import Store
+from remediations.store import ActionRecord, Store
 from remediations.types import DEVICE_TAINTS_NOT_SERVED as NOT_SERVED
 from remediations.types import ActionState, Verdict
 from tests.k8s_sim_support import running_sim
@@ -115,15 +115,18 @@ def test_the_fallback_counts_toward_the_blast_radius(tmp_path: Path, store: Stor
             act.close()
 
 
-def test_a_fence_planned_before_discovery_falls_back_when_pinned(
-    tmp_path: Path, store: Store
-) -> None:
-    """A view that does not know what the cluster serves plans a DeviceTaintRule; the step is
-    pinned to the grain's guard when the cluster turns out to serve none."""
+def _pinned_fallback(
+    tmp_path: Path, store: Store, effect: str
+) -> tuple[ActionRecord, set[str], set[str]]:
+    """fence_gpu of `effect` planned before discovery on a 1.34 cluster (DRA claims, no
+    DeviceTaintRules), run to the end: (the action, the GPU's holders before, the pods after)."""
     with running_sim(tmp_path, history=5000, kubernetes_version="1.34") as sim:
         act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         try:
-            policy = live_policy(_rules())
+            holders = {
+                p.key for p in sim.cluster.running_pods() if p.node == NODE and 2 in p.gpu_indices
+            }
+            policy = live_policy(_rules(effect=effect))
             eng = DecisionJournal(policy, store, started_at=T0 - 60)
             unknown = replace(act.cluster_view(T0), device_taints=None)
             eng.cycle([xid48()], unknown, T0)
@@ -131,7 +134,48 @@ def test_a_fence_planned_before_discovery_falls_back_when_pinned(
             runner.run(act.cluster_view(T0 + 31), T0 + 31)
             runner.run(act.cluster_view(T0 + 62), T0 + 62)
             (a,) = store.actions()
-            assert a.state is ActionState.DONE, a
-            assert a.plan[0].op == GUARD_OP and NOT_SERVED in str(a.plan[0].args["why"])
+            node = act.node(NODE)
+            assert node is not None and node.unschedulable  # cordoned either way
+            after = {p.key for p in sim.cluster.running_pods() if p.node == NODE}
+            return a, holders, after
+        finally:
+            act.close()
+
+
+def test_a_no_execute_fence_pinned_to_the_fallback_evicts_the_gpus_pods(
+    tmp_path: Path, store: Store
+) -> None:
+    a, holders, after = _pinned_fallback(tmp_path, store, "NoExecute")
+    assert holders  # the small fleet's training rank holds GPU 2
+    assert a.state is ActionState.DONE, a
+    (step,) = a.plan
+    assert step.op == GUARD_OP
+    assert "the pods holding the GPU are evicted" in str(step.args["why"])
+    assert sorted(f"{p[0]}/{p[1]}" for p in step.args["pods"]) == sorted(holders)
+    assert f"evicted {', '.join(sorted(holders))}; node cordoned" in str(a.result)
+    assert not holders & after
+
+
+def test_a_no_schedule_fence_pinned_to_the_fallback_only_cordons_and_says_so(
+    tmp_path: Path, store: Store
+) -> None:
+    """A view that does not know what the cluster serves plans a DeviceTaintRule; the step is
+    pinned to the grain's guard when the cluster turns out to serve none."""
+    a, holders, after = _pinned_fallback(tmp_path, store, "NoSchedule")
+    assert a.state is ActionState.DONE, a
+    (step,) = a.plan
+    assert step.op == GUARD_OP and NOT_SERVED in str(step.args["why"])
+    assert "no pod is evicted" in str(step.args["why"]) and "pods" not in step.args
+    assert holders <= after
+
+
+def test_the_planned_fallback_says_what_it_does(tmp_path: Path, store: Store) -> None:
+    with running_sim(tmp_path, history=5000, kubernetes_version="1.35") as sim:
+        act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
+        try:
+            eng = DecisionJournal(live_policy(_rules(effect="NoExecute")), store, started_at=T0)
+            (d,) = eng.cycle([xid48()], act.cluster_view(T0), T0).decisions
+            assert d.plan is not None and d.plan.intents[0].op == GUARD_OP
+            assert "the pods holding the GPU are evicted" in str(d.plan.intents[0].args["fallback"])
         finally:
             act.close()

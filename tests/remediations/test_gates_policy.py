@@ -70,6 +70,30 @@ def test_attempts_cooldown_then_escalate() -> None:
     assert gates.attempts(a, "restart_job", "job/x", led, 1000.0 + 3601 + 700).ok
 
 
+def test_exponential_backoff_doubles_the_cooldown_per_attempt_up_to_its_cap() -> None:
+    """After the n-th attempt in the window the next waits cooldown x 2^(n-1), capped; the
+    fixed default keeps one cooldown however many attempts came before."""
+    a = Attempts(cooldown=60, max_attempts=9, window=86400, backoff="exponential",
+                 max_cooldown=300)  # fmt: skip
+    led, at = Ledger(), 0.0
+    waits = []
+    for _ in range(5):
+        led = led.add(LedgerEntry("reset_gpu", "gpu/x", at))
+        w = next(
+            s for s in range(1, 1000) if gates.attempts(a, "reset_gpu", "gpu/x", led, at + s).ok
+        )
+        r = gates.attempts(a, "reset_gpu", "gpu/x", led, at + w - 1)
+        assert r.outcome is Outcome.WAIT and r.gate == "cooldown"
+        waits.append(w)
+        at += w
+    assert waits == [60, 120, 240, 300, 300]
+    assert "240s after the last attempt, backoff after 3 attempts" in gates.attempts(
+        a, "reset_gpu", "gpu/x", Ledger.of([LedgerEntry("reset_gpu", "gpu/x", t) for t in
+                                            (0.0, 60.0, 180.0)]), 200.0).reason  # fmt: skip
+    fixed = Attempts(cooldown=60, max_attempts=9, window=86400)
+    assert gates.attempts(fixed, "reset_gpu", "gpu/x", led, at + 60).ok
+
+
 def test_rate_limit() -> None:
     led = Ledger.of([LedgerEntry("cordon", f"node/{i}", 100.0 + i) for i in range(5)])
     assert gates.rate(5, led, 200.0).outcome is Outcome.WAIT
@@ -159,6 +183,19 @@ def test_shipped_policies_load() -> None:
             "gates.return_quiet: expected a duration like '30s', '5m' or '2h' (got '3 cycles')",
         ),
         ("gates: {return_quiet: -90}\n", "gates.return_quiet: expected a non-negative duration"),
+        # the retry backoff: a known shape, and a cap no shorter than the cooldown it grows from
+        (
+            "gates: {attempts: {backoff: linear}}\n",
+            "gates.attempts.backoff: expected input should be 'fixed' or 'exponential'",
+        ),
+        (
+            "gates: {attempts: {cooldown: 10m, max_cooldown: 1m}}\n",
+            "gates.attempts.max_cooldown: expected a duration no shorter than cooldown (600s)",
+        ),
+        (
+            "gates: {attempts: {max_cooldown: soon}}\n",
+            "gates.attempts.max_cooldown: expected a duration like '30s'",
+        ),
         (
             "rules:\n  - {name: a, playbook: mark_replacement, mode: auto,"
             " match: {kinds: [gpu_xid]}}\n",

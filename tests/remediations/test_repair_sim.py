@@ -435,3 +435,76 @@ def test_a_reboot_that_never_comes_back_is_retried_then_goes_to_a_person(tmp_pat
         finally:
             store.close()
             act.close()
+
+
+def test_an_approved_retry_whose_budget_is_spent_at_its_start_goes_to_a_person(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """A retry waits for approval; meanwhile the attempt budget is spent (here the policy was
+    tightened and the leader restarted). When the person approves, the executor's last look
+    refuses the start: the action expires and a person is asked, in one `needs_person` row,
+    exactly as when the journal escalates; the later cycles do not ask again."""
+    policy = rules("reset_gpu")
+    policy["rules"][0]["mode"] = "approval"
+    policy["gates"] = {"attempts": {"cooldown": "60s", "max_attempts": 2}}
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    f = finding(*FAILS, sim.cluster.clock())
+    uuid = gpu_uuid("small", *FAILS)
+
+    def approve(lp: Loop) -> None:
+        now = sim.cluster.clock()
+        for a in store.actions([ActionState.AWAITING_APPROVAL]):
+            lp.journal.approve(a.id, "person", now)
+        lp.runner.run(view(sim, actuator), now)
+
+    loop.cycle([f])
+    approve(loop)
+    loop.run(60)  # the reset Job fails
+    for _ in range(12):  # the cooldown passes; the retry is proposed and waits for a person
+        sim.advance(10)
+        loop.cycle([f])
+    first, retry = sorted(store.actions(), key=lambda a: a.created_at)
+    assert first.state is ActionState.FAILED
+    assert retry.state is ActionState.AWAITING_APPROVAL and retry.attempt == 2
+    assert not [r for r in store.audit_log() if r.kind == "needs_person"]
+
+    policy["gates"] = {"attempts": {"cooldown": "60s", "max_attempts": 1}}
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    approve(loop)
+    got = store.get_action(retry.id)
+    assert got is not None and got.state is ActionState.EXPIRED
+    assert "1 reset_gpu attempts" in (got.result or ""), got.result
+    assert len(jobs(sim)) == 1  # no second reset Job
+    (told,) = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert told.target == f"gpu/{uuid}" and told.action_id == retry.id
+    assert "reset_gpu on gpu/" in told.message and "escalate to a person" in told.message
+    assert "the last attempt: failed" in told.message
+    assert told.detail["attempts"] == 1
+    for _ in range(6):  # the journal's own escalation finds the person already asked
+        sim.advance(10)
+        loop.cycle([f])
+    assert len([r for r in store.audit_log() if r.kind == "needs_person"]) == 1
+
+
+def test_with_exponential_backoff_each_retry_of_a_failing_reset_waits_twice_as_long(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """`backoff: exponential`: the retries of a reset Job that keeps failing start at least
+    60 s, 120 s, then 200 s (the cap) after the previous failure, and then a person is told."""
+    policy = rules("reset_gpu")
+    policy["gates"] = {
+        "attempts": {"cooldown": "60s", "max_attempts": 4, "backoff": "exponential",
+                     "max_cooldown": "200s"}
+    }  # fmt: skip
+    loop = Loop(live_policy(policy), store, actuator, sim)
+    f = finding(*FAILS, sim.cluster.clock())
+    for _ in range(70):  # 700 s of cycles every 10 s: the fault persists throughout
+        loop.cycle([f])
+        sim.advance(10)
+    acts = sorted(store.actions(), key=lambda a: a.created_at)
+    assert [a.state for a in acts] == [ActionState.FAILED] * 4
+    gaps = [(b.started_at or 0.0) - a.updated_at for a, b in pairwise(acts)]
+    for gap, least in zip(gaps, (60, 120, 200), strict=True):
+        assert least <= gap < least + 20, gaps  # the next 10 s cycle after the wait
+    (told,) = [r for r in store.audit_log() if r.kind == "needs_person"]
+    assert "4 reset_gpu attempts" in told.message

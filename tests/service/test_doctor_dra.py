@@ -34,6 +34,7 @@ FENCE_POLICY = policy_from_dict(
         ("1.34", False, WARN, "needs a cluster that serves DeviceTaintRules"),
         ("1.35", True, OK, "resource.k8s.io/v1alpha3"),
         ("1.36", False, WARN, "falls back to the pods-on-GPU grain"),
+        ("1.35", False, WARN, "a NoExecute fence also evicts the GPU's pods"),
         ("1.36", True, OK, "resource.k8s.io/v1beta2"),
         ("1.37", False, OK, "resource.k8s.io/v1 "),
     ],

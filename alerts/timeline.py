@@ -123,8 +123,9 @@ class Timeline:
         who = actor_label(r.actor)
         message = blocks.esc(r.message)  # journal messages quote alert text and names
         if r.kind == "decision":
-            if not r.action_id:
-                lines[mid].append(f":no_entry_sign: {message}")
+            if not r.action_id:  # a notify-only rule refused nothing: no "no entry" sign
+                icon = ":bell:" if r.detail.get("notify_only") else ":no_entry_sign:"
+                lines[mid].append(f"{icon} {message}")
                 return
             state = str(r.detail.get("state", ""))
             dry = " (dry-run, not executed)" if r.detail.get("dry_run") else ""

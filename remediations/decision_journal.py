@@ -32,7 +32,7 @@ from remediations.policy import Policy, load_policy
 from remediations.staleness import stale_reason
 from remediations.store import ActionRecord, NewAction, Store
 from remediations.store.records import ActionBrief, EngineState, IncidentRecord
-from remediations.types import ActionState, Actuation, IncidentStatus, Intent, Verdict
+from remediations.types import ActionState, Actuation, IncidentStatus, Intent, Mode, Verdict
 from remediations.validation import latest_diagnosis, scope
 
 COUNTED = frozenset(
@@ -130,6 +130,15 @@ def shadow_result(d: ActionDecision) -> str:
         + (f" ({steps})" if steps else "")
         + "; nothing written to Kubernetes"
     )[:1000]
+
+
+def denial_message(d: ActionDecision) -> str:
+    """The audit line of a decision that journals no action. A notify-only rule refused
+    nothing: it reads as what it is, not as "cordon ... deny" (a person thinks a cordon was
+    wanted and blocked)."""
+    if d.mode is Mode.NOTIFY:
+        return f"{d.target}: rule {d.rule} only notifies; no action taken"
+    return f"{d.playbook} on {d.target}: deny"
 
 
 def _step(i: Intent) -> str:
@@ -342,13 +351,14 @@ class DecisionJournal:
             if d.decision is Verdict.DENY or d.plan is None:
                 denials.append(
                     {
-                        "message": f"{d.playbook} on {d.target}: deny",
+                        "message": denial_message(d),
                         "incident_id": d.incident_id,
                         "target": d.target,
                         "detail": {
                             "reasons": list(d.reasons),
                             "rule": d.rule,
                             "escalate": d.escalate,
+                            "notify_only": d.mode is Mode.NOTIFY,
                         },
                     }
                 )
@@ -405,7 +415,7 @@ class DecisionJournal:
                 now,
                 [
                     {
-                        "message": f"{d.playbook} on {d.target}: deny",
+                        "message": denial_message(d),
                         "incident_id": d.incident_id,
                         "target": d.target,
                         "detail": {"reasons": list(d.reasons), "rule": d.rule},

@@ -12,7 +12,9 @@ from streamlit.testing.v1 import AppTest
 
 from dashboards import data
 from dashboards.shell import SETTINGS_KEY
+from detectors.findings import FindingKind, Severity
 from gpufleet.service.job_runs import JobRuns
+from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
 from remediations.types import ActionState
 from remediations.validation import record_diagnosis
@@ -25,6 +27,8 @@ from tests.dashboard_seed import (
     seed_repairs,
     write_settings,
 )
+from tests.remediations.fake_cluster import FakeCluster
+from tests.remediations.helpers import finding, live_policy
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 PAGES = ("page_files/incidents.py", "page_files/remediation.py", "page_files/policy.py")
@@ -234,11 +238,11 @@ def test_policy_page_lists_scheduled_jobs_and_counts_repeated_denials(
 ) -> None:
     url, store = journal
     now = time.time()
-    notify = {"reasons": ["rule idle-notify: notify only"]}
-    for i in range(8):  # a notify-only rule denies the same cordon every cycle
+    busy = {"reasons": ["cooldown: cordon on node/a-0003"]}
+    for i in range(8):  # the same cordon denied every cycle
         t = now - 300 + 30 * i
         store.audit(t, "decision", "cordon on node/a-0003: deny", target="node/a-0003",
-                    detail=notify)  # fmt: skip
+                    detail=busy)  # fmt: skip
     store.audit(now - 10, "decision", "drain on node/a-0001: deny", target="node/a-0001",
                 detail={"reasons": ["cooldown: drain on node/a-0001"]})  # fmt: skip
     runs = JobRuns(store.engine, "alpha")
@@ -252,7 +256,30 @@ def test_policy_page_lists_scheduled_jobs_and_counts_repeated_denials(
     denied = next(f for f in frames if "times" in f.columns)
     assert list(denied["target"]) == ["node/a-0001", "node/a-0003"]  # newest first
     assert list(denied["times"]) == [1, 8]  # eight identical rows are one, with their count
-    assert denied["why"].iloc[1] == "rule idle-notify: notify only"
+    assert denied["why"].iloc[1] == "cooldown: cordon on node/a-0003"
+
+
+def test_a_notify_only_rule_is_not_a_denial_on_the_dashboard(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    """The shipped throttle-notify rule (playbook cordon, mode notify), as the engine journals
+    it: the audit trail says the rule only notifies, and the Policy page lists no denial."""
+    url, store = journal
+    now = time.time()
+    eng = DecisionJournal(live_policy(), store, started_at=now - 60)
+    hot = finding(FindingKind.GPU_THROTTLE, Severity.WARNING, node="a-0003", first_seen=now - 60)
+    for t in (now - 60, now - 30, now):
+        eng.cycle([hot], FakeCluster({"a": 10}).view(t), t)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+
+    trail = frame_with(app(settings, "page_files/remediation.py"), "message")
+    assert "node/a-0003: rule throttle-notify only notifies; no action taken" in set(
+        trail["message"]
+    ), trail
+    assert not trail["message"].str.contains("deny").any(), trail
+    at = app(settings, "page_files/policy.py")
+    assert not [f for f in at.dataframe if "times" in f.value.columns]
+    assert "Nothing denied." in texts(at)
 
 
 def test_a_stale_request_is_marked_before_anyone_clicks_and_approving_it_says_why(

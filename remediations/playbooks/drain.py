@@ -79,14 +79,26 @@ def _remaining(i: Intent, reader: ClusterReader) -> list[PodView]:
 
 
 def drain_verify(intents: tuple[Intent, ...], reader: ClusterReader) -> Verification:
-    """OK when no pod an `evict_pods` intent covers is left on its node."""
+    """OK when no pod an `evict_pods` intent covers is left on its node; the outcome says what
+    was evicted from where (a person reading "done" asks how many pods it moved)."""
+    done: list[str] = []
     for i in intents:
         if i.op == "evict_pods":
             left = _remaining(i, reader)
             if left:
                 names = ", ".join(p.key for p in left[:5])
                 return Verification(VerifyStatus.PENDING, f"still on {i.target}: {names}")
-    return Verification(VerifyStatus.OK, "no evictable pods left on the node")
+            done.append(evicted_summary(i))
+    return Verification(VerifyStatus.OK, "; ".join(done) or "no evictable pods left on the node")
+
+
+def evicted_summary(i: Intent) -> str:
+    """'evicted 2 pod(s) from a100-0002 (ns/a, ns/b); none left': the pinned pods, all gone."""
+    pods = [f"{p[0]}/{p[1]}" for p in i.args.get("pods") or ()]
+    if not pods:
+        return f"no evictable pods were on {i.target}; none left"
+    names = ", ".join(pods[:5]) + (f", +{len(pods) - 5} more" if len(pods) > 5 else "")
+    return f"evicted {len(pods)} pod(s) from {i.target} ({names}); none left"
 
 
 class Drain(Playbook):
@@ -167,7 +179,8 @@ class Migrate(Playbook):
                 pods = reader.pods_selected(ns, str(selector))
                 if not pods or any(p.phase != "Running" or p.node == i.target for p in pods):
                     return Verification(VerifyStatus.PENDING, "job not yet running elsewhere")
-        return Verification(VerifyStatus.OK, "the job's pods run on other nodes")
+        moved = "; ".join(evicted_summary(i) for i in intents if i.op == "evict_pods")
+        return Verification(VerifyStatus.OK, f"{moved}; the job's pods run on other nodes")
 
     def rollback(self, intents: tuple[Intent, ...]) -> tuple[Intent, ...]:
         return ()

@@ -312,3 +312,28 @@ def test_messages_without_a_token_go_to_their_own_logger(caplog: pytest.LogCaptu
     (rec,) = [r for r in caplog.records if "XID 48" in r.getMessage()]
     assert rec.name == "alerts.slack.log_only"
     assert rec.getMessage() == "chat.postMessage #gpufleet: XID 48"
+
+
+def test_a_notify_only_rule_is_told_in_the_thread_as_notify_only(
+    rig, slack: SlackServer, tmp_path
+) -> None:
+    """A notify-only rule (playbook cordon, mode notify) refused nothing: its thread line says
+    the rule only notifies, with no "deny" and no "no entry" sign."""
+    from alerts import AlertsRuntime
+    from remediations.decision_journal import DecisionJournal
+    from remediations.policy import load_policy
+    from tests.alerts.conftest import POLICY
+
+    r: Rig = rig()
+    path = tmp_path / "notify.yaml"
+    path.write_text(POLICY.replace("mode: approval", "mode: notify"))
+    r.engine = DecisionJournal(load_policy(path), r.store, started_at=0.0)
+    r.rt = AlertsRuntime(alerts_config(slack), r.store, r.engine)
+    r.cycle([xid("n1", 0, T0)], T0)
+    r.cycle([xid("n1", 0, T0 + 30)], T0 + 30)
+    r.rt.run_outbox(T0 + 30)
+    replies = [c.body["text"] for c in slack.calls("chat.postMessage") if "thread_ts" in c.body]
+    lines = [line for t in replies for line in t.splitlines()]
+    told = [line for line in lines if "cordon-xid" in line]
+    assert told == [":bell: node/n1: rule cordon-xid only notifies; no action taken"], replies
+    assert not any("deny" in t or ":no_entry_sign:" in t for t in replies), replies

@@ -123,6 +123,10 @@ def test_drain_evicts_through_pdb_with_backoff_and_keeps_daemonsets(
         sim,
     )
     assert a.state is ActionState.DONE, a
+    evicted = sorted(f"ml/{n}" for n in before if n.startswith("train-worker"))
+    assert a.result == (  # the outcome says what the drain did, not only what is left
+        f"evicted {len(evicted)} pod(s) from h100-0000 ({', '.join(evicted)}); none left"
+    ), a.result
     left = actuator.pods_on_node("h100-0000")
     assert left and all(p.owner_kind == "DaemonSet" for p in left)
     assert {p.uid for p in left} <= set(before.values())  # DaemonSet pods untouched
@@ -190,6 +194,7 @@ def test_migrate_moves_the_job_off_the_node(sim: Sim, actuator: KubeActuator, st
     )
     (a,) = _run(_policy("migrate", kind="straggler"), store, actuator, [strag], sim)
     assert a.state is ActionState.DONE, a
+    assert a.result.startswith("evicted 1 pod(s) from h100-0002 (ml/big-worker-0); "), a.result
     big = actuator.pod("ml", "big-worker-0")
     assert big is not None and big.node not in (None, "h100-0002")
 

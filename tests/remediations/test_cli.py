@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from detectors.findings import Severity
+from detectors.findings import FindingKind, Severity
 from gpufleet.cli import main
 from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
@@ -167,3 +167,28 @@ def test_config_is_found_from_the_environment_then_the_working_directory(
     assert (
         main(["audit", "--config", str(here / ".gpufleet" / "config.yaml")]) == 0
     )  # --config first
+
+
+def test_a_notify_only_rule_reads_as_notify_only_not_as_a_denied_cordon(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped policy's throttle-notify rule (playbook cordon, mode notify) refused nothing:
+    `incidents show` and `audit` say it only notifies, never "cordon ... deny"."""
+    now = time.time()
+    store = Store.open(store_url, cluster="cli-test")
+    eng = DecisionJournal(live_policy(), store, started_at=now - 60)
+    hot = finding(FindingKind.GPU_THROTTLE, Severity.WARNING, node="a-0003", first_seen=now - 60)
+    for t in (now - 60, now - 30, now):
+        eng.cycle([hot], FakeCluster({"a": 10}).view(t), t)
+    cfg = str(_config(tmp_path, store_url))
+    assert main(["incidents", "list", "--config", cfg]) == 0
+    ident = capsys.readouterr().out.splitlines()[1].split()[0]
+
+    assert main(["incidents", "show", ident, "--config", cfg]) == 0
+    shown = capsys.readouterr().out
+    assert "node/a-0003: rule throttle-notify only notifies; no action taken" in shown, shown
+    assert "deny" not in shown
+    assert main(["audit", "--config", cfg]) == 0
+    audit = capsys.readouterr().out
+    assert "rule throttle-notify only notifies; no action taken" in audit, audit
+    assert "cordon on node/a-0003: deny" not in audit

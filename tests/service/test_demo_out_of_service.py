@@ -2,11 +2,13 @@
 `kubectl get nodes` agree at every moment sampled, and h100-0005 (XID 79, fallen off the bus: no
 reset or reboot is tried, its diagnostic fails) stays out of service once taken out.
 
-The demo runs as `make demo` does (`gpufleet run --embedded`, the demo's policy), at 10x so its
-h100-0005 fault comes within a minute, with the diagnostic job every minute instead of every
-three. The table's nodes are read with the dashboard's own functions (`dashboards.data`:
-`out_of_service`, then `away`, which the page counts); the cluster's with the real `kubernetes`
-client (a node is out of service when it is unschedulable, `SchedulingDisabled`)."""
+The demo runs as `make demo` does (`gpufleet run --embedded`, the demo's policy), at 10x, with
+h100-0005's fault 30 scenario seconds after a100-0002's XID (the live demo has it 9 minutes
+later) so it comes within seconds, and the diagnostic job every minute instead of every three:
+the test waits for one wall-clock minute boundary, not for the demo's quarter hour. The
+table's nodes are read with the dashboard's own functions (`dashboards.data`: `out_of_service`,
+then `away`, which the page counts); the cluster's with the real `kubernetes` client (a node is
+out of service when it is unschedulable, `SchedulingDisabled`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from kubernetes import client, config
 from dashboards import data
 from gpufleet.commands.run import DEMO_CONFIG
 from remediations.store import Store
+from simulator.scenario import LIVE_DEMO_SCENARIO
 from tests.service.demo_proc import GPUFLEET, reader, wait_for
 
 pytestmark = pytest.mark.slow
@@ -78,8 +81,14 @@ def test_the_out_of_service_table_agrees_with_kubectl_and_h100_0005_stays_out(
         if job["kind"] == "diagnose_and_return":
             job["cron"] = "* * * * *"
     (tmp_path / "demo.yaml").write_text(yaml.safe_dump(cfg))
+    sc = yaml.safe_load(LIVE_DEMO_SCENARIO.read_text())
+    for f in sc["faults"]:
+        if f["kind"] == "xid79_fallen_off_bus":
+            f["start"] = "150s"  # a100-0002's XID 48 is at 120 s
+    (tmp_path / "demo-live.yaml").write_text(yaml.safe_dump(sc))
     wd, kc = tmp_path / "wd", tmp_path / "kc"
     cmd = [str(GPUFLEET), "run", "--embedded", "--speed", "10", "--warmup", "120",
+           "--scenario", str(tmp_path / "demo-live.yaml"),
            "--config", str(tmp_path / "demo.yaml"), "--metrics-port", "0", "--k8s-port", "0",
            "--dashboard-port", "-1", "--workdir", str(wd), "--kubeconfig-out", str(kc)]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

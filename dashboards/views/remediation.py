@@ -12,6 +12,7 @@ from dashboards.shell import Context, ago, live, when
 
 HISTORY = 7 * 86400.0
 GATE_RESULTS = ("expired:", "no longer needed")
+PICK_ROWS = 500
 
 
 def outcome(row: pd.Series) -> str:
@@ -149,7 +150,30 @@ def history(ctx: Context) -> None:
            "updated"]],
         hide_index=True,
         width="stretch",
+        column_config={"outcome": st.column_config.TextColumn(width="large")},
     )  # fmt: skip
+    opened(h)
+
+
+def opened(h: pd.DataFrame) -> None:
+    """One action's whole outcome as wrapping text: a table cell cuts a drain's list of evicted
+    pods at 1,280 px ("…evicted 2 p…")."""
+    rows = {str(r["id"]): r for _, r in h.head(PICK_ROWS).iterrows()}
+    pick = st.selectbox(
+        "Open an action (its whole outcome)",
+        list(rows),
+        format_func=lambda i: f"{i[:8]} · {rows[i]['playbook']} on {rows[i]['target']} · "
+        f"{rows[i]['state']}",
+        key="hist_pick",
+    )
+    if pick is None:
+        return
+    r = rows[pick]
+    st.markdown(
+        f"**{r['playbook']}** on `{r['target']}` ({r['mode']}, {r['state']}; created "
+        f"{r['created']}, updated {r['updated']})"
+    )
+    st.text(str(r["outcome"]))
 
 
 def trail(ctx: Context) -> None:

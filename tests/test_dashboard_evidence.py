@@ -53,7 +53,8 @@ def test_a_hot_idle_gpu_on_a_small_fleet_still_shows_its_comparison() -> None:
     """The demo's throttle: reason bits on an idle GPU, too few busy peers for the clock
     baseline. The old evidence held no peers' value, so the page drew no comparison at all."""
     fleet = Fleet(nodes=1).set(THROTTLE, float(0x20 | 0x40), gpu=(0, 6))
-    fleet.set(UTIL, 0.0, gpu=(0, 6)).set(SM_CLOCK, 345.0, gpu=(0, 6)).set(GPU_TEMP, 92.0, gpu=(0, 6))
+    fleet.set(UTIL, 0.0, gpu=(0, 6)).set(SM_CLOCK, 345.0, gpu=(0, 6))
+    fleet.set(GPU_TEMP, 92.0, gpu=(0, 6))
     f = all_findings(replay("gpu_throttle", fleet, steps(T0, T0 + 120)))[-1]
     by = {m: frame.set_index("field") for m, frame in panels(f.evidence)}
     clock, temp = by["sm_clock_mhz"], by["gpu_temp_c"]

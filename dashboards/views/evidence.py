@@ -125,7 +125,7 @@ def panel(metric: str, frame: pd.DataFrame) -> alt.LayerChart:
         )
     )
     labels = base.mark_text(align="left", dx=4).encode(text=alt.Text("value:Q", format=",.4~g"))
-    chart = alt.layer(bars, labels).properties(
+    chart = alt.LayerChart(layer=[bars, labels]).properties(
         height=ROW_PX * max(len(frame), 3), title=metric
     )
     return chart

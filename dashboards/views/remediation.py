@@ -162,8 +162,9 @@ def opened(h: pd.DataFrame) -> None:
     pick = st.selectbox(
         "Open an action (its whole outcome)",
         list(rows),
-        format_func=lambda i: f"{i[:8]} · {rows[i]['playbook']} on {rows[i]['target']} · "
-        f"{rows[i]['state']}",
+        format_func=lambda i: (
+            f"{i[:8]} · {rows[i]['playbook']} on {rows[i]['target']} · {rows[i]['state']}"
+        ),
         key="hist_pick",
     )
     if pick is None:

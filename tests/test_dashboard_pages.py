@@ -318,6 +318,7 @@ def test_an_actions_whole_outcome_is_readable_beside_the_history_table(
     ids = seed_cluster(store)
     settings = write_settings(tmp_path / "s.json", url, "alpha")
     at = app(settings, "page_files/remediation.py")
+    assert len(at.text[0].value) > 40  # it opens on an outcome the table cuts, not a short one
     at.selectbox(key="hist_pick").set_value(ids["denied"]).run()
     assert not at.exception, at.exception
     whole = (

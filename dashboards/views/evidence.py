@@ -104,12 +104,15 @@ def panels(evidence: Mapping[str, Any]) -> list[tuple[str, pd.DataFrame]]:
 
 ROW_PX = 34
 """Height per bar: a field name and its value label fit beside it at 1,280 px."""
+CHROME_PX = 110
+"""Title, x axis with its title and the legend below: Streamlit fits the whole chart into the
+spec's height, so a height that counted only the bars left them none (drawn as one line)."""
 
 
 def panel(metric: str, frame: pd.DataFrame) -> alt.LayerChart:
     """One metric's bars, each labelled with its value (a threshold 0.5 MHz away from the GPU's
     reading is read, not guessed from bar lengths), at least three rows tall so a two-bar
-    comparison is not squashed under its title and legend."""
+    comparison is not squashed under its title, axis and legend."""
     u = str(frame["unit"].iloc[0]) if len(frame) else ""
     base = alt.Chart(frame).encode(
         x=alt.X("value:Q", title=f"{metric} ({u})" if u else metric,
@@ -126,6 +129,6 @@ def panel(metric: str, frame: pd.DataFrame) -> alt.LayerChart:
     )
     labels = base.mark_text(align="left", dx=4).encode(text=alt.Text("value:Q", format=",.4~g"))
     chart = alt.LayerChart(layer=[bars, labels]).properties(
-        height=ROW_PX * max(len(frame), 3), title=metric
+        height=ROW_PX * max(len(frame), 3) + CHROME_PX, title=metric
     )
     return chart

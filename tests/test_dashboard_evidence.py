@@ -71,7 +71,7 @@ def test_a_two_bar_comparison_is_drawn_tall_enough_with_its_values_written() -> 
     ev = {"sm_clock_mhz": 345.0, "model_busy_median_mhz": 1980.0}
     (only,) = panels(ev)
     spec = panel(*only).to_dict()
-    # Streamlit fits title, axis and legend into this height too: ~110 px of them, then bars.
-    assert spec["height"] >= 3 * 30 + 110
+    # Streamlit fits title, axis and legend into this height too: ~170 px of them, then bars.
+    assert spec["height"] >= 3 * 30 + 170
     marks = [layer["mark"]["type"] for layer in spec["layer"]]
     assert marks == ["bar", "text"]

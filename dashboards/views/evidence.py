@@ -104,9 +104,10 @@ def panels(evidence: Mapping[str, Any]) -> list[tuple[str, pd.DataFrame]]:
 
 ROW_PX = 34
 """Height per bar: a field name and its value label fit beside it at 1,280 px."""
-CHROME_PX = 110
-"""Title, x axis with its title and the legend below: Streamlit fits the whole chart into the
-spec's height, so a height that counted only the bars left them none (drawn as one line)."""
+CHROME_PX = 170
+"""Title, x axis with its title and the legend below (~165 px, read off the demo's screenshot):
+Streamlit fits the whole chart into the spec's height, so a height that counted only the bars
+left them none (drawn as one line)."""
 
 
 def panel(metric: str, frame: pd.DataFrame) -> alt.LayerChart:

@@ -275,12 +275,21 @@ class AlertsStore:
 
     def start_cursor(self) -> None:
         """A first start on an existing journal begins at its newest audit row (history is
-        not replayed into Slack); later starts resume where the last one stopped."""
-        with Session(self.engine) as s, s.begin():
-            if s.get(CursorRow, self.cluster) is not None:
-                return
-            q = select(func.max(AuditRow.id)).where(AuditRow.cluster == self.cluster)
-            s.add(CursorRow(cluster=self.cluster, audit_after=int(s.scalar(q) or 0)))
+        not replayed into Slack); later starts resume where the last one stopped. Two replicas
+        starting at once both find no cursor: the second insert loses, and the first's stands."""
+        try:
+            with Session(self.engine) as s, s.begin():
+                if s.get(CursorRow, self.cluster) is not None:
+                    return
+                q = select(func.max(AuditRow.id)).where(AuditRow.cluster == self.cluster)
+                s.add(CursorRow(cluster=self.cluster, audit_after=int(s.scalar(q) or 0)))
+        except IntegrityError:
+            if self._cursor_missing():
+                raise  # not the other replica's cursor: a real error
+
+    def _cursor_missing(self) -> bool:
+        with Session(self.engine) as s:
+            return s.get(CursorRow, self.cluster) is None
 
     def first_seen(self, digest: str, now: float, window: float) -> bool:
         """Record a signed request; False if it was seen before (a replay)."""

@@ -179,6 +179,19 @@ def _findings_by_gpu(
     return degraded, issue
 
 
+def _unanswered_as_unmeasured(snap: FleetSnapshot, util: FloatArray) -> FloatArray:
+    """A GPU whose node's exporter failed its last scrape is unmeasured: the page the collector
+    keeps for it is old, and reading it as busy or idle would meter time nobody measured."""
+    t = snap.telemetry
+    if t is None or not snap.nodes or len(t.node_up) != len(snap.nodes) or t.node_up.all():
+        return util
+    node = snap.gpus.node_index
+    answered = np.ones(len(node), dtype=bool)
+    known = (node >= 0) & (node < len(t.node_up))
+    answered[known] = np.asarray(t.node_up, dtype=bool)[node[known]]
+    return np.where(answered, util, np.nan)
+
+
 def _lost(snap: FleetSnapshot, findings: Iterable[Finding]) -> BoolArray:
     uuids = {f.gpu_uuid for f in findings if f.kind is FindingKind.GPU_LOST and f.gpu_uuid}
     return np.isin(snap.gpus.uuid, sorted(uuids)) if uuids else np.zeros(len(snap.gpus), bool)
@@ -207,6 +220,7 @@ def gpu_columns(
         # engine activity is the instance's own utilisation.
         mig_gr = (gpus.mig_instance != "") & np.isnan(util)
         util = np.where(mig_gr, 100.0 * np.asarray(gr_col.value, dtype=np.float64), util)
+    util = _unanswered_as_unmeasured(snap, util)
     ns_of_pod, namespaces, team_of_pod, teams = _pod_columns(snap, team_label)
     safe_pod = np.where(has_pod, pod, 0)
     if snap.pods:

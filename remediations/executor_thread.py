@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from errors.outages import OutageLog
+from errors.outages import OutageLog, dependency_of
 from remediations.cluster_view import ClusterView
 from remediations.executor import Executor, FreshnessCheck
 from remediations.store import ActionRecord
@@ -59,6 +59,11 @@ class ExecutorThread:
         self.on_touched: Callable[[list[ActionRecord]], None] | None = None
         """Called after each pass that touched actions (the service's telemetry)."""
         self.outages = OutageLog(log)
+        """Its own by default; a service shares its cycle's, so an outage is one line a minute
+        in total, not one from each worker."""
+        self._failing: set[str] = set()
+        """The dependencies this worker's passes found failing (a clean pass says only these
+        recovered: the exporters' outage is not this worker's to end)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -124,10 +129,14 @@ class ExecutorThread:
             now = self.clock()
             self.touched = self.executor.run(self.view(now), now, fresh=self.fresh)
             self.passes += 1
-            self.outages.all_recovered()
+            for dependency in sorted(self._failing):
+                self.outages.recovered(dependency)
+            self._failing.clear()
             if self.touched and self.on_touched is not None:
                 self.on_touched(self.touched)
         except Exception as exc:  # isolation: the next pass must run
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.outages.exception("executor pass", exc)
+            if (failing := dependency_of(exc)) is not None:
+                self._failing.add(failing)

@@ -120,6 +120,8 @@ class Service:
         self._seen_findings: set[tuple[str, str]] = set()
         self.outages = parts.live.outages
         """One line per failing dependency per minute (shared with the live cycle)."""
+        if parts.loop.worker is not None:  # and with the executor: one line in total
+            parts.loop.worker.outages = self.outages
         self._warm = False
         """The journal's incidents and claims were read for the current leadership term."""
         self._claims_taken = False

@@ -1,11 +1,17 @@
-"""What the two-process failover tests share: the small fleet at speed 4 behind its
+"""What the two-process failover tests share: the small fleet at speed 8 behind its
 PodDisruptionBudget, a config for two `gpufleet run` replicas with leader election on one
 journal, the pair of processes, and the checks every failover must pass (no incident opened
-twice, each announced once, each Kubernetes write done once)."""
+twice, each announced once, each Kubernetes write done once).
+
+Kept short for CI: the fleet's clock is held at scenario second `OFFSET` (pods already
+running) until both replicas serve and one leads, so a fault's scenario time counts from then,
+never from a process start-up that takes 3 s on a quiet machine and 10 s on a loaded one; both
+replicas start at once; a 4-s Lease renewed every second."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +28,9 @@ from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 from tests.service.procs import Proc, wait_for
 
 LEASE = 4.0
-SPEED = 4.0
+SPEED = 8.0
+OFFSET = 60.0
+"""Scenario seconds elapsed when the replicas are up (the fleet's pods are running by then)."""
 DRAIN_CRITICAL: dict[str, Any] = {
     "name": "drain-critical",
     "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]},
@@ -33,14 +41,36 @@ DRAIN_CRITICAL: dict[str, Any] = {
 QUARANTINE = QUARANTINE_CRITICAL
 
 
+class HeldWall:
+    """A wall clock that stands still until `release`, then runs on from where it stood."""
+
+    def __init__(self) -> None:
+        self._at = time.time()
+        self._lag: float | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._at if self._lag is None else time.time() - self._lag
+
+    def release(self) -> None:
+        with self._lock:
+            if self._lag is None:
+                self._lag = time.time() - self._at
+
+
 def start_fleet(
     tmp: Path, faults: Sequence[dict[str, Any]], confounders: Sequence[dict[str, Any]] = ()
 ) -> SimulationHandle:
-    """The small fleet (both ranks of `train` on h100-0000 behind a PDB, maxUnavailable 1),
-    starting now at speed 4, with `faults` and `confounders` (scenario times)."""
+    """The small fleet (both ranks of `train` on h100-0000 behind a PDB, maxUnavailable 1) at
+    speed 8, held at scenario second `OFFSET` until `replicas` are up, with `faults` and
+    `confounders` (scenario times, so later than `OFFSET`)."""
     sc = small_scenario(faults=list(faults), confounders=list(confounders))
     sc = sc.model_copy(update={"start": float(int(time.time()))})
-    return start_simulation(sc, speed=SPEED, kubeconfig_out=tmp / "kubeconfig")
+    wall = HeldWall()
+    return start_simulation(
+        sc, speed=SPEED, kubeconfig_out=tmp / "kubeconfig", wall=wall, start_offset=OFFSET
+    )
 
 
 def failover_config(
@@ -70,16 +100,20 @@ def failover_config(
 
 
 @contextmanager
-def replicas(cfg: Path, tmp: Path) -> Iterator[tuple[Proc, Proc]]:
-    """alpha (leading) and beta (standby); both killed on the way out if still running."""
-    a = Proc(cfg, "alpha", tmp / "alpha.log")
-    procs = [a]
+def replicas(cfg: Path, tmp: Path, h: SimulationHandle) -> Iterator[tuple[Proc, Proc]]:
+    """alpha and beta started together, yielded as (leader, standby) once both serve and one
+    leads, when the fleet's clock is let go; both killed on the way out if still running."""
+    procs = [Proc(cfg, "alpha", tmp / "alpha.log"), Proc(cfg, "beta", tmp / "beta.log")]
     try:
-        a.wait_url()
-        wait_for(lambda: a.ready()["role"] == "leader", 30, "alpha to lead")
-        b = Proc(cfg, "beta", tmp / "beta.log")
-        procs.append(b)
-        b.wait_url()
+        for p in procs:
+            p.wait_url()
+        wait_for(lambda: leader_of(procs) is not None, 30, "a replica to lead")
+        a = leader_of(procs)
+        assert a is not None
+        (b,) = [p for p in procs if p is not a]
+        wall = h.clock.wall
+        assert isinstance(wall, HeldWall)
+        wall.release()
         yield a, b
     finally:
         for p in procs:

@@ -1,8 +1,9 @@
 """A single failing source among several is said out loud: one exporter of many answering 503,
 or the Kubernetes API failing while the exporters answer, raises one fleet-level monitoring_gap
 incident carrying the cause, announced once to Slack's outbox and to Alertmanager, logged once
-(not once per cycle), and resolved when the source returns. Real simulator servers (exporters
-over HTTP, the Kubernetes API with injected 503s) and the real `kubernetes` client."""
+(not once per cycle), and resolved when the source returns; metering counts the GPUs behind
+the failing exporter as unmeasured for the outage, never as gone. Real simulator servers
+(exporters over HTTP, the Kubernetes API with injected 503s) and the real `kubernetes` client."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from detectors.findings import FindingKind
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
+from metering import Meter, usage
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationCycle
@@ -107,7 +109,9 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         loop.engine,
         clock=clock,
     )
-    live = LiveCycle(cache.wrap(scrape_source(scraper, kube)), DetectorSuite.default(), loop)
+    live = LiveCycle(
+        cache.wrap(scrape_source(scraper, kube)), DetectorSuite.default(), loop, meter=Meter(store)
+    )
     yield Rig(handle, wall, store, live, alerts, kube)
     scraper.close()
     actuator.close()
@@ -150,6 +154,29 @@ def test_one_exporter_of_many_down_is_a_fleet_gap_with_its_cause(
     ended = rig.store.get_incident(gap.id)
     assert ended is not None and ended.status is IncidentStatus.RESOLVED
     assert any("telemetry source recovered" in r.getMessage() for r in caplog.records)
+
+
+def test_the_gpus_behind_a_failing_exporter_are_metered_as_unmeasured(rig: Rig) -> None:
+    """The collector keeps a failing target's last page for a while (its node reads stale);
+    metering must not read that old page as busy or idle time."""
+    t0 = rig.handle.clock.scenario_time()
+    for _ in range(10):  # minutes 0-4:30: every exporter answers
+        rig.cycle()
+    start = rig.handle.clock.scenario_time()
+    for _ in range(6):  # minutes 5-7:30: a100-0001 answers 503
+        rig.cycle()
+    end = rig.handle.clock.scenario_time()
+    before = {u.key: u for u in usage(rig.store, t0, start, by="node")}
+    during = {u.key: u for u in usage(rig.store, start, end, by="node")}
+    assert set(during) == set(before)  # every node's GPUs still counted, a100-0001's too
+    node = during["a100-0001"]
+    assert node.gpu_hours * 3600 == pytest.approx(8 * (end - start - STEP))
+    assert node.allocated_gpu_hours > 0  # the hang job's rank runs there
+    assert before["a100-0001"].busy_gpu_hours > 0  # measured while it answered
+    # its failing cycles are unmeasured: not busy, not idle, not gone
+    assert node.unmeasured_gpu_hours == pytest.approx(node.allocated_gpu_hours)
+    assert node.busy_gpu_hours == 0 and node.idle_gpu_hours == 0
+    assert all(u.unmeasured_gpu_hours == 0 for k, u in during.items() if k != "a100-0001")
 
 
 def test_the_kubernetes_api_down_while_exporters_answer_is_a_fleet_gap(rig: Rig) -> None:

@@ -166,33 +166,10 @@ def telemetry_view(
     return TelemetryView(interval, gpu_age, node_age, has_gpus, node_up, gap, frac)
 
 
-def value_order(values: AnyFloat) -> npt.NDArray[np.intp]:
-    """`np.argsort(values)` (NaN last), to share between the grouped sorts of one array: the
-    value sort is most of a grouped sort's time, and it does not depend on the groups."""
-    order: npt.NDArray[np.intp] = np.argsort(values)
-    return order
-
-
-def _subset_order(by_value: npt.NDArray[np.intp], ok: BoolArray) -> npt.NDArray[np.intp]:
-    """The value order of `values[ok]`, read off the whole array's order in linear time (ties
-    may come in another order than a fresh sort's; every user reads tied values alike)."""
-    kept = by_value[ok[by_value]]
-    pos = np.cumsum(ok) - 1
-    order: npt.NDArray[np.intp] = pos[kept]
-    return order
-
-
-def by_group_then_value(
-    values: AnyFloat,
-    groups: IntArray,
-    n_groups: int,
-    by_value: npt.NDArray[np.intp] | None = None,
-) -> npt.NDArray[np.intp]:
+def by_group_then_value(values: AnyFloat, groups: IntArray, n_groups: int) -> npt.NDArray[np.intp]:
     """The order of `np.lexsort((values, groups))`, in a third of its time at 100k rows: one
-    sort of the values (or `by_value`, their `value_order`), then a stable radix sort of the
-    group ids (16-bit when they fit)."""
-    if by_value is None:
-        by_value = np.argsort(values)
+    sort of the values, then a stable radix sort of the group ids (16-bit when they fit)."""
+    by_value = np.argsort(values)
     keys = groups[by_value]
     if n_groups <= np.iinfo(np.uint16).max:
         keys = keys.astype(np.uint16)
@@ -201,37 +178,26 @@ def by_group_then_value(
 
 
 def grouped_sorted(
-    values: FloatArray,
-    groups: npt.NDArray[np.signedinteger[Any]],
-    n_groups: int,
-    by_value: npt.NDArray[np.intp] | None = None,
+    values: FloatArray, groups: npt.NDArray[np.signedinteger[Any]], n_groups: int
 ) -> tuple[FloatArray, npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
     """(values sorted by group then value, their group ids, count and start per group id),
-    NaN and NO_INDEX rows left out; None when no row is left. `by_value`: `value_order(values)`
-    when the caller already has it."""
+    NaN and NO_INDEX rows left out; None when no row is left."""
     ok = (groups != NO_INDEX) & ~np.isnan(values)
     if not np.any(ok):
         return None
     g = groups[ok]
     v = values[ok]
-    sub = None if by_value is None else _subset_order(by_value, ok)
-    order = by_group_then_value(v, g, n_groups, sub)
+    order = by_group_then_value(v, g, n_groups)
     gs = g[order].astype(np.intp)
     counts = np.bincount(gs, minlength=n_groups)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.intp)
     return v[order], gs, counts, starts
 
 
-def group_median(
-    values: FloatArray,
-    groups: IntArray,
-    n_groups: int,
-    by_value: npt.NDArray[np.intp] | None = None,
-) -> FloatArray:
-    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort
-    (`by_value`: `value_order(values)`, shared with other groupings of the same values)."""
+def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort."""
     out = np.full(n_groups, np.nan)
-    grouped = grouped_sorted(values, groups, n_groups, by_value)
+    grouped = grouped_sorted(values, groups, n_groups)
     if grouped is None:
         return out
     vs, _, counts, starts = grouped
@@ -242,12 +208,7 @@ def group_median(
     return out
 
 
-def group_median_others(
-    values: FloatArray,
-    groups: IntArray,
-    n_groups: int,
-    by_value: npt.NDArray[np.intp] | None = None,
-) -> FloatArray:
+def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
     """Per row, the median of the *other* rows of its group (NaN where it has none), by one
     grouped sort. An outlier pulls its own group's median toward itself (in a group of 8, by about
     half the spacing of the others); comparing it with the rest alone does not."""
@@ -257,8 +218,7 @@ def group_median_others(
         return out
     rows = np.flatnonzero(ok)
     g = groups[ok]
-    sub = None if by_value is None else _subset_order(by_value, ok)
-    order = by_group_then_value(values[ok], g, n_groups, sub)
+    order = by_group_then_value(values[ok], g, n_groups)
     gs = g[order]
     vs = values[ok][order]
     counts = np.bincount(gs, minlength=n_groups)

@@ -42,7 +42,6 @@ from detectors.signals import (
     hysteresis,
     scrape_interval,
     value,
-    value_order,
 )
 from detectors.state import GpuCycleState, KeyedArrays, align
 from detectors.straggler_evidence import group_ids, job_signal, noise_threshold
@@ -169,8 +168,6 @@ class _JobPeers:
     peak: np.ndarray
     judged: np.ndarray
     """The job is large enough, computing, and in its main compute phase."""
-    order: np.ndarray
-    """`value_order(activity)`: one value sort shared by the job and node-mate medians."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +209,7 @@ def _job_peers(
     valid = (g.job_index >= 0) & ~np.isnan(activity)
     job = np.where(valid, g.job_index, NO_INDEX).astype(np.int32)
     job_gpus = np.bincount(job[valid], minlength=n_jobs)
-    order = value_order(activity)
-    job_median = np.where(valid, group_median(activity, job, n_jobs, order)[job_row], np.nan)
+    job_median = np.where(valid, group_median(activity, job, n_jobs)[job_row], np.nan)
     job_max = np.full(n_jobs, np.nan)
     np.fmax.at(job_max, job[valid], activity[valid])
     busiest = np.where(valid, job_max[job_row], np.nan)
@@ -228,18 +224,7 @@ def _job_peers(
         & main_phase
     )
     return _JobPeers(
-        activity,
-        signal,
-        util,
-        clock,
-        valid,
-        job,
-        job_row,
-        job_gpus,
-        job_median,
-        peak,
-        judged,
-        order,
+        activity, signal, util, clock, valid, job, job_row, job_gpus, job_median, peak, judged
     )
 
 
@@ -247,11 +232,11 @@ def _node_mates(snapshot: FleetSnapshot, peers: _JobPeers, params: Params) -> _N
     g = snapshot.gpus
     gid, n_groups = group_ids(g.job_index, g.node_index, peers.valid)
     grp_n = np.bincount(gid[gid >= 0], minlength=n_groups)
-    grp_med = group_median(peers.activity, gid, n_groups, peers.order)
+    grp_med = group_median(peers.activity, gid, n_groups)
     gsafe = np.clip(gid, 0, max(n_groups - 1, 0))
     group_median_ = np.where(gid >= 0, grp_med[gsafe] if n_groups else np.nan, np.nan)
     group_size = np.where(gid >= 0, grp_n[gsafe] if n_groups else 0, 0)
-    mates = group_median_others(peers.activity, gid, n_groups, peers.order)
+    mates = group_median_others(peers.activity, gid, n_groups)
     return _NodeMates(group_median_, group_size, mates, group_size >= params.min_group_gpus)
 
 

@@ -141,8 +141,10 @@ def features(
         if x is None or np.all(np.isnan(x)):
             continue
         med_g, mad_g = group_median_mad(x, pid, n_p)
-        med, mad = med_g[pid], mad_g[pid]
-        z = (x - med) / np.maximum(1.4826 * np.nan_to_num(mad), floor)
+        # The scale per peer group, then read per GPU: the same numbers as per GPU, in a
+        # fraction of the work (n_p groups, not 100k rows, through nan_to_num and maximum).
+        scale_g = np.maximum(1.4826 * np.nan_to_num(mad_g), floor)
+        z = (x - med_g[pid]) / scale_g[pid]
         cols.append(z if required else np.nan_to_num(z))
         names.append(name)
         if required:

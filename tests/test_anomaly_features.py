@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detectors.anomaly import FEATURES, FLOOR, features
+from detectors.anomaly import FEATURES, FLOOR, _dense_ids, features
 from detectors.signals import GPU_TEMP, POWER, SM_CLOCK, UTIL
 from tests.fleet import Fleet
 
@@ -47,3 +47,17 @@ def test_each_feature_is_the_peer_z_of_the_formula() -> None:
     assert x[fleet.pos(2, 5), names.index(POWER)] < -4  # the low-power GPU stands out
     assert np.all(x[:, names.index(GPU_TEMP)][~np.isnan(x[:, names.index(GPU_TEMP)])] == 0.0)
     assert not ok[fleet.pos(1, 1)] and ok.sum() == fleet.n - 1
+
+
+def test_peer_ids_number_the_groups_as_a_sort_of_their_codes_would() -> None:
+    """Peer ids by a table of the codes present equal np.unique's inverse (and fall back to it
+    for negative or sparse codes)."""
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        high = int(rng.integers(1, 400))
+        codes = rng.integers(-2 if rng.random() < 0.2 else 0, high, int(rng.integers(1, 200)))
+        if rng.random() < 0.1:
+            codes[0] = 10**9  # sparse: too large for a table
+        ids, n = _dense_ids(codes)
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        assert np.array_equal(ids, inverse) and n == uniq.size

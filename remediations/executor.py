@@ -49,6 +49,15 @@ FreshnessCheck = Callable[[ActionRecord], str | None]
 data), or None if it still is."""
 
 
+CONFIRMING = frozenset({"await_reboot"})
+"""Steps that only confirm a change already made (and tidy up after it): the executor still
+runs these past `execute_timeout`, so an action that finished while no pass ran is not failed."""
+
+
+def _confirms_only(a: ActionRecord) -> bool:
+    return all(i.op in CONFIRMING for i in a.plan[a.progress :])
+
+
 def plan_of(a: ActionRecord) -> Plan:
     return Plan(a.playbook, a.target, a.plan, a.disruptive, a.target_nodes)
 
@@ -301,13 +310,17 @@ class Executor:
             )
         if a.state is ActionState.EXECUTING:
             started = a.started_at if a.started_at is not None else a.created_at
-            if now - started > params.execute_timeout:
-                return self._fail(a, now, f"still executing after {params.execute_timeout:.0f}s")
-            ran = self._steps(a, now)
+            late = now - started > params.execute_timeout
+            timed_out = f"still executing after {params.execute_timeout:.0f}s"
+            if late and not _confirms_only(a):  # past the timeout nothing new is started
+                return self._fail(a, now, timed_out)
+            ran = self._steps(a, now)  # completion first: a finished reboot is not timed out
             if ran is None or ran.state is not ActionState.EXECUTING:
                 return ran or a
-            if ran.phase.startswith("rollback") or ran.progress < len(ran.plan):
-                return ran  # rolled back already, or a temporary error: next pass
+            if ran.phase.startswith("rollback"):
+                return ran
+            if ran.progress < len(ran.plan):  # a temporary error: next pass, unless too late
+                return self._fail(ran, self._time(now), timed_out) if late else ran
             now = self._time(now)
             nxt = self.store.update_action(
                 ran, now, state=ActionState.VERIFYING, deadline=now + params.verify_timeout

@@ -437,6 +437,36 @@ def test_a_reboot_that_never_comes_back_is_retried_then_goes_to_a_person(tmp_pat
             act.close()
 
 
+def test_a_reboot_that_finished_while_the_executor_was_away_is_done_not_timed_out(
+    sim: Sim, actuator: KubeActuator, store: Store
+) -> None:
+    """The executor is not run for longer than `execute_timeout` (a busy leader, a late pass)
+    while the node reboots and comes back: the next pass confirms the reboot and the action is
+    done, not failed, rolled back and counted against the attempt budget (the stateful test's
+    shrunk sequence: a lost GPU, nine diagnose steps, a late approval)."""
+    loop = Loop(live_policy(rules("reboot_node", execute_timeout=120)), store, actuator, sim)
+    node = "h100-0001"
+    before = sim.cluster.get("nodes", "", node)["status"]["nodeInfo"]["bootID"]
+    loop.cycle([finding(node, None, sim.cluster.clock())])
+    (a,) = store.actions()
+    assert a.state is ActionState.EXECUTING and a.progress == 1  # marked, awaiting the reboot
+    sim.advance(300)  # the reboot (60 s) is long over, and so is the 120 s execute_timeout
+    loop.runner.run(view(sim, actuator), sim.cluster.clock())
+    (a,) = loop.run(10)
+    assert a.state is ActionState.DONE, (a.state, a.result)
+    assert "rebooted" in (a.result or "")
+    after = sim.cluster.get("nodes", "", node)
+    assert after["status"]["nodeInfo"]["bootID"] != before
+    assert REBOOT_ANNOTATION not in after["metadata"]["annotations"]
+    assert len(after["metadata"]["annotations"][REBOOTS_ANNOTATION].split(",")) == 1
+    did = [
+        r.message.split(":")[0]
+        for r in store.audit_log()
+        if r.kind == "k8s_write" and r.message.startswith("did ")
+    ]
+    assert did == [f"did mark_reboot {node}", f"did await_reboot {node}"]  # no clear_reboot
+
+
 def test_an_approved_retry_whose_budget_is_spent_at_its_start_goes_to_a_person(
     sim: Sim, actuator: KubeActuator, store: Store
 ) -> None:

@@ -30,7 +30,10 @@ one fixed sequence through the same machine (a reset that keeps failing, a reboo
 comes back) so the retry budget's invariant is exercised whatever the draw;
 `make bench` runs it longer (bench/stateful_lifecycle.py). Bugs it found: a node a person
 cordoned and gpufleet then quarantined was never given back (the ownership gate refused the
-whole return, so gpufleet's taint and label stayed); test_return_rule_sim.py pins the fix.
+whole return, so gpufleet's taint and label stayed); test_return_rule_sim.py pins the fix. A
+reboot that finished while no executor pass ran was timed out, rolled back and counted against
+the budget (the executor checked `execute_timeout` before completion); the shrunk sequence is a
+fixed example below, and test_repair_sim.py pins the fix.
 """
 
 from __future__ import annotations
@@ -535,4 +538,32 @@ def test_the_machine_checks_a_failing_reset_and_a_hung_reboot(sim: Sim, tmp_path
     assert sorted(tried) == [("reboot_node", "rolled_back")] * 2 + [("reset_gpu", "failed")] * 2
     asked = [r for r in machine.store.audit_log() if r.kind == NEEDS_PERSON]
     assert sorted(str(r.detail["playbook"]) for r in asked) == ["reboot_node", "reset_gpu"]
+    machine.teardown()
+
+
+def test_a_reboot_done_before_a_late_pass_is_not_timed_out(sim: Sim, tmp_path: Path) -> None:
+    """The sequence this machine shrank to (a bug it found): a lost GPU starts a reboot, nine
+    diagnose steps pass without an executor pass while the node reboots and comes back, then a
+    late approval runs the executor past `execute_timeout`. The reboot is confirmed done, not
+    failed, rolled back and counted against the attempt budget."""
+    world = World(sim, tmp_path)
+    machine = type("BoundLifecycle", (Lifecycle,), {"world": world})()
+
+    def check() -> None:
+        machine.never_returned_while_faulty()
+        machine.repairs_within_budget()
+        machine.held_with_owner_and_explanation()
+        machine.no_write_twice()
+
+    machine.first_fault("h100-0001", "lost", False)
+    check()
+    for _ in range(9):
+        machine.diagnose()
+        check()
+    machine.approve(late=True)
+    check()
+    reboots = [a for a in machine.store.actions() if a.playbook == "reboot_node"]
+    assert [(a.attempt, a.state) for a in reboots] == [(1, ActionState.DONE)], [
+        (a.attempt, a.state, a.result) for a in reboots
+    ]
     machine.teardown()

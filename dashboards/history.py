@@ -31,6 +31,10 @@ MAX_FIELDS = 4
 TTL = 60.0
 """Seconds an answer is reused: the past does not change, only the window's recent end does."""
 COLUMNS = ["t", "value", "series", "field"]
+COVERAGE = 0.75
+"""A peers' median is drawn only where at least this share of the window's most peers has a
+sample: a median over the first exporters scraped (each is scraped in turn in the first
+interval) is not the peers' median; one over all but a lost GPU or two still is."""
 
 
 def fields_for(kind: str) -> tuple[str, ...]:
@@ -60,6 +64,17 @@ def _frame(result: list[dict[str, object]], series: str, field: str) -> pd.DataF
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def measured(median: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
+    """The peers' median at the steps where it is measured: enough peers have a sample there
+    (`COVERAGE` of the most the window saw). Elsewhere nothing is drawn, rather than a ramp
+    from the few peers scraped first."""
+    if median.empty or counts.empty:
+        return median.iloc[0:0]
+    n = counts.set_index("t")["value"]
+    at = median["t"].map(n).fillna(0.0)
+    return median[at >= COVERAGE * float(n.max())].reset_index(drop=True)
+
+
 def _peer_selector(mine: list[dict[str, object]], uuid: str) -> str:
     """Every other GPU of the same model as the incident's GPU (its `modelName` label), or every
     other GPU when its series carry no model."""
@@ -83,10 +98,11 @@ def around(prometheus_url: str, gpu_uuid: str, kind: str, at: float) -> pd.DataF
     try:
         for f in fields_for(kind):
             mine, _ = client.range(f'{f}{{{LABEL_UUID}="{uuid}"}}', start, end, step)
-            peers, _ = client.range(
-                f"quantile(0.5, {f}{{{_peer_selector(mine, uuid)}}})", start, end, step
-            )
-            frames += [_frame(mine, "this GPU", f), _frame(peers, "peers' median", f)]
+            sel = f"{f}{{{_peer_selector(mine, uuid)}}}"
+            peers, _ = client.range(f"quantile(0.5, {sel})", start, end, step)
+            counts, _ = client.range(f"count({sel})", start, end, step)
+            median = measured(_frame(peers, "peers' median", f), _frame(counts, "", f))
+            frames += [_frame(mine, "this GPU", f), median]
     finally:
         client.close()
     frames = [x for x in frames if not x.empty]

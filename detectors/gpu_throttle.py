@@ -153,11 +153,42 @@ def detect(
                     "util": None if util is None else float(util[i]),
                     "gpu_temp_c": None if temp is None else float(temp[i]),
                     "persisted_s": round(float(acc[i]), 1),
+                    **_compared(int(i), clock, temp, baseline, g.model_index, params),
                 },
                 recommended_action=action + "; cordon the node if it persists",
             )
         )
     return findings, State(cur.replace(acc=acc, onset=onset), now)
+
+
+def _compared(
+    i: int,
+    clock: FloatArray | None,
+    temp: FloatArray | None,
+    baseline: FloatArray,
+    model_index: IntArray,
+    params: Params,
+) -> dict[str, float]:
+    """GPU `i`'s clock and temperature beside its model's other GPUs' medians and the limits the
+    clock fallback draws from them: a person sees the comparison even when the reason bits
+    fired the finding and too few busy peers made no baseline (an idle or small fleet)."""
+    out: dict[str, float] = {}
+    peers = model_index == model_index[i]
+    peers[i] = False
+    base = float(baseline[i])
+    for name, values in (("sm_clock_mhz", clock), ("gpu_temp_c", temp)):
+        if values is None or not (had := peers & ~np.isnan(values)).any():
+            continue
+        med = float(np.median(values[had]))
+        out[f"peers_median_{name}"] = round(med, 1)
+        if name == "sm_clock_mhz":
+            ref = base if base == base else med
+            out[f"threshold_{name}"] = round((1.0 - params.clock_drop) * ref, 1)
+        else:
+            out[f"threshold_{name}"] = round(med + params.hot_margin_c, 1)
+    if out:
+        out["peers_compared"] = float(peers.sum())
+    return out
 
 
 def _hot(

@@ -15,7 +15,7 @@ from remediations.types import IncidentId, IncidentStatus
 from simulator.layout import gpu_uuid
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.dashboard_seed import seed_fleet, write_settings
-from tests.prometheus_fixture import PrometheusHandle, served_scenario
+from tests.prometheus_fixture import PrometheusFactory, PrometheusHandle, served_scenario
 from tests.test_cli_detect_backtest_eval import TINY, UNREACHABLE, _xid_gpu
 from tests.test_dashboard_pages import app, texts
 
@@ -143,3 +143,30 @@ def test_jobs_page_says_where_the_ranks_history_comes_from(
         assert "could not answer" in texts(at)  # said on the page, not a crash
     else:
         assert "dashboard.prometheus_url" in texts(at)
+
+
+@pytest.mark.prometheus
+def test_the_peers_median_is_not_drawn_over_the_few_peers_scraped_first(
+    tmp_path: Path, prometheus_factory: PrometheusFactory
+) -> None:
+    """The demo's first scrape interval: one peer's exporter answered (an idle clock), the other
+    three not yet. The old chart drew that one reading as the peers' median, a ramp to 1,980."""
+    t0 = 1_767_225_600
+    model = 'modelName="NVIDIA H200"'
+    lines = ["# TYPE DCGM_FI_DEV_SM_CLOCK gauge"]
+    for t in range(t0, t0 + 1200, 15):
+        lines.append(f'DCGM_FI_DEV_SM_CLOCK{{UUID="GPU-me",{model}}} 345 {t}')
+    for peer in range(4):
+        for t in range(t0 if peer == 0 else t0 + 60, t0 + 1200, 15):
+            v = 345 if t < t0 + 60 else 1980
+            lines.append(f'DCGM_FI_DEV_SM_CLOCK{{UUID="GPU-p{peer}",{model}}} {v} {t}')
+    om = tmp_path / "first-scrapes.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    prom = prometheus_factory(om)
+    frame = history.around(prom.url, "GPU-me", "gpu_throttle", t0 + 600.0)
+    clock = frame[frame["field"] == "DCGM_FI_DEV_SM_CLOCK"]
+    mine = clock[clock["series"] == "this GPU"]
+    peers = clock[clock["series"] == "peers' median"]
+    assert mine["t"].min() == pd.Timestamp(t0, unit="s", tz="UTC")  # this GPU from the start
+    assert peers["t"].min() == pd.Timestamp(t0 + 60, unit="s", tz="UTC")
+    assert set(peers["value"]) == {1980.0}  # never the one early peer's idle clock

@@ -308,3 +308,21 @@ def test_a_stale_request_is_marked_before_anyone_clicks_and_approving_it_says_wh
     assert done is not None and done.state is ActionState.EXPIRED
     said = [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
     assert any("not approved, expired on approval: its incident" in s for s in said), said
+
+
+def test_an_actions_whole_outcome_is_readable_beside_the_history_table(
+    journal: tuple[str, Store], tmp_path: Path
+) -> None:
+    """A table cell cuts a long outcome at 1,280 px; the opened action shows all of it."""
+    url, store = journal
+    ids = seed_cluster(store)
+    settings = write_settings(tmp_path / "s.json", url, "alpha")
+    at = app(settings, "page_files/remediation.py")
+    assert len(at.text[0].value) > 40  # it opens on an outcome the table cuts, not a short one
+    at.selectbox(key="hist_pick").set_value(ids["denied"]).run()
+    assert not at.exception, at.exception
+    whole = (
+        "approved by alice@example.com, then denied by the gate: protected: node pool-b-0003 "
+        "is protected (gpufleet.io/protected=true)"
+    )
+    assert whole in [t.value for t in at.text]

@@ -102,21 +102,34 @@ def panels(evidence: Mapping[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def panel(metric: str, frame: pd.DataFrame) -> alt.Chart:
+ROW_PX = 34
+"""Height per bar: a field name and its value label fit beside it at 1,280 px."""
+CHROME_PX = 170
+"""Title, x axis with its title and the legend below (~165 px, read off the demo's screenshot):
+Streamlit fits the whole chart into the spec's height, so a height that counted only the bars
+left them none (drawn as one line)."""
+
+
+def panel(metric: str, frame: pd.DataFrame) -> alt.LayerChart:
+    """One metric's bars, each labelled with its value (a threshold 0.5 MHz away from the GPU's
+    reading is read, not guessed from bar lengths), at least three rows tall so a two-bar
+    comparison is not squashed under its title, axis and legend."""
     u = str(frame["unit"].iloc[0]) if len(frame) else ""
-    chart: alt.Chart = (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("value:Q", title=f"{metric} ({u})" if u else metric),
-            y=alt.Y("field:N", sort=None, title=None),
-            color=alt.Color(
-                "role:N",
-                scale=alt.Scale(domain=list(ROLE_COLORS), range=list(ROLE_COLORS.values())),
-                legend=alt.Legend(orient="bottom", title=None),
-            ),
-            tooltip=["field", "value", "role"],
+    base = alt.Chart(frame).encode(
+        x=alt.X("value:Q", title=f"{metric} ({u})" if u else metric,
+                axis=alt.Axis(labelOverlap=True, tickCount=5)),
+        y=alt.Y("field:N", sort=None, title=None, axis=alt.Axis(labelLimit=220)),
+        tooltip=["field", "value", "role"],
+    )  # fmt: skip
+    bars = base.mark_bar().encode(
+        color=alt.Color(
+            "role:N",
+            scale=alt.Scale(domain=list(ROLE_COLORS), range=list(ROLE_COLORS.values())),
+            legend=alt.Legend(orient="bottom", title=None),
         )
-        .properties(height=28 * len(frame) + 20, title=metric)
+    )
+    labels = base.mark_text(align="left", dx=4).encode(text=alt.Text("value:Q", format=",.4~g"))
+    chart = alt.LayerChart(layer=[bars, labels]).properties(
+        height=ROW_PX * max(len(frame), 3) + CHROME_PX, title=metric
     )
     return chart

@@ -12,6 +12,9 @@ from dashboards.shell import Context, ago, live, when
 
 HISTORY = 7 * 86400.0
 GATE_RESULTS = ("expired:", "no longer needed")
+PICK_ROWS = 500
+CELL_CHARS = 40
+"""About what the outcome cell shows at 1,280 px."""
 
 
 def outcome(row: pd.Series) -> str:
@@ -149,7 +152,36 @@ def history(ctx: Context) -> None:
            "updated"]],
         hide_index=True,
         width="stretch",
+        column_config={
+            "id": st.column_config.TextColumn(width="small"),
+            "outcome": st.column_config.TextColumn(width="large"),
+        },
     )  # fmt: skip
+    opened(h)
+
+
+def opened(h: pd.DataFrame) -> None:
+    """One action's whole outcome as wrapping text: a table cell cuts a drain's list of evicted
+    pods at 1,280 px ("…evicted 2 p…"). It opens on the first outcome longer than a cell."""
+    rows = {str(r["id"]): r for _, r in h.head(PICK_ROWS).iterrows()}
+    cut = [i for i, r in rows.items() if len(str(r["outcome"])) > CELL_CHARS]
+    pick = st.selectbox(
+        "Open an action (its whole outcome)",
+        list(rows),
+        index=list(rows).index(cut[0]) if cut else 0,
+        format_func=lambda i: (
+            f"{i[:8]} · {rows[i]['playbook']} on {rows[i]['target']} · {rows[i]['state']}"
+        ),
+        key="hist_pick",
+    )
+    if pick is None:
+        return
+    r = rows[pick]
+    st.markdown(
+        f"**{r['playbook']}** on `{r['target']}` ({r['mode']}, {r['state']}; created "
+        f"{r['created']}, updated {r['updated']})"
+    )
+    st.text(str(r["outcome"]))
 
 
 def trail(ctx: Context) -> None:

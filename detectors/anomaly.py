@@ -97,6 +97,20 @@ class State:
 _SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}
 
 
+def _dense_ids(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """(each code's rank among the distinct codes, how many there are), as
+    `np.unique(codes, return_inverse=True)` gives them; by a table of the codes present when
+    they are small non-negative integers (linear, not a sort of every GPU)."""
+    if codes.size == 0 or int(codes.min()) < 0 or int(codes.max()) > 4 * codes.size:
+        _, inverse = np.unique(codes, return_inverse=True)
+        pid = inverse.astype(np.int32)
+        return pid, int(pid.max(initial=-1)) + 1
+    present = np.zeros(int(codes.max()) + 1, dtype=bool)
+    present[codes] = True
+    rank = np.cumsum(present, dtype=np.int32) - 1
+    return rank[codes], int(present.sum())
+
+
 def features(
     snapshot: FleetSnapshot, now: float, max_age: float, min_peers: int
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -131,9 +145,7 @@ def features(
     peer = group * n_models + g.model_index
     if idle is not None:
         peer = peer * 2 + idle
-    _, inverse = np.unique(peer, return_inverse=True)
-    pid = inverse.astype(np.int32)
-    n_p = int(pid.max(initial=-1)) + 1
+    pid, n_p = _dense_ids(peer)
     cols = []
     names: list[str] = []
     ok = np.ones(n, dtype=bool)
@@ -141,8 +153,10 @@ def features(
         if x is None or np.all(np.isnan(x)):
             continue
         med_g, mad_g = group_median_mad(x, pid, n_p)
-        med, mad = med_g[pid], mad_g[pid]
-        z = (x - med) / np.maximum(1.4826 * np.nan_to_num(mad), floor)
+        # The scale per peer group, then read per GPU: the same numbers as per GPU, in a
+        # fraction of the work (n_p groups, not 100k rows, through nan_to_num and maximum).
+        scale_g = np.maximum(1.4826 * np.nan_to_num(mad_g), floor)
+        z = (x - med_g[pid]) / scale_g[pid]
         cols.append(z if required else np.nan_to_num(z))
         names.append(name)
         if required:

@@ -72,7 +72,13 @@ class TcpProxy:
                 continue
             upstream.settimeout(None)
             with self._lock:
-                self._open |= {client, upstream}
+                cut_meanwhile = self._down
+                if not cut_meanwhile:
+                    self._open |= {client, upstream}
+            if cut_meanwhile:  # cut() ran while we dialled: this connection is cut too
+                _reset(client)
+                _reset(upstream)
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -90,8 +96,12 @@ class TcpProxy:
 
 
 def _reset(s: socket.socket) -> None:
-    """Close with RST (SO_LINGER 0), as a crashed server's host does."""
+    """Close with RST (SO_LINGER 0), as a crashed server's host does. `shutdown` first: on Linux
+    `close` alone does not wake the pump thread blocked in `recv` on the same socket, so the
+    connection (and the database session behind it, with its locks) would stay open."""
     with contextlib.suppress(OSError):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         s.close()

@@ -31,6 +31,16 @@ def _pg_reason() -> str | None:
 _PG_SKIP = _pg_reason()
 
 
+_END_SESSIONS_IN_SCHEMA = """
+SELECT pg_terminate_backend(pid) FROM (
+  SELECT DISTINCT l.pid FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = %s AND l.pid <> pg_backend_pid()
+) holders
+"""
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     if _PG_SKIP:
@@ -45,6 +55,9 @@ def pg_url() -> Iterator[str]:
         yield f"{PG_BASE}?options=-csearch_path%3D{schema}"
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            # A session a test left behind (a killed replica's, behind a cut proxy) may still
+            # hold locks in the schema; end it rather than wait on it forever.
+            conn.execute(_END_SESSIONS_IN_SCHEMA, (schema,))
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 

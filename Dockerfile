@@ -23,7 +23,10 @@ COPY errors ./errors
 COPY observer ./observer
 COPY detectors ./detectors
 COPY remediations ./remediations
-COPY evaluation ./evaluation
+COPY database ./database
+COPY kube ./kube
+COPY backtesting ./backtesting
+COPY lab ./lab
 COPY simulator ./simulator
 COPY alerts ./alerts
 COPY dashboards ./dashboards

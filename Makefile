@@ -57,7 +57,7 @@ lint: $(STAMP)  ## ruff
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)  ## mypy (strict) over the whole tree, tests and benchmarks included
-	$(BIN)/mypy errors observer detectors remediations evaluation simulator alerts dashboards gpufleet metering \
+	$(BIN)/mypy errors database observer detectors remediations kube backtesting lab simulator alerts dashboards gpufleet metering \
 	  tests bench
 
 importlint: $(STAMP)  ## layer and adapter contracts

@@ -27,7 +27,7 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from alerts.config import IntakeConfig
-from alerts.schema import IntakeRow
+from database.tables.alerts import IntakeRow
 from detectors.findings import INTAKE_DETECTOR, Finding, FindingKind, Severity
 from remediations.store import Store
 from remediations.types import stable_id

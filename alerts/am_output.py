@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from alerts.am_intake import OWN_PREFIX, SOURCE
 from alerts.config import AlertmanagerConfig
-from alerts.schema import AmOutputRow
+from database.tables.alerts import AmOutputRow
 from remediations.incidents import Change, IncidentChange
 from remediations.store import IncidentRecord, Store
 

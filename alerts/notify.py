@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session
 from alerts import blocks
 from alerts.config import AlertsConfig
 from alerts.routing import route
-from alerts.schema import MemberRow, MessageRow
 from alerts.store import AlertsStore
 from alerts.timeline import Timeline
+from database.tables.alerts import MemberRow, MessageRow
+from database.tables.journal import IncidentRow
 from remediations.incidents import Change, IncidentChange
 from remediations.store import IncidentRecord, Store
 from remediations.store.convert import incident_record
-from remediations.store.schema import IncidentRow
 from remediations.types import stable_id
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,15 @@ from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from alerts.schema import CursorRow, MemberRow, MessageRow, OutboxRow, PromptRow, SeenRequestRow
-from remediations.store.schema import AuditRow
+from database.tables.alerts import (
+    CursorRow,
+    MemberRow,
+    MessageRow,
+    OutboxRow,
+    PromptRow,
+    SeenRequestRow,
+)
+from database.tables.journal import AuditRow
 
 UNSENT = ("pending", "sending")
 

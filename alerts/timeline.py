@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from alerts import blocks
 from alerts.config import AlertsConfig
-from alerts.schema import MessageRow, PromptRow
 from alerts.store import AlertsStore
+from database.tables.alerts import MessageRow, PromptRow
 from remediations.store import IncidentRecord, Store
 from remediations.store.records import AuditRecord
 

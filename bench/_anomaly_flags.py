@@ -1,6 +1,6 @@
 """`python -m bench._anomaly_flags SCENARIO.yaml|SEED [--alone]`: the anomaly detector's flags.
 
-Replays one scenario (a suite file, or a held-out seed of tests/scenario_gen.py) on the
+Replays one scenario (a suite file, or a held-out seed of lab/scenario_gen.py) on the
 simulated path with the default detectors (anomaly on, at info; `--alone`: the anomaly detector
 only, whose findings do not depend on the others) and prints, as JSON: anomaly episodes on a
 faulty GPU (any fault kind), on a faulty job's other GPUs, and elsewhere (false flags), each
@@ -17,10 +17,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from backtesting.replayer import Replayer
 from detectors.findings import FindingKind, Severity
 from detectors.suite import DetectorSuite
-from evaluation.replay import Replayer
-from evaluation.simulated import frames
+from lab.simulated import frames
 from observer.promql import DEFAULT_LOOKBACK
 from simulator.engine import FleetSimulator
 from simulator.scenario import load_scenario
@@ -30,7 +30,7 @@ from simulator.truth import ground_truth
 def main(path: str, alone: bool = False) -> dict[str, object]:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if path.isdigit():
-        from tests.scenario_gen import random_scenario  # held-out seeds, as bench._heldout
+        from lab.scenario_gen import random_scenario  # held-out seeds, as lab.heldout
 
         sc = random_scenario(int(path))
     else:

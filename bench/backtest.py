@@ -3,8 +3,8 @@
 Issue 4's target was <= 60 s; issue 25's is <= 30 s (with the anomaly detector on, as it is by
 default since issue 15). Untimed: the simulator writes the window as OpenMetrics in parts of
 `PART_HOURS` (a whole day of 1k GPUs would be ~20 GB of text at once), `promtool` backfills
-each part into one TSDB, and the Debian `prometheus` starts on it (evaluation.local_prometheus).
-Timed: `evaluation.backtest.backtest` — exactly what the command runs: the range replay of the
+each part into one TSDB, and the Debian `prometheus` starts on it (lab.local_prometheus).
+Timed: `backtesting.backtest.backtest` — exactly what the command runs: the range replay of the
 Prometheus collector (per 1 h chunk, the raw samples of ten range selectors, parsed in two
 worker processes while the previous chunk is replayed, every step evaluated locally like an
 instant cycle: observer.prometheus.replay.range_replay), every default detector on each step's
@@ -16,7 +16,7 @@ step rates. `--quick`: 2 h instead of 24 h, scaled to 24 h in the notes.
 
 Since issue 25 each repeat replays the window twice: sequentially (`--shards 1`) and in time
 shards on as many worker processes as this process may use CPUs (what `gpufleet backtest` does
-by default: evaluation.backtest_sharded, each shard warmed up on the detectors' longest memory,
+by default: backtesting.backtest_sharded, each shard warmed up on the detectors' longest memory,
 gpu_idle's 4.5 h); the target is judged on the sharded run.
 """
 
@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backtesting.backtest import backtest, step_count
+from backtesting.backtest_sharded import backtest_sharded, default_shards, shards_worth
+from backtesting.sharded import warmup_seconds
 from bench.prom_collect import fleet_scenario, process_cpu
 from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
-from evaluation.backtest import backtest, step_count
-from evaluation.backtest_sharded import backtest_sharded, default_shards, shards_worth
-from evaluation.local_prometheus import backfill, start_prometheus
-from evaluation.sharded import warmup_seconds
+from lab.local_prometheus import backfill, start_prometheus
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from simulator.engine import FleetSimulator

@@ -2,11 +2,11 @@
 
 Backfilling a week of 10k GPUs (~3 billion samples, days of OpenMetrics writing at this
 machine's pace) is not possible here, as the issue allows: the simulator writes `HOURS` of the
-10k-GPU fleet (untimed), and `evaluation.backtest.backtest` — the sequential replay, collection,
+10k-GPU fleet (untimed), and `backtesting.backtest.backtest` — the sequential replay, collection,
 detectors and dry-run policy — replays windows of 1/3, 2/3 and all of it, `REPEATS` times each.
 A straight line through (steps, median seconds) gives the cost per step and the fixed cost; how
 well it fits says whether the cost is linear in steps. The week is then that line at 20,160
-steps, and the sharded replay (evaluation.backtest_sharded, the command's default) that line at
+steps, and the sharded replay (backtesting.backtest_sharded, the command's default) that line at
 each shard's steps plus its warm-up (gpu_idle's 4.5 h), on one core per shard.
 """
 
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from backtesting.backtest import backtest, step_count
+from backtesting.backtest_sharded import default_shards
+from backtesting.sharded import warmup_seconds
 from bench.backtest import STEP, build_tsdb
 from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
-from evaluation.backtest import backtest, step_count
-from evaluation.backtest_sharded import default_shards
-from evaluation.local_prometheus import start_prometheus
-from evaluation.sharded import warmup_seconds
+from lab.local_prometheus import start_prometheus
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 
@@ -103,7 +103,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
             "",
             f"Data: `bench.prom_collect.fleet_scenario({GPUS})` over {hours:g} h at 30 s "
             f"({samples:,} samples, written and backfilled in {prep_s:.0f} s, untimed); "
-            f"sequential `evaluation.backtest.backtest` with the default detectors and the "
+            f"sequential `backtesting.backtest.backtest` with the default detectors and the "
             f"shipped policy in dry-run; load average {os.getloadavg()[0]:.1f} at the end (2 "
             "shared cores: wall time is above CPU time).",
         ]

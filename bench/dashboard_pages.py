@@ -24,8 +24,8 @@ from sqlalchemy import insert, select
 from bench.report import median, stamp, table
 from dashboards import data
 from dashboards.shell import SETTINGS_KEY
+from database.tables import metering as mt
 from metering import BUCKET_SECONDS
-from metering import tables as mt
 from remediations.store import Store
 
 TITLE = "Dashboard: page render at 10k GPUs and a month of history (dashboards/)"

@@ -31,7 +31,7 @@ from bench.prom_collect import (
     wire_bytes,
 )
 from bench.report import median, stamp, table
-from evaluation.local_prometheus import PrometheusHandle, free_port, require_binaries
+from lab.local_prometheus import PrometheusHandle, free_port, require_binaries
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 

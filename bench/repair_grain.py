@@ -43,9 +43,9 @@ from typing import Any
 
 from bench.report import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
+from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import policy_from_dict
 from remediations.store import Store
 from simulator.layout import gpu_uuid

@@ -36,7 +36,7 @@ single figures are noisy: each section states the load average when it was measu
 The machine behind the figures changes between sessions, and it matters: the same code and data
 ran about 2.5x slower on the Intel Xeon of earlier sessions than on the AMD EPYC of 2026-11-30.
 The 24 h x 1k-GPU backtest took 72 s (median of 3) on the Xeon at 6287e97 and 27.2 s on the
-EPYC (one replay of the same TSDB through `evaluation.backtest.backtest`, outside `make bench`);
+EPYC (one replay of the same TSDB through `backtesting.backtest.backtest`, outside `make bench`);
 the 10k-GPU Prometheus cycle took 3.13 s on the Xeon and 1.59 s on the EPYC at 6287e97 (`python
 -m bench prom_collect` on an export of that commit), before warm cycles stopped asking
 `increase()`. Each section names its CPU; compare figures only

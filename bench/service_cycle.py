@@ -33,10 +33,10 @@ from bench.report import median, missed_by, own_time, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
+from kube.actuator import KubeActuator
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import LiveActuator, RemediationCycle
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import load_policy
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict

@@ -15,8 +15,8 @@ import pandas as pd  # type: ignore[import-untyped]
 from sqlalchemy import Engine, column, func, select, table, union
 from sqlalchemy.exc import SQLAlchemyError
 
-from metering import tables as metering_tables
-from remediations.store.schema import ActionRow, AuditRow, EngineStateRow, IncidentRow
+from database.tables import metering as metering_tables
+from database.tables.journal import ActionRow, AuditRow, EngineStateRow, IncidentRow
 
 INCIDENT_COLUMNS = (
     IncidentRow.id,

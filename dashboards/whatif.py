@@ -2,7 +2,7 @@
 history with a chosen policy, reporting progress, an estimate of the time left and the episodes
 found so far (a long replay shows its first findings within seconds).
 
-Same code path as the CLI (evaluation.backtest: the Prometheus collector's range replay, the
+Same code path as the CLI (backtesting.backtest: the Prometheus collector's range replay, the
 detector suite, the policy in dry-run), so the page shows what the detectors would have found
 and the policy would have done; nothing is written anywhere.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backtesting.backtest import Backtest, step_count
+from backtesting.backtest_sharded import backtest_sharded, default_shards
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite
-from evaluation.backtest import Backtest, step_count
-from evaluation.backtest_sharded import backtest_sharded, default_shards
 from observer.prometheus.plan import PromSettings
 from remediations.policy import DEFAULT_POLICY, load_policy
 

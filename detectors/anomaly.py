@@ -8,7 +8,7 @@ peer population changes (detectors.anomaly_model), scores every GPU every cycle 
 many trees as it takes to know its side of the threshold: detectors.anomaly_score); a GPU whose
 score stays beyond `score_threshold` (or with one gauge beyond `z_limit` peer spreads) for
 `min_seconds` is reported as info. On by default since issue 15: on
-eval/suite/novel-faults-30s it finds 4 of 8 faults no rule names (3 that nothing else finds),
+lab/suite/novel-faults-30s it finds 4 of 8 faults no rule names (3 that nothing else finds),
 with no false flag there, on the other suite scenarios measured or on the held-out seeds
 2000-2003; being info it cannot cost precision (docs/backtest.md, "faults no rule names"; its
 cost per cycle is in docs/performance.md).
@@ -66,7 +66,7 @@ class Params:
     z_limit: float = 8.0
     """A GPU whose peer z-score on any one gauge or rate is beyond this is flagged too. The forest
     splits on a random feature, so a departure on one of ten features isolates slowly: measured on
-    eval/suite/novel-faults-30s.yaml, a GPU whose NVLink traffic fell by 90 % (z = -31) scored
+    lab/suite/novel-faults-30s.yaml, a GPU whose NVLink traffic fell by 90 % (z = -31) scored
     -0.645, inside the threshold. 8 robust spreads is far beyond noise and normal rank imbalance."""
     min_peers: int = 8
     min_seconds: float = 300.0

@@ -23,7 +23,7 @@ EXPLAINED_FOR = 600.0
 """Seconds after gpu_throttle last reported a GPU during which a straggler on it is explained.
 The straggler's CUSUM drains at ~k = 0.035 gap-seconds per second from h = 8.4 (4 min), longer
 where the GPU's own offsets leave a small gap: measured 315 s after a power brake ended in
-eval/suite/mixed-1024-15s. A straggler still there 10 minutes on has another cause."""
+lab/suite/mixed-1024-15s. A straggler still there 10 minutes on has another cause."""
 
 
 def fold_explained(

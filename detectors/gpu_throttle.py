@@ -10,7 +10,7 @@ Where the reasons field is not collected (it is off in dcgm-exporter's defaults)
 20 % below the median of busy GPUs of the same model stands in, but only with a cause the
 exporter does show: the GPU 10 C hotter than those peers (thermal), or its clock cut by 40 % or
 more (a power brake slams clocks down). A software power cap lowers clocks too, with no reason
-bit to say so, and leaves the GPU cool: measured on eval/sweeps/sweep-throttle-clock-30s, a
+bit to say so, and leaves the GPU cool: measured on lab/sweeps/sweep-throttle-clock-30s, a
 job capped at 60 % of TDP read 18-20 % below its peers and drew 22 false warnings without this.
 """
 

@@ -17,7 +17,7 @@ Each stage is isolated and the cycle never raises: a collector error ends that c
 detection and remediation (no data is not a healthy fleet, so nothing resolves and nothing acts),
 a detector failing is reported by the suite while the others run, a remediation error is caught
 and reported. The next cycle runs regardless. The result is plain data (`CycleReport`) for a
-printer (gpufleet.demo_log) or a service's logs.
+printer (gpufleet.demo.log) or a service's logs.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
+from backtesting.episodes import EntityKey, EpisodeTracker
 from detectors.coverage import notices
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
 from errors.outages import OutageLog
-from evaluation.episodes import EntityKey, EpisodeTracker
 from gpufleet.coverage import CoverageReport, coverage_report
 from metering import Meter
 from observer.fleet.coverage import snapshot_fields

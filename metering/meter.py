@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from database.tables import metering as t
 from detectors.findings import Finding, FindingKind
-from metering import tables as t
 from metering.config import HOUR_SECONDS, MeteringConfig
 from metering.gpu_columns import HEALTH_CODES, GpuColumns, Health, gpu_columns
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows

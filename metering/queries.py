@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Table, func, select
 
-from metering import tables as t
+from database.tables import metering as t
 from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from metering.rollup import DIMENSIONS
 from remediations.store import Store

@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from metering import tables as t
+from database.tables import metering as t
+from database.tables.journal import IncidentRow
 from metering.config import BUCKET_SECONDS, MeteringConfig
 from metering.queries import Totals, cluster_filter, totals, usage, window_buckets
 from metering.retention import prune
 from remediations.store import Store
-from remediations.store.schema import IncidentRow
 
 DAY = 86400.0
 MAX_LISTED_INCIDENTS = 50

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete
 
-from metering import tables as t
+from database.tables import metering as t
 from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from remediations.store import Store
 

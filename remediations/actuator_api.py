@@ -1,6 +1,6 @@
 """The actuator contract, without Kubernetes: what the runner may ask of the one writer.
 
-`remediations.kube_actuator.KubeActuator` implements it with the `kubernetes` client; tests may use
+`kube.actuator.KubeActuator` implements it with the `kubernetes` client; tests may use
 an
 in-memory cluster that speaks the same contract. Every intent is idempotent: `pin` resolves what
 it will touch (pod UIDs) so the runner can journal that *before* the write, and `apply` makes the
@@ -51,7 +51,7 @@ class Actuator(ClusterReader, Protocol):
 
 @runtime_checkable
 class JobReasons(Protocol):
-    """Says why a finished Job failed (remediations.kube_jobs.KubeNodeJobs)."""
+    """Says why a finished Job failed (kube.jobs.KubeNodeJobs)."""
 
     def reason(self, namespace: str, name: str) -> str:
         """The container's own words (its termination message); "" when it said nothing."""
@@ -59,7 +59,7 @@ class JobReasons(Protocol):
 
 
 class NodeJobs(Protocol):
-    """Creates and reads Jobs pinned to one node (remediations.kube_jobs.KubeNodeJobs)."""
+    """Creates and reads Jobs pinned to one node (kube.jobs.KubeNodeJobs)."""
 
     def ensure(
         self,

@@ -34,7 +34,7 @@ class NodeView:
     gpu_capacity: int | None = None
     """`status.capacity["nvidia.com/gpu"]`; None when not collected (only metrics were seen).
     From a snapshot it is the collector's copy; evict_gpu_pods' keep-schedulable guard still
-    reads the live node at write time (remediations.kube_actuator)."""
+    reads the live node at write time (kube.actuator)."""
     gpu_allocatable: int | None = None
     """`status.allocatable["nvidia.com/gpu"]`: below capacity once the device plugin has marked
     a GPU Unhealthy (the kubelet then hands that GPU to no new pod)."""

@@ -678,7 +678,7 @@ def replay_episodes(
 RemediationEngine = DecisionJournal
 """Deprecated name of `DecisionJournal` (alerts/, dashboards/ and their tests still use it)."""
 DryRunEngine = ShadowReplay
-"""Deprecated name of `ShadowReplay` (evaluation/backtest.py still uses it)."""
+"""Deprecated name of `ShadowReplay` (backtesting/backtest.py still uses it)."""
 
 __all__ = [
     "Change",

@@ -98,7 +98,7 @@ def apply_straggler(
 def throttle_clock_factor(kind: str, severity: float) -> float:
     """What a thermal or power-brake fault of `severity` leaves of a busy GPU's clock level
     (share of the idle-to-boost span; 1.0: no cut). One scale for the engine and for the
-    eval's fault sizes (evaluation.fault_size), so the two cannot drift apart."""
+    eval's fault sizes (lab.fault_size), so the two cannot drift apart."""
     sev = min(max(severity, 0.0), 2.0)
     if kind == "thermal_throttle":
         return 1.0 - 0.3 * sev

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from evaluation import local_prometheus as lp
+from lab import local_prometheus as lp
 from simulator.serve import SimulationHandle
 from tests.prometheus_fixture import PrometheusHandle, require_binaries
 

@@ -1,6 +1,6 @@
 """A real Prometheus over backfilled simulator output, for tests of anything that speaks PromQL.
 
-The server handling lives in the product (evaluation/local_prometheus.py, which `gpufleet eval`
+The server handling lives in the product (lab/local_prometheus.py, which `gpufleet eval`
 uses); this module keeps the tests' API on top of it: `start_prometheus(openmetrics_path,
 tmp_path)` returns a handle (call `stop()`, or use the `prometheus_factory` fixture, which stops
 every server at test end), and a missing `promtool`/`prometheus` skips the test instead of
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import local_prometheus as lp
-from evaluation.local_prometheus import (
+from lab import local_prometheus as lp
+from lab.local_prometheus import (
     CONFIG,
     READY_TIMEOUT,
     RETENTION,

@@ -11,7 +11,7 @@ import pytest
 
 from dashboards import data
 from dashboards.whatif import SHIPPED, Eta, run
-from evaluation.suite_eval import SuiteEta
+from lab.suite_eval import SuiteEta
 from remediations.store import Store
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.dashboard_seed import write_settings

@@ -22,8 +22,8 @@ from detectors.base import Detector, DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
-from gpufleet.demo_log import DemoLog
-from gpufleet.demo_loop import DemoFiles, DemoLoop
+from gpufleet.demo.log import DemoLog
+from gpufleet.demo.loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
 from remediations.store import AuditRecord, Store
 from remediations.types import QUARANTINE_TAINT, ActionState

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from backtesting.episodes import EpisodeTracker
 from detectors.base import DetectorSpec
 from detectors.config import suite_from_section
 from detectors.findings import Finding, FindingKind, Severity
@@ -14,7 +15,6 @@ from detectors.registry import bind, registry
 from detectors.state import align, empty
 from detectors.suite import DetectorSuite
 from errors import ConfigError
-from evaluation.episodes import EpisodeTracker
 from tests.fleet import Fleet
 
 SPEC = {"acc": (np.float32, 0.0), "onset": (np.float64, np.nan)}

@@ -1,7 +1,7 @@
 """End to end through a real Prometheus: simulate, backfill, collect range, replay, score.
 
 The same path `gpufleet backtest`/`eval` will take (observer.prometheus.collector.collect_range ->
-evaluation.replay -> evaluation.scoring), on the demo scenario, with Prometheus' default lookback
+backtesting.replayer -> lab.scoring), on the demo scenario, with Prometheus' default lookback
 and with `--query.lookback-delta=1m` (vanished series must be judged by sample age either way).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from backtesting.replayer import replay
 from detectors.suite import DetectorSuite
-from evaluation.replay import replay
-from evaluation.scoring import score
+from lab.scoring import score
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from simulator.engine import FleetSimulator

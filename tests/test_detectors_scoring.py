@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from evaluation.scoring import blind_seconds, merge, score
+from lab.scoring import blind_seconds, merge, score
 from simulator.engine import FleetSimulator
 from simulator.scenario import scenario_from_dict
 
@@ -129,7 +129,7 @@ def test_blind_time_counts_gaps_outages_on_its_nodes_and_straggler_pauses_once()
 
 def test_static_rules_baseline_pages_on_idle_gpus_and_misses_hangs() -> None:
     from detectors.signals import TENSOR_ACTIVE, UTIL, XID
-    from evaluation.baseline import static_rules_suite
+    from lab.baseline import static_rules_suite
     from tests.fleet import Fleet
 
     fleet = Fleet(nodes=2).job("ml/t", [0])
@@ -168,8 +168,8 @@ def _small(faults: list[dict[str, Any]], confounders: list[dict[str, Any]]) -> A
 def test_static_rules_baseline_has_lost_gpu_and_link_error_rules() -> None:
     """The fair baseline: a lost GPU, an NVLink CRC storm and a PCIe replay storm are each
     found by a static rule of the right kind; an exporter outage pages as up == 0."""
-    from evaluation.baseline import static_rules_suite
-    from evaluation.simulated import evaluate
+    from lab.baseline import static_rules_suite
+    from lab.simulated import evaluate
 
     sc = _small(
         [
@@ -203,7 +203,7 @@ def test_off_kind_findings_on_the_faulty_entity_are_not_true_positives() -> None
 
 
 def test_fault_sizes_against_published_limits() -> None:
-    from evaluation.fault_size import fault_size
+    from lab.fault_size import fault_size
 
     mild = fault_size({"kind": "straggler", "severity": 0.2})
     assert (mild.value, mild.unit, mild.above_limit) == (5.0, "% slower", False)
@@ -216,7 +216,7 @@ def test_fault_sizes_against_published_limits() -> None:
 def test_throttle_faults_are_sized_by_episode_length_or_by_clock_drop() -> None:
     """Where clock-event reasons are collected gpu_throttle needs the bits for 60 s; where they
     are not, an SM clock 20 % below its busy peers. The size follows what the detector sees."""
-    from evaluation.fault_size import fault_size
+    from lab.fault_size import fault_size
 
     short = {"kind": "thermal_throttle", "severity": 1.0, "start": 100.0, "end": 145.0}
     assert (fault_size(short).value, fault_size(short).above_limit) == (45.0, False)
@@ -262,6 +262,6 @@ def test_a_mild_power_brake_caps_the_clock_and_never_raises_power() -> None:
 
 def test_a_straggler_exactly_at_the_limit_is_above_it() -> None:
     """100 * 0.07 is 7.000000000000001 in floating point; 7 % slower must still count."""
-    from evaluation.fault_size import fault_size
+    from lab.fault_size import fault_size
 
     assert fault_size({"kind": "straggler", "severity": 0.28}).above_limit

@@ -1,8 +1,8 @@
-"""The detectors on simulated scenarios (demo + eval/suite), scored against ground truth.
+"""The detectors on simulated scenarios (demo + lab/suite), scored against ground truth.
 
 Targets from issues 4 and 15: precision >= 0.95; recall >= 0.95 (>= 0.9 per kind) over the
-faults above each detector's published limit (evaluation.fault_size: faults below it, as in
-eval/suite/sweep-limits-30s.yaml, may be missed and are reported, not asserted); time to detect
+faults above each detector's published limit (lab.fault_size: faults below it, as in
+lab/suite/sweep-limits-30s.yaml, may be missed and are reported, not asserted); time to detect
 <= 2 scrape intervals for XID/ECC/lost GPUs, <= 2 min for hangs, <= 5 min for stragglers 10 %
 slower or more and <= 10 min for those between the 7 % limit and 10 %; no warning/critical
 finding caused by a confounder. Run with the default lookback and with a 1-minute one.
@@ -21,24 +21,24 @@ from pathlib import Path
 import pytest
 
 from detectors.suite import DetectorSuite
-from evaluation.fault_size import FaultSize
-from evaluation.scoring import FaultResult, KindScore, Score
-from evaluation.simulated import evaluate
+from lab.fault_size import FaultSize
+from lab.scenario_gen import random_scenario
+from lab.scoring import FaultResult, KindScore, Score
+from lab.simulated import evaluate
 from simulator.scenario import Scenario, demo_scenario, load_scenario
-from tests.scenario_gen import random_scenario
 
-SUITE = Path(__file__).resolve().parents[1] / "eval" / "suite"
+SUITE = Path(__file__).resolve().parents[1] / "lab" / "suite"
 FAST = ("xid48_dbe", "row_remap_failure", "xid79_fallen_off_bus")
 BIG_GPUS = 1024
 """Suite scenarios this large run at the default lookback only (the simulated path, ~6-10 s
 each); the 1-minute-lookback variant runs on the smaller ones. The Prometheus-backed run of the
-whole suite is `gpufleet eval --suite eval/suite` (by hand; figures in docs/backtest.md)."""
+whole suite is `gpufleet eval --suite lab/suite` (by hand; figures in docs/backtest.md)."""
 
 
 def _rules() -> DetectorSuite:
     """The default detectors without `anomaly`: it raises info only, so it cannot change what
     these tests judge, and it costs ~10x the replay time of the others (75 ms per cycle at 512
-    GPUs). It is judged on eval/suite/novel-faults-30s in tests/test_novel_faults.py."""
+    GPUs). It is judged on lab/suite/novel-faults-30s in tests/test_novel_faults.py."""
     return DetectorSuite.default([n for n in DetectorSuite.default().names if n != "anomaly"])
 
 

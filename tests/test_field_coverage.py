@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from backtesting.replayer import replay
 from detectors.coverage import Evidence
 from detectors.suite import DetectorSuite
-from evaluation.replay import replay
 from gpufleet.coverage import coverage_report
 from observer.fleet.catalog import METRICS, XID_COUNT_METRIC
 from observer.fleet.coverage import (

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
-from remediations.kube_actuator import KubeActuator
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import (
     NOT_READY_TAINT,

@@ -18,8 +18,8 @@ import pytest
 from kubernetes import client, config
 
 from errors import PermanentError
+from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
-from remediations.kube_actuator import KubeActuator
 from remediations.types import Intent
 from tests.k8s_sim_support import Sim, deploy_rbac, present, running_sim, status
 

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client, config
 
 from errors import TemporaryError
+from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
-from remediations.kube_actuator import KubeActuator
 from remediations.types import Intent
 from simulator.node_lifecycle import NOT_READY_TAINT, UNREACHABLE_TAINT
 from tests.k8s_sim_support import Sim, meta, running_sim

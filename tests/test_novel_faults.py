@@ -1,7 +1,7 @@
 """Faults no rule names (issue 15): the simulator's generators, and the anomaly detector on them.
 
 The generators are deterministic functions of the scenario (fast tests below). The suite
-scenario `eval/suite/novel-faults-30s.yaml` replays through the simulated path with the anomaly
+scenario `lab/suite/novel-faults-30s.yaml` replays through the simulated path with the anomaly
 detector on (slow; `make test` runs it, docs/backtest.md has the figures).
 """
 
@@ -14,13 +14,13 @@ import pytest
 
 from detectors.config import suite_from_section
 from errors import ConfigError
-from evaluation.simulated import evaluate
+from lab.simulated import evaluate
 from simulator.engine import FleetSimulator, Sample
 from simulator.scenario import NOVEL_FAULTS, Scenario, load_scenario, scenario_from_dict
 from simulator.truth import ground_truth
 
 MIN = 60.0
-NOVEL = Path(__file__).resolve().parents[1] / "eval" / "suite" / "novel-faults-30s.yaml"
+NOVEL = Path(__file__).resolve().parents[1] / "lab" / "suite" / "novel-faults-30s.yaml"
 FAULTY = {"fb_leak": 1, "clock_drift": 2, "nvlink_bw_collapse": 3, "cooling_degradation": 4}
 """Fault kind -> GPU position (node h100-0000, device = position) in `_fleet`."""
 
@@ -168,7 +168,7 @@ def test_one_missing_scrape_of_one_gpu_raises_nothing_critical(interval: float) 
 
 def test_label_layout_and_field_list_are_scenario_options(tmp_path: Path) -> None:
     """`pod_labels` and `shipped_fields_only` reach the OpenMetrics the eval backfills."""
-    from evaluation.local_prometheus import write_scenario
+    from lab.local_prometheus import write_scenario
     from simulator.series import POD_LABEL_LAYOUTS
 
     assert set(POD_LABEL_LAYOUTS) == {"direct", "exported", "none"}

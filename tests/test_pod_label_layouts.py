@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from backtesting.replayer import replay
 from detectors.suite import DetectorSuite
-from evaluation.replay import replay
 from observer.fleet.model import Pod
 from observer.prometheus import PrometheusCollector, PromSettings
 from observer.prometheus.parse import pod_labels_note, workload_labels

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from evaluation.fault_size import fault_size
-from tests.scenario_gen import random_scenario
+from lab.fault_size import fault_size
+from lab.scenario_gen import random_scenario
 
 
 def test_sizes_fall_below_and_above_each_published_limit_and_confounders_vary() -> None:

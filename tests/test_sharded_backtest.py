@@ -4,7 +4,7 @@ What-if run leaves no worker behind.
 
 One real Prometheus holds 40 minutes of the small CLI scenario (an XID 48, a hang, an exporter
 outage); the detectors are those whose memory is at most 15 minutes, so that two shards pay off
-on a 40-minute window (evaluation.backtest_sharded.shards_worth).
+on a 40-minute window (backtesting.backtest_sharded.shards_worth).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from backtesting.backtest_sharded import shards_worth
+from backtesting.sharded import warmup_seconds
 from dashboards.whatif import SHIPPED, Eta, run
 from detectors.registry import registry
 from detectors.suite import DetectorSuite
-from evaluation.backtest_sharded import shards_worth
-from evaluation.sharded import warmup_seconds
 from gpufleet.cli import main
 from simulator.scenario import Scenario, scenario_from_dict
 from tests.prometheus_fixture import PrometheusHandle, served_scenario

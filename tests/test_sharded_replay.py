@@ -1,6 +1,6 @@
 """A window replayed in time shards on two processes finds what a sequential replay finds.
 
-evaluation.sharded warms each shard up on the time before it for the longest memory any
+backtesting.sharded warms each shard up on the time before it for the longest memory any
 detector declares, then merges the shards' cycles into one episode tracker. The proof is the
 suite: episodes byte-identical (as JSON) to a sequential replay of the same scenario, but for
 one explained field (a straggler's `persisted_s` when its episode began before a shard's
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from backtesting.backtest import PrometheusFrames, replay_window
+from backtesting.replayer import replay
+from backtesting.sharded import plan, replay_sharded, warmup_seconds
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite
-from evaluation.backtest import PrometheusFrames, replay_window
-from evaluation.replay import replay
-from evaluation.sharded import plan, replay_sharded, warmup_seconds
-from evaluation.simulated import SimulatedFrames, frames
+from lab.simulated import SimulatedFrames, frames
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from simulator.engine import FleetSimulator
@@ -27,7 +27,7 @@ from simulator.scenario import load_scenario, scenario_from_dict
 from tests.prometheus_fixture import start_prometheus, write_scenario
 from tests.test_cli_detect_backtest_eval import TINY
 
-SUITE = Path(__file__).resolve().parents[1] / "eval" / "suite"
+SUITE = Path(__file__).resolve().parents[1] / "lab" / "suite"
 
 
 def test_plan_covers_the_window_once_with_warm_ups_that_never_start_before_it() -> None:

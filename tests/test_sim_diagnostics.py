@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
+from kube.jobs import JobStatus, KubeNodeJobs, api_client
 from simulator.batch_jobs import REPAIR_LABEL
 from simulator.repairs import INDEX_LABEL
 from tests.k8s_sim_support import Sim, running_sim

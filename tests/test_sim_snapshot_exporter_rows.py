@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from detectors.suite import DetectorSuite
-from evaluation.simulated import evaluate
+from lab.simulated import evaluate
 from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector

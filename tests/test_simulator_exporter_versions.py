@@ -132,5 +132,5 @@ def test_scenarios_and_the_suite_default_to_the_4x_layout() -> None:
     """The suite, the held-out fleets and the demo run on what real exporters write; `simple`
     only where a scenario names it."""
     assert _scenario({}).exporter.version == "4.x"
-    suite = Path(__file__).parents[1] / "eval" / "suite"
+    suite = Path(__file__).parents[1] / "lab" / "suite"
     assert all("version: simple" not in p.read_text() for p in suite.glob("*.yaml"))

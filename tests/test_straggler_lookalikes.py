@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import pytest
 
+from backtesting.replayer import replay
 from detectors.findings import Severity
 from detectors.registry import bind
 from detectors.suite import DetectorSuite
-from evaluation.replay import replay
-from evaluation.scoring import score
-from evaluation.simulated import frames
+from lab.scenario_gen import random_scenario
+from lab.scoring import score
+from lab.simulated import frames
 from simulator.engine import FleetSimulator
 from simulator.scenario import FaultKind, WorkloadKind
 from simulator.truth import ground_truth
 from tests import lookalikes
-from tests.scenario_gen import random_scenario
 
 PATTERNS = (
     ("sequence", lookalikes.sequence_imbalance()),
@@ -54,7 +54,7 @@ def test_imbalance_pages_nothing_and_stragglers_elsewhere_are_still_found(seed: 
         if f.job in keys and f.severity.rank >= Severity.WARNING.rank and f.gpu_uuid not in broken
     ]
     assert pages == [], [(f.job, f.gpu_uuid, f.summary) for f in pages]
-    # Stragglers are drawn from below the 7 % limit to far above it (tests/scenario_gen.py):
+    # Stragglers are drawn from below the 7 % limit to far above it (lab/scenario_gen.py):
     # those at or above it are found, in 5 minutes from 10 % slower, 10 near the limit.
     for r in (r for r in s.faults if r.kind == "straggler" and r.size.above_limit):
         target = 300.0 if (r.size.value or 0.0) >= 10.0 else 600.0

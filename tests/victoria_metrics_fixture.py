@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.local_prometheus import free_port
+from lab.local_prometheus import free_port
 
 BINARY = "victoria-metrics"
 READY_TIMEOUT = 30.0

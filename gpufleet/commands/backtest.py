@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from backtesting.backtest import Progress, iso, step_count
+from backtesting.backtest_sharded import backtest_sharded, default_shards, shards_worth
+from backtesting.sharded import warmup_seconds
 from errors import GpufleetError
-from evaluation.backtest import Progress, iso, step_count
-from evaluation.backtest_sharded import backtest_sharded, default_shards, shards_worth
-from evaluation.sharded import warmup_seconds
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_all
 from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings

@@ -4,9 +4,9 @@ Starts the live demo scenario (`simulator/demo-live.yaml`, the one `make demo` r
 (exporters, kube-state-metrics and a Kubernetes API on 127.0.0.1) two minutes before its first
 fault, at 1x on the wall clock like `make demo` (so the journal, the dashboard and Kubernetes read
 one clock; `--speed` plays it faster, ahead of the wall clock), and runs the live
-loop (gpufleet.demo_loop): collectors -> detectors -> remediation with the default policy and
+loop (gpufleet.demo.loop): collectors -> detectors -> remediation with the default policy and
 the real actuator, printing what happens. `--no-loop` serves the simulator only. The wiring lives
-in gpufleet.demo_loop and gpufleet.demo_banner; this module is flags and lifecycle.
+in gpufleet.demo.loop and gpufleet.demo.banner; this module is flags and lifecycle.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dashboards.launcher import Dashboard, port_free
 from dashboards.launcher import start as launch
 from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import load_config
-from gpufleet.demo_banner import banner
-from gpufleet.demo_log import DemoLog
-from gpufleet.demo_loop import DemoFiles, DemoLoop
+from gpufleet.demo.banner import banner
+from gpufleet.demo.log import DemoLog
+from gpufleet.demo.loop import DemoFiles, DemoLoop
 from simulator.scenario import LIVE_DEMO_SCENARIO, Scenario, load_scenario
 from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 

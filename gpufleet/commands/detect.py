@@ -15,9 +15,9 @@ import logging
 import sys
 from typing import Any
 
+from backtesting.backtest import current_findings, iso, replay_window
 from detectors.findings import Finding, Severity
 from errors import GpufleetError
-from evaluation.backtest import current_findings, iso, replay_window
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_config
 from observer.prometheus.collector import PrometheusCollector

@@ -19,10 +19,10 @@ from types import FrameType
 from typing import Any
 
 from errors import ConfigError, GpufleetError
-from evaluation.local_prometheus import LocalPrometheusError, require_binaries
-from evaluation.report import report
-from evaluation.suite_eval import evaluate_suite, scenario_files, stderr_log
 from gpufleet.config import detector_suite, load_config
+from lab.local_prometheus import LocalPrometheusError, require_binaries
+from lab.scorecard import report
+from lab.suite_eval import evaluate_suite, scenario_files, stderr_log
 
 EXIT_OK = 0
 EXIT_TARGETS = 1
@@ -38,10 +38,10 @@ EPILOG = """exit codes:
      package prometheus, or run `make test` which installs it), backfill or start failed
 
 examples:
-  gpufleet eval --suite eval/suite
-  gpufleet eval --suite eval/suite --format json --output eval.json
-  gpufleet eval --suite eval/suite --lookback-delta 1m
-  gpufleet eval --suite eval/sweeps     # fault-size sweeps around each detector's limit
+  gpufleet eval --suite lab/suite
+  gpufleet eval --suite lab/suite --format json --output eval.json
+  gpufleet eval --suite lab/suite --lookback-delta 1m
+  gpufleet eval --suite lab/sweeps     # fault-size sweeps around each detector's limit
 """
 
 

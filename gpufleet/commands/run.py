@@ -27,30 +27,30 @@ from typing import Any
 from alerts import AlertsRuntime
 from dashboards.launcher import Dashboard
 from errors import GpufleetError, TemporaryError
-from evaluation import local_prometheus as lp
-from gpufleet import demo_prometheus
 from gpufleet.commands.demo import start_dashboard
 from gpufleet.config import GpufleetConfig, add_arguments, detector_suite, load_all, load_config
-from gpufleet.demo_banner import banner
-from gpufleet.demo_log import DemoLog
-from gpufleet.demo_loop import DemoFiles, fresh_store, write_config
+from gpufleet.demo import prometheus as demo_prometheus
+from gpufleet.demo.banner import banner
+from gpufleet.demo.log import DemoLog
+from gpufleet.demo.loop import DemoFiles, fresh_store, write_config
 from gpufleet.live_cycle import LiveCycle
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from gpufleet.service.cluster_claim import ClusterMismatch, claim_cluster
-from gpufleet.service.kube_identity import cluster_uid
-from gpufleet.service.kube_lease import KubeLeaseClient
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.sources import CollectorSettings, open_source, source_settings
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
+from kube.actuator import KubeActuator
+from kube.identity import cluster_uid
+from kube.jobs import KubeNodeJobs, api_client
+from kube.lease import KubeLeaseClient
+from lab import local_prometheus as lp
 from metering import Meter
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeSettings
 from remediations.cycle import RemediationCycle
-from remediations.kube_actuator import KubeActuator
-from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 from simulator.scenario import LIVE_DEMO_SCENARIO, load_scenario

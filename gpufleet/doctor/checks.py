@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterable
 
 from alerts.slack_client import SlackApi
+from database.engine import make_engine, schema_revisions
 from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
 from gpufleet.coverage import coverage_report
@@ -23,7 +24,6 @@ from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.snapshot import unjoined_gpus
 from remediations.policy import Policy
-from remediations.store.migrate import make_engine, schema_revisions
 
 
 def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:

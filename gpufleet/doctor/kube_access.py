@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from remediations.kube_dra import rule_version
+from kube.dra import rule_version
 
 
 @dataclass(frozen=True, slots=True)

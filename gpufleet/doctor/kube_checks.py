@@ -8,8 +8,8 @@ from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
 from gpufleet.doctor.kube_access import Access, AccessUnknown, KubeAccess
 from gpufleet.doctor.report import FAIL, OK, WARN, Check
-from gpufleet.service.kube_identity import cluster_uid
-from remediations.kube_jobs import api_client
+from kube.identity import cluster_uid
+from kube.jobs import api_client
 from remediations.policy import Policy
 from remediations.types import DEVICE_TAINTS_NOT_SERVED
 

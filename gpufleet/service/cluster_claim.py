@@ -27,7 +27,7 @@ CLUSTER_IDENTITY = Table(
     Column("recorded_at", Float, nullable=False),
     Column("recorded_by", String(253), nullable=False, server_default=""),
 )
-"""Mirrors remediations/store/migrations/versions/0005_cluster_identity.py (a test checks)."""
+"""Mirrors database/migrations/versions/0005_cluster_identity.py (a test checks)."""
 
 
 class ClusterMismatch(PermanentError):

@@ -3,7 +3,7 @@
 Jobs act only through the remediation engine's public parts (its policy gates, the journal, the
 runner that executes approved actions through the one actuator) and through adapters for the
 few Kubernetes objects the service itself owns (diagnostic Jobs, through
-remediations.kube_jobs), so every job goes through the same gates and journal as the live cycle.
+kube.jobs), so every job goes through the same gates and journal as the live cycle.
 """
 
 from __future__ import annotations

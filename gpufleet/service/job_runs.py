@@ -41,7 +41,7 @@ JOB_RUNS = Table(
     Column("runs", Integer, nullable=False, server_default="0"),
     Column("misses", Integer, nullable=False, server_default="0"),
 )
-"""Mirrors remediations/store/migrations/versions/0004_service.py (a test checks they agree)."""
+"""Mirrors database/migrations/versions/0004_service.py (a test checks they agree)."""
 
 
 @dataclass(frozen=True, slots=True)

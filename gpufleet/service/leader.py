@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from errors import GpufleetError
-from gpufleet.service.kube_lease import LeaseState
+from kube.lease import LeaseState
 
 log = logging.getLogger(__name__)
 

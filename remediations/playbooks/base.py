@@ -22,7 +22,7 @@ from remediations.types import IncidentId, Intent
 
 
 class RuleView(Protocol):
-    """A DeviceTaintRule as playbooks read it (remediations.kube_dra.TaintRuleView)."""
+    """A DeviceTaintRule as playbooks read it (kube.dra.TaintRuleView)."""
 
     @property
     def effect(self) -> str: ...

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from database.tables.journal import ActionRow, AuditRow, IncidentRow
 from detectors.findings import INTAKE_DETECTOR
 from remediations.store.base import StoreBase
 from remediations.store.convert import action_record
@@ -24,7 +25,6 @@ from remediations.store.records import (
     ActionRecord,
     NewAction,
 )
-from remediations.store.schema import ActionRow, AuditRow, IncidentRow
 from remediations.types import (
     ACTOR,
     ActionId,

@@ -12,12 +12,12 @@ from typing import Any, Self
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
+from database.engine import make_engine, upgrade
+from database.tables.journal import AuditRow
 from remediations.store.convert import audit_record
-from remediations.store.migrate import make_engine, upgrade
 from remediations.store.records import (
     AuditRecord,
 )
-from remediations.store.schema import AuditRow
 from remediations.types import (
     ACTOR,
 )

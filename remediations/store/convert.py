@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from database.tables.journal import ActionRow, AuditRow, IncidentRow
 from remediations.store.records import (
     ActionRecord,
     AuditRecord,
     IncidentRecord,
 )
-from remediations.store.schema import ActionRow, AuditRow, IncidentRow
 from remediations.types import (
     ActionId,
     ActionState,

@@ -13,13 +13,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from database.tables.journal import ActionRow, EngineStateRow
 from remediations.store.base import StoreBase
 from remediations.store.convert import action_record
 from remediations.store.records import (
     ActionRecord,
     EngineState,
 )
-from remediations.store.schema import ActionRow, EngineStateRow
 from remediations.types import (
     ActionState,
 )

@@ -14,12 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from database.tables.journal import IncidentRow
 from remediations.store.actions import ActionStore, TransitionRefused
 from remediations.store.convert import incident_record
 from remediations.store.records import (
     IncidentRecord,
 )
-from remediations.store.schema import IncidentRow
 from remediations.store.state import StateStore
 from remediations.types import (
     IncidentStatus,

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from alerts.schema import CursorRow
 from alerts.store import AlertsStore
+from database.tables.alerts import CursorRow
 from remediations.store import Store
 from tests.remediations.conftest import pg_url
 

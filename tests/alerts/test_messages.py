@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from alerts.outbox import LogTransport
-from alerts.schema import AlertsBase
+from database.tables.alerts import AlertsBase
 from detectors.findings import Severity
 from remediations.store import Store
 from tests.alerts.conftest import Rig, alerts_config, xid

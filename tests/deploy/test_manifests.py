@@ -16,7 +16,7 @@ import yaml
 
 from gpufleet.config import load_config
 from gpufleet.service.jobs.diagnose import DiagnoseParams
-from remediations.kube_jobs import job_body
+from kube.jobs import job_body
 from remediations.policy import load_policy
 from remediations.types import JOBS_NAMESPACE
 from tests.deploy.rbac_calls import ROOT, Rule, code_rules
@@ -34,8 +34,8 @@ PLANNED: set[Rule] = {
     ("batch", "jobs", "get"),
     ("batch", "jobs", "delete"),
 }
-"""What `gpufleet run` calls (Lease leader election in gpufleet/service/kube_lease.py, DCGM
-diagnostic Jobs in remediations/kube_jobs.py), granted ahead of those adapters;
+"""What `gpufleet run` calls (Lease leader election in kube/lease.py, DCGM
+diagnostic Jobs in kube/jobs.py), granted ahead of those adapters;
 once they are merged their calls are derived like the others, and the test then also checks
 that they are exactly this set (see deploy/README.md)."""
 

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from sqlalchemy import inspect
 
+from database.tables import metering as t
 from detectors.findings import Finding, FindingKind, Severity
 from metering import (
     ALL_CLUSTERS,
@@ -19,7 +20,6 @@ from metering import (
     prune,
     usage,
 )
-from metering import tables as t
 from observer.fleet.model import FleetSnapshot
 from remediations.store import Store
 from tests.fleet import Fleet
@@ -234,7 +234,7 @@ def test_pools_and_mig_instances(store: Store) -> None:
 def test_upgrade_from_0001_keeps_the_journal_and_downgrades(store_url: str) -> None:
     from alembic import command
 
-    from remediations.store.migrate import alembic_config, make_engine, upgrade
+    from database.engine import alembic_config, make_engine, upgrade
 
     engine = make_engine(store_url)
     try:

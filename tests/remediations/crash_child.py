@@ -23,10 +23,10 @@ import traceback
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
+from kube.actuator import BLOCKED, KubeActuator
 from remediations.actuator_api import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import BLOCKED, KubeActuator
 from remediations.store import Store
 from remediations.types import Intent
 from tests.remediations.helpers import live_policy

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
+from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import Policy
 from remediations.store import ActionRecord, Store
 from remediations.types import (

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from errors import TemporaryError
+from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.k8s_sim_support import Sim, running_sim

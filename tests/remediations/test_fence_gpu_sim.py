@@ -14,10 +14,10 @@ import pytest
 from kubernetes import client
 
 from detectors.findings import Finding, FindingKind, Severity
+from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store

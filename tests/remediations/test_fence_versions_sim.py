@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord, Store
@@ -66,7 +66,7 @@ def test_without_device_taints_the_fence_falls_back_to_the_pods_on_gpu_grain(
     with running_sim(tmp_path, history=5000, kubernetes_version=release) as sim:
         act = KubeActuator.from_kubeconfig(sim.sa_kubeconfig)
         try:
-            with caplog.at_level(logging.WARNING, logger="remediations.kube_dra"):
+            with caplog.at_level(logging.WARNING, logger="kube.dra"):
                 (a,) = _run(live_policy(_rules()), store, act, sim, xid48())
             assert a.state is ActionState.DONE, a
             (step,) = a.plan

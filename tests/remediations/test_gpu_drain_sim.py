@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
+from kube.actuator import KubeActuator
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.playbooks import PLAYBOOKS, NoPlan, Subject
 from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.policy import Policy, policy_from_dict

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.k8s_sim_support import Sim, running_sim

@@ -18,11 +18,11 @@ import pytest
 from detectors.findings import Finding, FindingKind, Severity
 from errors import PermanentError, TemporaryError
 from gpufleet.service.actuator import CachedActuator
+from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.kube_actuator import KubeActuator
 from remediations.playbooks import PLAYBOOKS, NoPlan, Subject, VerifyStatus
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store

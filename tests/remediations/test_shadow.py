@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
+from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, Policy, load_policy, policy_from_dict
 from remediations.store import Store
 from remediations.types import ActionState, Actuation

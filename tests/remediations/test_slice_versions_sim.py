@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from remediations.kube_actuator import KubeActuator
+from kube.actuator import KubeActuator
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import Store
 from remediations.types import ActionState

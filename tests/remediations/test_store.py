@@ -7,8 +7,8 @@ import threading
 import pytest
 from sqlalchemy import inspect, text
 
+from database.tables.journal import Base
 from remediations.store import NewAction, Store, TransitionRefused
-from remediations.store.schema import Base
 from remediations.types import ActionState, IncidentId, Intent, Mode, Verdict
 
 

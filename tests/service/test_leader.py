@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.kube_lease import KubeLeaseClient
 from gpufleet.service.leader import LeaderElector
-from remediations.kube_jobs import api_client
+from kube.jobs import api_client
+from kube.lease import KubeLeaseClient
 from tests.k8s_sim_support import Sim, running_sim
 
 

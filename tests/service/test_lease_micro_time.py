@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.kube_lease import KubeLeaseClient, LeaseState
-from remediations.kube_jobs import api_client
+from kube.jobs import api_client
+from kube.lease import KubeLeaseClient, LeaseState
 from tests.k8s_sim_support import Sim, running_sim
 
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

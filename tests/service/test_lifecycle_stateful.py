@@ -57,10 +57,10 @@ from hypothesis.stateful import (
 from detectors.findings import Finding, FindingKind, Severity
 from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from kube.actuator import KubeActuator
+from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.holds import ORPHAN, holds, owner
-from remediations.kube_actuator import KubeActuator
-from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import Store
 from remediations.types import ACTION_ANNOTATION, ActionState

@@ -12,9 +12,9 @@ import pytest
 from detectors.findings import Finding, FindingKind, Severity
 from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.maintenance import MaintenanceParams, run_maintenance
+from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.decisions import SHADOW_EXECUTE
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import policy_from_dict
 from remediations.store import Store
 from remediations.types import ActionState

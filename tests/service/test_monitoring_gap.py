@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from alerts import AlertsRuntime
 from alerts.config import parse_alerts_config
-from alerts.schema import AmOutputRow
 from alerts.store import AlertsStore
+from database.tables.alerts import AmOutputRow
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError

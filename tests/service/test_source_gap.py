@@ -20,17 +20,17 @@ from sqlalchemy.orm import Session
 
 from alerts import AlertsRuntime
 from alerts.config import parse_alerts_config
-from alerts.schema import AmOutputRow
 from alerts.store import AlertsStore
+from database.tables.alerts import AmOutputRow
 from detectors.findings import FindingKind
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
+from kube.actuator import KubeActuator
 from metering import Meter, usage
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationCycle
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import load_policy
 from remediations.store import IncidentRecord, Store
 from remediations.types import IncidentStatus

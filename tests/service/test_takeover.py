@@ -24,13 +24,13 @@ from detectors.signals import XID
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle
 from gpufleet.service.config import ServiceConfig, TelemetryConfig
-from gpufleet.service.kube_lease import KubeLeaseClient
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.telemetry import Telemetry
+from kube.jobs import api_client
+from kube.lease import KubeLeaseClient
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
-from remediations.kube_jobs import api_client
 from remediations.policy import load_policy
 from remediations.store import IncidentRecord, NewAction, Store
 from remediations.types import ActionState, IncidentId, IncidentStatus, Mode, Verdict

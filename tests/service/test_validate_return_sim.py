@@ -16,9 +16,9 @@ import pytest
 from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.gated import execute, plan_for, propose
+from kube.actuator import KubeActuator
+from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
-from remediations.kube_actuator import KubeActuator
-from remediations.kube_jobs import KubeNodeJobs, api_client
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord

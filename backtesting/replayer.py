@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from backtesting.episodes import EpisodeTracker
 from detectors.findings import Finding
 from detectors.suite import CycleResult, DetectorFailure, DetectorSuite, SuiteState
-from evaluation.episodes import EpisodeTracker
 from observer.fleet.model import FleetSnapshot
 
 

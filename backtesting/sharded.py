@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from backtesting.episodes import EpisodeTracker
+from backtesting.replayer import ReplayResult
 from detectors.findings import Finding
 from detectors.suite import DetectorFailure, DetectorSuite, SuiteState
-from evaluation.episodes import EpisodeTracker
-from evaluation.replay import ReplayResult
 from observer.fleet.model import FleetSnapshot
 
 

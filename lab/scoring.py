@@ -14,7 +14,7 @@ both report the same numbers. Rules, chosen so that a number means what a person
   positive: it is reported on its own (`off_kind`), listed, and `strict_precision` counts it as
   wrong. `precision` = true / (true + false). `gpu_idle` is waste, not a fault, and is left out
   of precision (it is counted on its own).
-- Every fault carries its physical size (evaluation.fault_size: % slower, errors per second or
+- Every fault carries its physical size (lab.fault_size: % slower, errors per second or
   minute) and whether it is above the responsible detector's published limit, so recall can be
   read as a function of fault size and over the faults above the limits.
 - Time to detect is also reported net of *blind* time — seconds between the fault's start and
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
-from evaluation.fault_size import FaultSize, fault_size
+from lab.fault_size import FaultSize, fault_size
 
 UNSCORED = frozenset({FindingKind.GPU_IDLE})
 NOVEL_FINDING = FindingKind.ANOMALY.value

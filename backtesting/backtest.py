@@ -3,7 +3,7 @@
 What `gpufleet backtest`, `gpufleet detect` (a short warm-up window ending at T) and
 `gpufleet eval` share. Snapshots come from `PrometheusCollector.collect_range` — each chunk's
 raw samples read once, every step evaluated like a live instant cycle — and go through
-`evaluation.replay.Replayer` in time order, one or several suites side by side from one pass;
+`backtesting.replayer.Replayer` in time order, one or several suites side by side from one pass;
 each cycle's findings go, with a cluster view of the same snapshot (rebuilt only when the
 cluster changed), to
 `remediations.decision_journal.ShadowReplay` — the live engine on an in-memory journal — as the
@@ -23,9 +23,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from backtesting.replayer import Replayer, ReplayResult
 from detectors.findings import Finding
 from detectors.suite import CycleResult, DetectorSuite
-from evaluation.replay import Replayer, ReplayResult
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
@@ -176,7 +176,7 @@ class Backtest:
 
 @dataclass(frozen=True, slots=True)
 class PrometheusFrames:
-    """Snapshots of a Prometheus range replay at any steps (evaluation.sharded's source:
+    """Snapshots of a Prometheus range replay at any steps (backtesting.sharded's source:
     picklable, each worker opens its own collector)."""
 
     settings: PromSettings

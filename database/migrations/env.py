@@ -1,6 +1,6 @@
 """Alembic environment: migrations run programmatically on the connection the store hands in.
 
-`remediations.store.migrate.upgrade(engine)` puts that connection in `config.attributes`; there is
+`database.engine.upgrade(engine)` puts that connection in `config.attributes`; there is
 no alembic.ini and no URL in this file. On PostgreSQL an advisory lock serialises two processes
 that start at the same moment.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from remediations.store.schema import Base
+from database.tables.journal import Base
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)

@@ -1,6 +1,6 @@
 """The alerts tables (SQLAlchemy models); migration `0003_alerts` creates exactly these.
 
-Kept apart from the journal's models (`remediations.store.schema`) because only `alerts/` reads
+Kept apart from the journal's models (`database.tables.journal`) because only `alerts/` reads
 them; `tests/alerts/test_store.py` checks that the migrated schema and these models agree.
 """
 

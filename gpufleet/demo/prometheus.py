@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from evaluation import local_prometheus as lp
+from lab import local_prometheus as lp
 from simulator.serve import SimulationHandle
 
 SCRAPE_INTERVAL = 15.0

@@ -1,6 +1,6 @@
 """Random scenarios for held-out evaluation: sizes, model mixes, scrape intervals, timings, seeds.
 
-The suite in eval/suite is hand-written; detectors tuned on it could still fail on fleets they
+The suite in lab/suite is hand-written; detectors tuned on it could still fail on fleets they
 never saw. `random_scenario(seed)` draws a fleet (1-3 pools of A100/H100/H200), workloads
 (training with and without steps, checkpoints, evals, late starts and early finishes, inference,
 idle pods), one fault of most kinds at random times and targets (never two on one GPU or job),
@@ -8,7 +8,7 @@ and confounders (exporter outages on nodes without an active fault, a fleet-wide
 application XIDs and a software power cap on serving GPUs).
 
 Fault sizes are drawn across their whole range (issue 15), from below each detector's published
-limit (evaluation.fault_size) to far above it: stragglers 4-37.5 % slower (limit 7 %), NVLink CRC
+limit (lab.fault_size) to far above it: stragglers 4-37.5 % slower (limit 7 %), NVLink CRC
 storms 50-2,500/s (100/s), PCIe replays 9-1,500/min (16/min), thermal and power-brake episodes of
 30 s to 25 min (the reason bits must hold 60 s). Faults below a limit are scored apart.
 """

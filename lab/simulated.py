@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from backtesting.replayer import ReplayResult, replay
 from detectors.suite import DetectorSuite
-from evaluation.replay import ReplayResult, replay
-from evaluation.scoring import Score, score
+from lab.scoring import Score, score
 from observer.fleet.model import FleetSnapshot
 from observer.promql import DEFAULT_LOOKBACK
 from simulator.engine import FleetSimulator
@@ -42,7 +42,7 @@ def frames(
 
 @dataclass(frozen=True, slots=True)
 class SimulatedFrames:
-    """A scenario's snapshots on the simulated path at any steps (evaluation.sharded's source:
+    """A scenario's snapshots on the simulated path at any steps (backtesting.sharded's source:
     picklable, each worker builds its own simulator)."""
 
     scenario: Scenario

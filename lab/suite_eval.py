@@ -1,9 +1,9 @@
 """`gpufleet eval`: score the detectors, and the static dcgm-exporter rules, on a scenario suite.
 
 For each scenario file: simulate it, write OpenMetrics, backfill a throwaway Prometheus
-(evaluation.local_prometheus), replay it through the Prometheus collector exactly as `backtest`
-does (evaluation.backtest.replay_window; the detectors and the static-rule baseline side by side
-from one pass), and score both against the scenario's ground truth (evaluation.scoring). The
+(lab.local_prometheus), replay it through the Prometheus collector exactly as `backtest`
+does (backtesting.backtest.replay_window; the detectors and the static-rule baseline side by side
+from one pass), and score both against the scenario's ground truth (lab.scoring). The
 Prometheus is stopped when the scenario is done, also on an error or Ctrl-C.
 """
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backtesting.backtest import Progress, replay_window, step_count
 from detectors.suite import DetectorSuite
 from errors import ConfigError
-from evaluation.backtest import Progress, replay_window, step_count
-from evaluation.baseline import static_rules_suite
-from evaluation.local_prometheus import start_prometheus, write_scenario
-from evaluation.scoring import Score, merge, score
+from lab.baseline import static_rules_suite
+from lab.local_prometheus import start_prometheus, write_scenario
+from lab.scoring import Score, merge, score
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from simulator.engine import FleetSimulator
@@ -126,7 +126,7 @@ class SuiteEval:
 
     def misses(self) -> list[str]:
         """The issue's targets the detectors missed (empty: all met). Recall is judged on the
-        faults above each detector's published limit (evaluation.fault_size); faults below it
+        faults above each detector's published limit (lab.fault_size); faults below it
         are reported in the size table, not held to the target."""
         s = self.detectors
         out = []

@@ -30,13 +30,13 @@ from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from errors.config_files import load_yaml_file
 from gpufleet.config import GpufleetConfig
-from gpufleet.demo_log import DemoLog
+from gpufleet.demo.log import DemoLog
 from gpufleet.live_cycle import CycleReport, LiveCycle, scrape_source
+from kube.actuator import KubeActuator
 from metering import Meter, MeteringConfig
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 from remediations.cycle import RemediationCycle
-from remediations.kube_actuator import KubeActuator
 from remediations.policy import DEFAULT_POLICY, load_policy
 from remediations.store import Store
 from remediations.types import Actuation

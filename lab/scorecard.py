@@ -7,8 +7,8 @@ confounder kind. The JSON (`SuiteEval.to_json`) carries the same numbers and mor
 
 from __future__ import annotations
 
-from evaluation.scoring import KindScore, Score
-from evaluation.suite_eval import SuiteEval
+from lab.scoring import KindScore, Score
+from lab.suite_eval import SuiteEval
 
 SIDE = 30
 

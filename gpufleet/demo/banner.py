@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gpufleet.demo_log import clock_label
+from gpufleet.demo.log import clock_label
 from gpufleet.executables import command
 from simulator.scenario import Fault, FaultKind
 from simulator.serve import SimulationHandle

@@ -1,9 +1,9 @@
-"""`python -m bench._heldout FIRST COUNT`: held-out scenarios (tests/scenario_gen.py), scored.
+"""`python -m lab.heldout FIRST COUNT`: held-out scenarios (lab/scenario_gen.py), scored.
 
 Generates COUNT scenarios from seeds FIRST.. (never in the suite), replays each on the simulated
 path with the rule detectors (anomaly raises info only and cannot change these figures), and
 prints markdown: per finding kind precision, per fault kind recall and time to detect above and
-below each detector's published limit (evaluation.fault_size), off-kind findings, warnings on
+below each detector's published limit (lab.fault_size), off-kind findings, warnings on
 confounders and every miss. By hand (seconds per seed); docs/backtest.md has the figures.
 """
 
@@ -15,9 +15,9 @@ from collections import Counter, defaultdict
 
 from detectors.findings import Severity
 from detectors.suite import DetectorSuite
-from evaluation.scoring import UNSCORED, FaultResult
-from evaluation.simulated import evaluate
-from tests.scenario_gen import random_scenario
+from lab.scenario_gen import random_scenario
+from lab.scoring import UNSCORED, FaultResult
+from lab.simulated import evaluate
 
 
 def _ttd(rs: list[FaultResult]) -> str:

@@ -1,7 +1,7 @@
 """Alerts: the Slack outbox, messages and their incidents, approval prompts, the Alertmanager
 intake (by fingerprint) and output, the audit cursor and seen signed requests.
 
-The models are `alerts.schema` (this migration must not import the alerts layer).
+The models are `database.tables.alerts` (this migration must not import the alerts layer).
 
 Revision ID: 0003_alerts
 Revises: 0002_metering

@@ -3,8 +3,9 @@
 Revision ID: 0002_metering
 Revises: 0001
 
-The tables are declared again in `metering/tables.py` (the store does not import the metering
-layer); `tests/test_metering_store.py` compares the two.
+The tables are declared again in `database/tables/metering.py`;
+`tests/metering/test_metering_store.py`
+compares the two.
 """
 
 from __future__ import annotations

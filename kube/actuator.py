@@ -22,12 +22,12 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from errors import PermanentError, TemporaryError
+from kube.dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
+from kube.jobs import JobStatus, KubeNodeJobs, api_client
+from kube.taints import Taint, patch_taints, same
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
-from remediations.kube_dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
-from remediations.kube_jobs import JobStatus, KubeNodeJobs, api_client
-from remediations.kube_taints import Taint, patch_taints, same
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name

@@ -1,11 +1,11 @@
 """`gpufleet backtest` and the What-if page on several cores: the detectors in time shards
-(evaluation.sharded), the policy in dry-run in this process, in time order.
+(backtesting.sharded), the policy in dry-run in this process, in time order.
 
 Each worker replays its shard of Prometheus history and notes, per counted cycle, the cluster
 view of that cycle's snapshot when it changed (rebuilt as rarely as the sequential backtest
-does: evaluation.backtest.SnapshotViews) and why the data was degraded, if it was. The parent
+does: backtesting.backtest.SnapshotViews) and why the data was degraded, if it was. The parent
 feeds each shard's cycles, as they arrive in order, to one dry-run engine — the same calls,
-with the same findings and views, as `evaluation.backtest.backtest` makes — so the decisions are
+with the same findings and views, as `backtesting.backtest.backtest` makes — so the decisions are
 the sequential backtest's; only the engine stays sequential (1.2 of 26.6 s of the 24 h x 1k-GPU
 replay before sharding). With fewer than two shards worth running it is that sequential backtest.
 """
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+from backtesting.backtest import Backtest, OnEpisodes, PrometheusFrames, ReplayRun, SnapshotViews
+from backtesting.backtest import backtest as sequential_backtest
+from backtesting.sharded import ShardOutput, replay_sharded, restored, warmup_seconds
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite
-from evaluation.backtest import Backtest, OnEpisodes, PrometheusFrames, ReplayRun, SnapshotViews
-from evaluation.backtest import backtest as sequential_backtest
-from evaluation.sharded import ShardOutput, replay_sharded, restored, warmup_seconds
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
@@ -77,7 +77,7 @@ def backtest_sharded(
     progress: Callable[[int, float], None] | None = None,
     on_episodes: OnEpisodes | None = None,
 ) -> Backtest:
-    """`evaluation.backtest.backtest` over [start, end] in up to `shards` worker processes
+    """`backtesting.backtest.backtest` over [start, end] in up to `shards` worker processes
     (`shards_worth`); `progress(steps done, time)` every few tenths of a second. An exception
     from a callback (a cancelled run) stops the workers and propagates."""
     k = shards_worth(shards, end - start, warmup_seconds(suite))

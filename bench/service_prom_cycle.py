@@ -43,7 +43,7 @@ class _NoActuator:
 
 
 def measure(n_gpus: int, runs: int, tmp: Path) -> list[list[object]]:
-    from tests.prometheus_fixture import start_prometheus
+    from lab.local_prometheus import start_prometheus
 
     sc = fleet_scenario(n_gpus)
     om = tmp / f"fleet-{n_gpus}.om"

@@ -25,12 +25,12 @@ from errors import TemporaryError
 from gpufleet.demo.log import DemoLog
 from gpufleet.demo.loop import DemoFiles, DemoLoop
 from gpufleet.live_cycle import CycleReport
+from harness.k8s_sim import small_scenario
 from remediations.store import AuditRecord, Store
 from remediations.types import QUARANTINE_TAINT, ActionState
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"
 FAULT = {"kind": "xid48_dbe", "node": "h100-0002", "gpu": 1, "start": "3m"}

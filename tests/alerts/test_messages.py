@@ -10,9 +10,9 @@ import pytest
 from alerts.outbox import LogTransport
 from database.tables.alerts import AlertsBase
 from detectors.findings import Severity
+from harness.slack_server import SlackServer
 from remediations.store import Store
 from tests.alerts.conftest import Rig, alerts_config, xid
-from tests.alerts.slack_server import SlackServer
 
 T0 = 1_800_000_000.0
 

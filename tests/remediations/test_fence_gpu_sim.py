@@ -14,6 +14,16 @@ import pytest
 from kubernetes import client
 
 from detectors.findings import Finding, FindingKind, Severity
+from harness.k8s_sim import (
+    Sim,
+    annotations_of,
+    labels_of,
+    meta,
+    name_of,
+    present,
+    running_sim,
+    spec,
+)
 from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
 from remediations.decision_journal import DecisionJournal
@@ -29,16 +39,6 @@ from remediations.types import (
     Intent,
 )
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import (
-    Sim,
-    annotations_of,
-    labels_of,
-    meta,
-    name_of,
-    present,
-    running_sim,
-    spec,
-)
 from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0

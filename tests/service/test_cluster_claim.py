@@ -15,10 +15,10 @@ from gpufleet.cli import main
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.cluster_claim import CLUSTER_IDENTITY, recorded
+from harness.k8s_sim import running_sim
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import load_policy
 from remediations.store import Store
-from tests.k8s_sim_support import running_sim
 
 pytestmark = pytest.mark.slow
 

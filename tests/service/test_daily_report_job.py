@@ -14,13 +14,13 @@ from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.context import JobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.schedule import ScheduledJobs
+from harness.fake_cluster import FakeCluster
 from metering import Meter, MeteringConfig, reports
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from tests.metering.support import T0, fleet, snapshot
-from tests.remediations.fake_cluster import FakeCluster
 
 DAY = 86_400.0
 

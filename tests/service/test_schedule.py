@@ -16,11 +16,11 @@ from gpufleet.service.context import JobContext, JobOutcome, JobRequest
 from gpufleet.service.job_runs import JOB_RUNS, JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
+from harness.fake_cluster import FakeCluster
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
-from tests.remediations.fake_cluster import FakeCluster
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a Thursday
 RAN: list[tuple[str, float]] = []

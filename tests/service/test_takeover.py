@@ -27,6 +27,9 @@ from gpufleet.service.config import ServiceConfig, TelemetryConfig
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.telemetry import Telemetry
+from harness.fake_cluster import FakeCluster, FNode
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy
 from kube.jobs import api_client
 from kube.lease import KubeLeaseClient
 from remediations.cluster_view import ClusterView
@@ -35,9 +38,6 @@ from remediations.policy import load_policy
 from remediations.store import IncidentRecord, NewAction, Store
 from remediations.types import ActionState, IncidentId, IncidentStatus, Mode, Verdict
 from tests.fleet import Fleet
-from tests.k8s_sim_support import Sim, running_sim
-from tests.remediations.fake_cluster import FakeCluster, FNode
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy
 from tests.service.procs import wait_for
 from tests.snapshot_fixtures import two_node_fleet
 

@@ -26,6 +26,8 @@ from detectors.findings import Finding, FindingKind, Severity
 from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.diagnose_targets import DIAG_GPU_LABEL
+from harness.benchmark_fleet import Fleet
+from harness.fake_cluster import FakeCluster
 from metering import Meter
 from observer.fleet.model import frozen_map
 from remediations.actuator_api import FencedGpu, WriteContext
@@ -36,7 +38,6 @@ from remediations.executor import Executor
 from remediations.policy import Policy, load_policy, policy_from_dict
 from remediations.store import IncidentRecord, Store
 from remediations.types import ACTION_ANNOTATION, Actuation, IncidentId, IncidentStatus, Intent
-from tests.remediations.fake_cluster import FakeCluster
 
 PROTECTED = {"gpufleet.io/protected": "true"}
 
@@ -290,11 +291,9 @@ def write_settings(path: Path, url: str, cluster: str, **dashboard: object) -> P
 def seed_fleet(
     store: Store, n_gpus: int, cycles: int = 4, step: float = 300.0, now: float | None = None
 ) -> None:
-    """Metering's latest state and rollups for the benchmark fleet (bench.detectors_cycle):
+    """Metering's latest state and rollups for the benchmark fleet (harness.benchmark_fleet):
     `n_gpus` GPUs in four node pools, teams on every pod, `cycles` cycles `step` apart ending
     now, recorded by the real `Meter`."""
-    from bench.detectors_cycle import Fleet
-
     t = time.time() if now is None else now
     fleet = Fleet(n_gpus)
     quarter = max(1, len(fleet.nodes) // 4)

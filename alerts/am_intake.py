@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from alerts.config import IntakeConfig
+from alerts.alerts_config import IntakeConfig
 from database.tables.alerts import IntakeRow
 from detectors.findings import INTAKE_DETECTOR, Finding, FindingKind, Severity
 from remediations.store import Store

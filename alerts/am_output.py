@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from alerts.alerts_config import AlertmanagerConfig
 from alerts.am_intake import OWN_PREFIX, SOURCE
-from alerts.config import AlertmanagerConfig
 from database.tables.alerts import AmOutputRow
 from remediations.incidents import Change, IncidentChange
 from remediations.store import IncidentRecord, Store

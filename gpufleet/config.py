@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alerts.config import WEBHOOK_TOKEN_ENV, AlertsConfig, refuse_file_secrets
+from alerts.alerts_config import WEBHOOK_TOKEN_ENV, AlertsConfig, refuse_file_secrets
 from dashboards.settings import DashboardConfig
 from detectors.suite import DetectorSuite
 from detectors.tuning import suite_from_section

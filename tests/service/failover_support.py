@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from alerts.store import AlertsStore
+from alerts.alerts_store import AlertsStore
 from harness.k8s_sim import small_scenario
 from harness.live_policy import QUARANTINE_CRITICAL
 from remediations.store import AuditRecord, Store

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from alerts import AlertsRuntime
-from alerts.config import parse_alerts_config
+from alerts.alerts_config import parse_alerts_config
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID
 from detectors.suite import DetectorSuite
@@ -124,7 +124,7 @@ def _replica(
 
 
 def _opened_messages(store: Store) -> int:
-    from alerts.store import AlertsStore
+    from alerts.alerts_store import AlertsStore
 
     rows = AlertsStore(store.engine, store.cluster).outbox()
     return sum(json.dumps(r.payload).count("opened (critical)") for r in rows)

@@ -25,7 +25,7 @@ from detectors.tuning import suite_from_section
 from errors import ConfigError
 from errors.config_files import load_yaml_file, validate
 from gpufleet.service.config import ServiceConfig
-from metering.config import MeteringConfig
+from metering.metering_config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 

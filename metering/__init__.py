@@ -12,9 +12,19 @@ of them re-queries a month of Prometheus:
     prune(store, now, config)                     # bounded retention
 """
 
-from metering.config import BUCKET_SECONDS, MeteringConfig, metering_config_from_section
+from metering.daily_report import (
+    DailyReport,
+    IncidentLine,
+    NamespaceLine,
+    daily_job,
+    daily_report,
+    last_midnight,
+    reports,
+    window_label,
+)
 from metering.gpu_columns import Health
 from metering.meter import CycleRecord, Meter
+from metering.metering_config import BUCKET_SECONDS, MeteringConfig, metering_config_from_section
 from metering.queries import (
     ALL_CLUSTERS,
     GpuState,
@@ -24,16 +34,6 @@ from metering.queries import (
     last_cycle,
     totals,
     usage,
-)
-from metering.report import (
-    DailyReport,
-    IncidentLine,
-    NamespaceLine,
-    daily_job,
-    daily_report,
-    last_midnight,
-    reports,
-    window_label,
 )
 from metering.retention import Pruned, prune
 

@@ -19,8 +19,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from database.tables import metering as t
 from detectors.findings import Finding, FindingKind
-from metering.config import HOUR_SECONDS, MeteringConfig
 from metering.gpu_columns import HEALTH_CODES, GpuColumns, Health, gpu_columns
+from metering.metering_config import HOUR_SECONDS, MeteringConfig
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows
 from observer.fleet.model import NO_INDEX, FleetSnapshot
 from remediations.store import Store

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Table, func, select
 
 from database.tables import metering as t
-from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
+from metering.metering_config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from metering.rollup import DIMENSIONS
 from remediations.store import Store
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete
 
 from database.tables import metering as t
-from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
+from metering.metering_config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from remediations.store import Store
 
 DAY = 86400.0

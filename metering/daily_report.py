@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from database.tables import metering as t
 from database.tables.journal import IncidentRow
-from metering.config import BUCKET_SECONDS, MeteringConfig
+from metering.metering_config import BUCKET_SECONDS, MeteringConfig
 from metering.queries import Totals, cluster_filter, totals, usage, window_buckets
 from metering.retention import prune
 from remediations.store import Store

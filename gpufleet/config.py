@@ -24,7 +24,7 @@ from detectors.suite import DetectorSuite
 from detectors.tuning import suite_from_section
 from errors import ConfigError
 from errors.config_files import load_yaml_file, validate
-from gpufleet.service.config import ServiceConfig
+from gpufleet.service.service_config import ServiceConfig
 from metering.metering_config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store

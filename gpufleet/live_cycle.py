@@ -35,7 +35,7 @@ from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
 from errors.outages import OutageLog
-from gpufleet.coverage import CoverageReport, coverage_report
+from gpufleet.coverage_report import CoverageReport, coverage_report
 from metering import Meter
 from observer.fleet.coverage import snapshot_fields
 from observer.fleet.model import FleetSnapshot

@@ -15,7 +15,7 @@ import pytest
 from backtesting.replayer import replay
 from detectors.coverage import Evidence
 from detectors.suite import DetectorSuite
-from gpufleet.coverage import coverage_report
+from gpufleet.coverage_report import coverage_report
 from observer.fleet.catalog import METRICS, XID_COUNT_METRIC
 from observer.fleet.coverage import (
     CATALOG_FIELDS,

@@ -14,9 +14,9 @@ from alerts.slack_client import SlackApi
 from database.engine import make_engine, schema_revisions
 from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
-from gpufleet.coverage import coverage_report
+from gpufleet.coverage_report import coverage_report
+from gpufleet.doctor.check_table import FAIL, OK, SKIP, WARN, Check
 from gpufleet.doctor.kube_checks import kubernetes_checks
-from gpufleet.doctor.report import FAIL, OK, SKIP, WARN, Check
 from gpufleet.service.cluster_claim import recorded
 from gpufleet.service.sources import prom_settings
 from observer.fleet.coverage import snapshot_fields

@@ -20,13 +20,13 @@ from typing import Any
 
 from alerts import AlertsRuntime
 from gpufleet.live_cycle import CycleReport, LiveCycle
-from gpufleet.service.config import ScheduleEntry, ServiceConfig
 from gpufleet.service.context import JobContext, JobOutcome
 from gpufleet.service.http import HealthServer
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.schedule import ScheduledJobs
 from gpufleet.service.scheduler import ServiceScheduler
+from gpufleet.service.service_config import ScheduleEntry, ServiceConfig
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
 from remediations.actuator_api import NodeJobs

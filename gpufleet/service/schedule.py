@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS
+from gpufleet.service.service_config import ScheduleEntry
 
 log = logging.getLogger(__name__)
 

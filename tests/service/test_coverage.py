@@ -17,8 +17,8 @@ import pytest
 from detectors.findings import FindingKind, Severity
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service
+from gpufleet.service.service_config import ServiceConfig
 from harness.k8s_sim import small_scenario
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
 from observer.scrape.collector import ScrapeSettings

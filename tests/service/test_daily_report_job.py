@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.context import JobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.schedule import ScheduledJobs
+from gpufleet.service.service_config import ScheduleEntry
 from harness.fake_cluster import FakeCluster
 from metering import Meter, MeteringConfig, reports
 from remediations.cluster_view import ClusterView

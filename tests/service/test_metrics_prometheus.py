@@ -16,8 +16,8 @@ import pytest
 
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service
+from gpufleet.service.service_config import ServiceConfig
 from harness.k8s_sim import small_scenario
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store

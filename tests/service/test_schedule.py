@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import inspect
 
-from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
 from gpufleet.service.job_runs import JOB_RUNS, JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
+from gpufleet.service.service_config import ScheduleEntry
 from harness.fake_cluster import FakeCluster
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle

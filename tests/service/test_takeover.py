@@ -23,9 +23,9 @@ from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle
-from gpufleet.service.config import ServiceConfig, TelemetryConfig
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
+from gpufleet.service.service_config import ServiceConfig, TelemetryConfig
 from gpufleet.service.telemetry import Telemetry
 from harness.fake_cluster import FakeCluster, FNode
 from harness.k8s_sim import Sim, running_sim

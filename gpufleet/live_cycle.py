@@ -37,7 +37,7 @@ from errors import GpufleetError
 from errors.outages import OutageLog
 from gpufleet.coverage_report import CoverageReport, coverage_report
 from metering import Meter
-from observer.fleet.coverage import snapshot_fields
+from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.prometheus.collector import PrometheusCollector

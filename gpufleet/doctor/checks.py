@@ -19,7 +19,7 @@ from gpufleet.doctor.check_table import FAIL, OK, SKIP, WARN, Check
 from gpufleet.doctor.kube_checks import kubernetes_checks
 from gpufleet.service.cluster_claim import recorded
 from gpufleet.service.sources import prom_settings
-from observer.fleet.coverage import snapshot_fields
+from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.snapshot import unjoined_gpus

@@ -20,7 +20,7 @@ from gpufleet.config import GpufleetConfig
 from gpufleet.service.runtime import Service
 from gpufleet.service.service_config import ServiceConfig
 from harness.k8s_sim import small_scenario
-from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
+from observer.fleet.field_presence import SHIPPED_DEFAULT_FIELDS
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store
 from remediations.types import Verdict

@@ -16,14 +16,14 @@ from pathlib import Path
 from types import ModuleType
 
 import bench
-from bench.report import DOC, write_section
+from bench.performance_doc import DOC, write_section
 
 
 def module_names() -> list[str]:
     return sorted(
         i.name
         for i in pkgutil.iter_modules(bench.__path__)
-        if not i.name.startswith("_") and i.name != "report"
+        if not i.name.startswith("_") and i.name != "performance_doc"
     )
 
 

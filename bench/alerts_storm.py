@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from alerts import AlertsRuntime, parse_alerts_config
-from bench.report import stamp, table
+from bench.performance_doc import stamp, table
 from detectors.findings import Finding, FindingKind, Severity
 from harness.slack_server import SlackServer
 from remediations.decision_journal import RemediationEngine

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import insert, select
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from database.tables import metering as mt

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from bench.report import median, missed_by, own_time, stamp, table
+from bench.performance_doc import median, missed_by, own_time, stamp, table
 from detectors.registry import bind
 from detectors.suite import DetectorSuite, SuiteState
 from harness.benchmark_fleet import Fleet

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from harness.failover import DRAIN_CRITICAL, LEASE, failover_config
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.performance_doc import median, stamp, table
 from bench.remediation_decide import _pg_schema as _postgres  # the same throwaway schema
-from bench.report import median, stamp, table
 from database.tables import metering as t
 from harness.benchmark_fleet import Fleet
 from metering import Meter, fleet_state, usage

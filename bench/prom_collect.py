@@ -24,7 +24,7 @@ from typing import Any
 
 import requests
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings, plan
 from simulator.engine import FleetSimulator

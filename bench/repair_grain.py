@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
 from harness.k8s_sim import Sim, exporter_gpus, running_sim
 from kube.actuator import KubeActuator

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.report import median, missed_by, own_time, stamp, table
+from bench.performance_doc import median, missed_by, own_time, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.performance_doc import median, stamp, table
 from bench.prom_collect import STEP, _progress, fleet_scenario
-from bench.report import median, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, prometheus_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache

@@ -1,7 +1,7 @@
 """Field coverage for people: the observer's field presence beside the detectors' evidence.
 
-The composition of `observer.fleet.field_presence` (which fields are present, the dcgm-exporter lines
-for the missing ones) and `detectors.coverage` (what each detector then runs on), for
+The composition of `observer.fleet.field_presence` (which fields are present, the dcgm-exporter
+lines for the missing ones) and `detectors.coverage` (what each detector then runs on), for
 `gpufleet collect --summary` and the service's log, telemetry and /readyz.
 """
 

@@ -32,8 +32,8 @@ from typing import Any
 from backtesting.backtest import backtest, step_count
 from backtesting.backtest_sharded import backtest_sharded, default_shards, shards_worth
 from backtesting.sharded import warmup_seconds
+from bench.performance_doc import median, missed_by, stamp, table
 from bench.prom_collect import fleet_scenario, process_cpu
-from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
 from lab.local_prometheus import backfill, start_prometheus
 from observer.prometheus.collector import PrometheusCollector

@@ -3,7 +3,7 @@
 A benchmark is a module in this package that defines `TITLE: str` and
 `run(runs: int, quick: bool) -> str`, returning its markdown section body (a table and notes).
 The harness prints each body and, unless `--no-write`, replaces that benchmark's section of
-docs/performance.md. Modules without `run` (input generators, this harness) are skipped.
+docs/performance.md. Modules without `run` (input generators, this runner) are skipped.
 """
 
 from __future__ import annotations

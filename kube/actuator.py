@@ -26,7 +26,7 @@ from kube.dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
 from kube.jobs import JobStatus, KubeNodeJobs, api_client
 from kube.taints import Taint, patch_taints, same
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
-from remediations.actuator_api import FencedGpu, WriteContext
+from remediations.capabilities import FencedGpu, WriteContext
 from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.drain import evictable

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from remediations.actuator_api import FencedGpu
+from remediations.capabilities import FencedGpu
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.gates import MARKS
 from remediations.playbooks.fence import fence_rule_name

@@ -28,7 +28,7 @@ from gpufleet.service.jobs.diagnose import DiagnoseParams, run_diagnose
 from gpufleet.service.jobs.diagnose_targets import DIAG_GPU_LABEL
 from metering import Meter
 from observer.fleet.model import frozen_map
-from remediations.actuator_api import FencedGpu, WriteContext
+from remediations.capabilities import FencedGpu, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal

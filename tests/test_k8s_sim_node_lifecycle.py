@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import (
     NOT_READY_TAINT,

@@ -19,7 +19,7 @@ from kubernetes import client, config
 
 from errors import PermanentError
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
 from tests.k8s_sim_support import Sim, deploy_rbac, present, running_sim, status
 

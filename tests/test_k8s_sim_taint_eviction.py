@@ -14,7 +14,7 @@ from kubernetes import client, config
 
 from errors import TemporaryError
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
 from simulator.node_lifecycle import NOT_READY_TAINT, UNREACHABLE_TAINT
 from tests.k8s_sim_support import Sim, meta, running_sim

@@ -12,28 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView
 from remediations.types import IncidentId, Intent
-
-
-class RuleView(Protocol):
-    """A DeviceTaintRule as playbooks read it (kube.dra.TaintRuleView)."""
-
-    @property
-    def effect(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-    @property
-    def ours(self) -> bool: ...
-    @property
-    def device(self) -> str | None: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
 
 
 class BaseParams(BaseModel):

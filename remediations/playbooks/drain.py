@@ -11,7 +11,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView, PodView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView, PodView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,

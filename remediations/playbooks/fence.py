@@ -14,18 +14,18 @@ step is pinned to the pods-on-GPU grain's guard instead (`kube_actuator.fence_fa
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from pydantic import Field
 
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader, DeviceTaintReader
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
-    RuleView,
     Subject,
     Verification,
     VerifyStatus,
@@ -45,18 +45,6 @@ NVIDIA_DRIVER = "gpu.nvidia.com"
 def fence_rule_name(gpu_uuid: str) -> str:
     """gpufleet's DeviceTaintRule name for one GPU: a DNS subdomain derived from its UUID."""
     return "gpufleet-" + gpu_uuid.lower().replace("_", "-")[:50]
-
-
-@runtime_checkable
-class DeviceTaintDiscovery(Protocol):
-    def device_taints_served(self) -> bool | None:
-        """Whether the cluster serves DeviceTaintRules (None: could not tell)."""
-        ...
-
-
-@runtime_checkable
-class DeviceTaintReader(Protocol):
-    def device_taint_rule(self, name: str) -> RuleView | None: ...
 
 
 class FenceParams(BaseParams):

@@ -20,14 +20,14 @@ node needs a reboot) get no plan here: that is `drain`'s grain.
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView, NodeView
+from remediations.capabilities import ClusterReader, RuleView
+from remediations.cluster_view import ClusterView, NodeView
 from remediations.playbooks.base import (
     GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
-    RuleView,
     Subject,
     Verification,
     VerifyStatus,

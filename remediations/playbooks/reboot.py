@@ -26,7 +26,8 @@ from typing import Literal
 from pydantic import Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView, NodeView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView, NodeView
 from remediations.kube_names import job_name
 from remediations.playbooks.base import (
     BaseParams,

@@ -16,12 +16,11 @@ killed mid-step finds the same Job instead of resetting twice.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from pydantic import Field, field_validator
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader, NodeJobReader
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -40,20 +39,6 @@ UUID_LABEL = "gpufleet.io/gpu-uuid"
 INDEX_LABEL = "gpufleet.io/gpu-index"
 FREE_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases have exited: they hold no GPU."""
-
-
-class JobOutcome(Protocol):
-    @property
-    def outcome(self) -> str | None: ...
-    @property
-    def detail(self) -> str: ...
-
-
-@runtime_checkable
-class NodeJobReader(Protocol):
-    """Reads a repair Job's outcome (the actuator implements it)."""
-
-    def node_job(self, namespace: str, name: str) -> JobOutcome | None: ...
 
 
 def reset_job_name(gpu_uuid: str, incident_id: str, taken_at: float) -> str:

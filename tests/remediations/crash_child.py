@@ -24,7 +24,7 @@ from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
 from kube.actuator import BLOCKED, KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.store import Store

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from detectors.findings import Finding, FindingKind, Severity
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.playbooks.fence import fence_rule_name

@@ -19,7 +19,7 @@ from detectors.findings import Finding, FindingKind, Severity
 from errors import PermanentError, TemporaryError
 from gpufleet.service.actuator import CachedActuator
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor

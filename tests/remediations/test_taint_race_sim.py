@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import UNREACHABLE_TAINT
 from tests.k8s_sim_support import Sim, running_sim, spec

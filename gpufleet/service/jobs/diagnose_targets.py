@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from remediations.actuator_api import FencedGpu
+from remediations.capabilities import FencedGpu
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.holds import marked_by_us, orphans
 from remediations.kube_names import job_name as job_name_of

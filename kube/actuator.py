@@ -22,18 +22,22 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from errors import PermanentError, TemporaryError
-from kube.dra import GPU_LABEL, DraClient, DraDevice, TaintRuleView
+from kube.dra import DraClient, DraDevice, TaintRuleView
 from kube.jobs import JobStatus, KubeNodeJobs, api_client
 from kube.taints import Taint, patch_taints, same
-from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.capabilities import FencedGpu, WriteContext
-from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
-from remediations.playbooks.base import GUARD_OP
-from remediations.playbooks.drain import evictable
-from remediations.playbooks.fence import fence_rule_name
-from remediations.playbooks.gpu_drain import keep_schedulable
-from remediations.playbooks.reboot import KEEP_REBOOTS, marker_boot_id, reboot_times
-from remediations.playbooks.reset import UUID_LABEL
+from remediations.cluster_names import (
+    GPU_COUNT_LABEL,
+    GPU_LABEL,
+    GUARD_OP,
+    JOB_LABEL_KEYS,
+    KEEP_REBOOTS,
+    UUID_LABEL,
+    fence_rule_name,
+    marker_boot_id,
+)
+from remediations.cluster_rules import evictable, keep_schedulable, reboot_times
+from remediations.cluster_view import ClusterView, JobView, NodeView, PodView
 from remediations.types import (
     ACTION_ANNOTATION,
     FENCE_FALLBACK,
@@ -92,7 +96,7 @@ def fence_fallback(intent: Intent) -> Intent:
 
 
 def _job_of(namespace: str, labels: Mapping[str, str]) -> str | None:
-    for key in DEFAULT_JOB_LABEL_KEYS:
+    for key in JOB_LABEL_KEYS:
         if key in labels:
             return f"{namespace}/{labels[key]}"
     return None
@@ -259,7 +263,7 @@ class KubeActuator:
         jobs: dict[str, tuple[str, list[str]]] = {}
         for p in pods:
             if p.job is not None:
-                key = next(k for k in DEFAULT_JOB_LABEL_KEYS if k in p.labels)
+                key = next(k for k in JOB_LABEL_KEYS if k in p.labels)
                 jobs.setdefault(p.job, (key, []))[1].append(p.key)
         return ClusterView(
             {n.name: n for n in nodes},

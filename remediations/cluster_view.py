@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from observer.fleet.model import NO_INDEX, FleetSnapshot
+from remediations.cluster_names import GPU_COUNT_LABEL
 from remediations.types import OWNER_ANNOTATION
-
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 
 @dataclass(frozen=True, slots=True)

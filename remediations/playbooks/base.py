@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from observer.fleet.units import Duration
 from remediations.capabilities import ClusterReader
+from remediations.cluster_names import GUARD_OP
 from remediations.cluster_view import ClusterView
 from remediations.types import IncidentId, Intent
 
@@ -123,11 +124,6 @@ def gpu_of(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
     if not subject.gpu_uuid:
         return NoPlan(f"{subject.kind} incident names no GPU: act on the node instead")
     return node, subject.gpu_uuid
-
-
-GUARD_OP = "cordon_unless_withdrawn"
-"""Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin):
-the pods-on-GPU grain's guard, also fence_gpu's fallback where no DeviceTaintRules are served."""
 
 
 def guard_unverified(i: Intent, reader: ClusterReader) -> Verification | None:

@@ -19,9 +19,9 @@ from typing import Literal
 from pydantic import Field
 
 from remediations.capabilities import ClusterReader, DeviceTaintReader
+from remediations.cluster_names import GUARD_OP, fence_rule_name
 from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
-    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
@@ -40,11 +40,6 @@ from remediations.types import (
 )
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
-
-
-def fence_rule_name(gpu_uuid: str) -> str:
-    """gpufleet's DeviceTaintRule name for one GPU: a DNS subdomain derived from its UUID."""
-    return "gpufleet-" + gpu_uuid.lower().replace("_", "-")[:50]
 
 
 class FenceParams(BaseParams):

@@ -20,6 +20,7 @@ from pydantic import Field, field_validator
 
 from observer.fleet.units import Duration
 from remediations.capabilities import ClusterReader, NodeJobReader
+from remediations.cluster_names import INDEX_LABEL, REPAIR_LABEL, UUID_LABEL
 from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
@@ -33,10 +34,6 @@ from remediations.playbooks.base import (
 )
 from remediations.types import JOBS_NAMESPACE, Intent, stable_id
 
-REPAIR_LABEL = "gpufleet.io/repair"
-"""On every repair Job gpufleet creates: what it does (`reset-gpu`, `reboot-sentinel`)."""
-UUID_LABEL = "gpufleet.io/gpu-uuid"
-INDEX_LABEL = "gpufleet.io/gpu-index"
 FREE_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases have exited: they hold no GPU."""
 

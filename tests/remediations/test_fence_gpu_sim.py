@@ -16,9 +16,9 @@ from kubernetes import client
 from detectors.findings import Finding, FindingKind, Severity
 from kube.actuator import KubeActuator
 from remediations.capabilities import WriteContext
+from remediations.cluster_names import fence_rule_name
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import (

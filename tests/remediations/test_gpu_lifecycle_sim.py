@@ -41,7 +41,7 @@ from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, ru
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from observer.scrape.exposition import parse_page
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.policy import policy_from_dict
 from remediations.store import AuditRecord, Store
 from simulator.clock import ManualWall

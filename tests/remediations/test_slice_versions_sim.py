@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from kube.actuator import KubeActuator
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.k8s_sim_support import running_sim

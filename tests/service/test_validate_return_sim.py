@@ -18,9 +18,9 @@ from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, ru
 from gpufleet.service.jobs.gated import execute, plan_for, propose
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_names import fence_rule_name
 from remediations.cycle import RemediationCycle
 from remediations.playbooks import PLAYBOOKS, Subject
-from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord
 from remediations.types import ActionState, IncidentId
 from remediations.validation import record_diagnosis

@@ -8,7 +8,7 @@ hold it, `None` only records the taint (the API's own dry run). The node stays s
 rule's name derives from the GPU UUID, so a retry finds it, and undoing deletes only a rule that
 carries gpufleet's managed-by label. Under `actuation: shadow` nothing is written at all.
 Where the cluster serves no DeviceTaintRules (1.34-1.36 without the DRADeviceTaints gate) the
-step is pinned to the pods-on-GPU grain's guard instead (`kube_actuator.fence_fallback`).
+step is pinned to the pods-on-GPU grain's guard instead (`kube.pinning.fence_fallback`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from kube.actuator import KubeActuator
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.cycle import LiveActuator, RemediationCycle
+from remediations.capabilities import LiveActuator
+from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict

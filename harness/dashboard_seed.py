@@ -30,7 +30,7 @@ from harness.benchmark_fleet import Fleet
 from harness.fake_cluster import FakeCluster
 from metering import Meter
 from observer.fleet.model import frozen_map
-from remediations.actuator_api import FencedGpu, WriteContext
+from remediations.capabilities import FencedGpu, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal

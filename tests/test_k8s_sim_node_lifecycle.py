@@ -12,7 +12,7 @@ from kubernetes import client, config
 
 from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import (
     NOT_READY_TAINT,

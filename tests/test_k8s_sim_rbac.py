@@ -20,7 +20,7 @@ from kubernetes import client, config
 from errors import PermanentError
 from harness.k8s_sim import Sim, deploy_rbac, present, running_sim, status
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
 
 SA_USER = "system:serviceaccount:gpufleet:gpufleet"

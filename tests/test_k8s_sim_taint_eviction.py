@@ -15,7 +15,7 @@ from kubernetes import client, config
 from errors import TemporaryError
 from harness.k8s_sim import Sim, meta, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
 from simulator.node_lifecycle import NOT_READY_TAINT, UNREACHABLE_TAINT
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from metering import MeteringConfig
-from remediations.actuator_api import NodeJobs
+from remediations.capabilities import NodeJobs
 from remediations.cycle import RemediationCycle
 
 

@@ -29,7 +29,7 @@ from gpufleet.service.scheduler import ServiceScheduler
 from gpufleet.service.service_config import ScheduleEntry, ServiceConfig
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
-from remediations.actuator_api import NodeJobs
+from remediations.capabilities import NodeJobs
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle, TakeOver
 from remediations.incidents import Change, IncidentChange

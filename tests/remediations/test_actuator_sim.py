@@ -208,7 +208,7 @@ def test_uncordon_leaves_a_persons_cordon_alone(
     res = eng.cycle([finding(node="h100-0001")], actuator.cluster_view(T0), T0)
     assert "not changed by gpufleet" in res.decisions[0].reasons[0]
     # ... and the actuator refuses too, should an uncordon intent ever reach it
-    from remediations.actuator_api import WriteContext
+    from remediations.capabilities import WriteContext
     from remediations.types import Intent
 
     msg = actuator.apply(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.fake_cluster import FakeCluster
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.store import Store

@@ -25,10 +25,10 @@ from harness.k8s_sim import (
     spec,
 )
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
+from remediations.cluster_names import fence_rule_name
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import (

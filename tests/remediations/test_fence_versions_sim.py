@@ -17,10 +17,9 @@ from kubernetes import client
 
 from harness.k8s_sim import running_sim
 from kube.actuator import KubeActuator
+from remediations.cluster_names import GUARD_OP, fence_rule_name
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.playbooks.base import GUARD_OP
-from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord, Store
 from remediations.types import DEVICE_TAINTS_NOT_SERVED as NOT_SERVED
 from remediations.types import ActionState, Verdict

@@ -43,7 +43,7 @@ from harness.k8s_sim import meta, name_of, present, small_scenario, spec
 from harness.live_policy import live_policy_dict
 from observer.scrape.collector import ScrapeSettings
 from observer.scrape.exposition import parse_page
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.policy import policy_from_dict
 from remediations.store import AuditRecord, Store
 from simulator.clock import ManualWall

@@ -20,7 +20,7 @@ from errors import PermanentError, TemporaryError
 from gpufleet.service.actuator import CachedActuator
 from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor

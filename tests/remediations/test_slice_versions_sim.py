@@ -14,7 +14,7 @@ from kubernetes import client
 
 from harness.k8s_sim import running_sim
 from kube.actuator import KubeActuator
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.store import Store
 from remediations.types import ActionState
 from tests.remediations.helpers import live_policy

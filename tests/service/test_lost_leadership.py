@@ -14,7 +14,7 @@ import pytest
 from errors import TemporaryError
 from gpufleet.commands.run import _sleeper
 from harness.fake_cluster import FakeCluster
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.store import Store

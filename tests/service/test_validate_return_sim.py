@@ -20,9 +20,9 @@ from harness.k8s_sim import Sim, running_sim
 from harness.live_policy import live_policy
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_names import fence_rule_name
 from remediations.cycle import RemediationCycle
 from remediations.playbooks import PLAYBOOKS, Subject
-from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord
 from remediations.types import ActionState, IncidentId
 from remediations.validation import record_diagnosis

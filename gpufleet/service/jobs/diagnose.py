@@ -42,7 +42,7 @@ from gpufleet.service.jobs.diagnose_targets import (
 from gpufleet.service.jobs.gated import execute, in_shadow, propose
 from observer.fleet.units import Duration
 from remediations import gates
-from remediations.actuator_api import FencedGpuReader, JobReasons, NodeJobs
+from remediations.capabilities import FencedGpuReader, JobReasons, NodeJobs
 from remediations.repeats import lemon
 from remediations.store import Store
 from remediations.types import JOBS_NAMESPACE, stable_id

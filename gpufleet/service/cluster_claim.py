@@ -12,22 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Column, Engine, Float, MetaData, String, Table, insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from database.tables.service import CLUSTER_IDENTITY
 from errors import PermanentError
-
-_META = MetaData()
-CLUSTER_IDENTITY = Table(
-    "cluster_identity",
-    _META,
-    Column("cluster", String(128), primary_key=True),
-    Column("kube_system_uid", String(64), nullable=False),
-    Column("api_server", String(512), nullable=False, server_default=""),
-    Column("recorded_at", Float, nullable=False),
-    Column("recorded_by", String(253), nullable=False, server_default=""),
-)
-"""Mirrors database/migrations/versions/0005_cluster_identity.py (a test checks)."""
 
 
 class ClusterMismatch(PermanentError):

@@ -9,39 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Engine,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-_META = MetaData()
-JOB_RUNS = Table(
-    "service_job_runs",
-    _META,
-    Column("cluster", String(128), primary_key=True),
-    Column("job", String(63), primary_key=True),
-    Column("kind", String(64), nullable=False),
-    Column("last_fire", Float, nullable=False),
-    Column("last_started", Float, nullable=True),
-    Column("last_finished", Float, nullable=True),
-    Column("last_ok", Boolean, nullable=True),
-    Column("last_outcome", Text, nullable=False, server_default=""),
-    Column("last_owner", String(253), nullable=False, server_default=""),
-    Column("runs", Integer, nullable=False, server_default="0"),
-    Column("misses", Integer, nullable=False, server_default="0"),
-)
-"""Mirrors database/migrations/versions/0004_service.py (a test checks they agree)."""
+from database.tables.service import JOB_RUNS
 
 
 @dataclass(frozen=True, slots=True)

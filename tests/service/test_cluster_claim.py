@@ -11,10 +11,11 @@ import pytest
 import yaml
 from sqlalchemy import inspect
 
+from database.tables.service import CLUSTER_IDENTITY
 from gpufleet.cli import main
 from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.cluster_claim import CLUSTER_IDENTITY, recorded
+from gpufleet.service.cluster_claim import recorded
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import load_policy
 from remediations.store import Store

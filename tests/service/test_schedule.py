@@ -11,9 +11,10 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import inspect
 
+from database.tables.service import JOB_RUNS
 from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.job_runs import JOB_RUNS, JobRuns
+from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
 from remediations.cluster_view import ClusterView

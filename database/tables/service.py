@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, Float, Integer, String, Table, Text
 
-metadata = MetaData()
+from database.tables.metadata import METADATA
 
 JOB_RUNS = Table(
     "service_job_runs",
-    metadata,
+    METADATA,
     Column("cluster", String(128), primary_key=True),
     Column("job", String(63), primary_key=True),
     Column("kind", String(64), nullable=False),
@@ -30,7 +30,7 @@ JOB_RUNS = Table(
 
 CLUSTER_IDENTITY = Table(
     "cluster_identity",
-    metadata,
+    METADATA,
     Column("cluster", String(128), primary_key=True),
     Column("kube_system_uid", String(64), nullable=False),
     Column("api_server", String(512), nullable=False, server_default=""),

@@ -47,7 +47,7 @@ def test_a_cluster_name_belongs_to_one_cluster(
             close()
         parts.telemetry.close()
         store = Store.open(store_url, cluster="default")
-        first = recorded(store.engine, "default")
+        first = recorded(store)
         store.close()
         assert first is not None and first.kube_system_uid == east_uid
         assert first.recorded_by == "east-0"
@@ -65,6 +65,6 @@ def test_a_cluster_name_belongs_to_one_cluster(
         assert f"{f}: cluster:" in err and "belongs to another Kubernetes cluster" in err
         assert east_uid in err and west_uid in err and "own `cluster:` name" in err
         store = Store.open(store_url, cluster="default")
-        assert recorded(store.engine, "default") == first  # nothing changed
+        assert recorded(store) == first  # nothing changed
         assert store.audit_log() == []  # and nothing ran
         store.close()

@@ -17,6 +17,8 @@ from database.engine import make_engine, upgrade
 
 
 class Database:
+    """The engine and the cluster name: what a room needs to read and write its own rows."""
+
     def __init__(self, engine: Engine, cluster: str = "default") -> None:
         self.engine = engine
         self.cluster = cluster

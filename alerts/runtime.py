@@ -63,7 +63,7 @@ class AlertsRuntime:
         self.store = store
         self.engine = engine
         self.clock = clock
-        self.astore = AlertsStore(store.engine, store.cluster)
+        self.astore = AlertsStore.on(store)
         self.astore.start_cursor()
         token = config.secret("token")
         self.api: SlackApi | None = None

@@ -239,7 +239,7 @@ def _claim_cluster(store: Store, kubeconfig: str | None, identity: str) -> None:
         uid, server = cluster_uid(api)
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    claim_cluster(store.engine, store.cluster, uid, server, identity, time.time())
+    claim_cluster(store, uid, server, identity, time.time())
 
 
 def _alerts(

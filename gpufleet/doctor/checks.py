@@ -11,7 +11,8 @@ import urllib.request
 from collections.abc import Iterable
 
 from alerts.slack_client import SlackApi
-from database.engine import make_engine, schema_revisions
+from database.engine import schema_revisions
+from database.handle import Database
 from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
 from gpufleet.coverage_report import coverage_report
@@ -113,11 +114,11 @@ def node_join_check(snap: FleetSnapshot) -> Check:
 
 
 def store_check(cfg: GpufleetConfig) -> list[Check]:
-    engine = make_engine(cfg.store_url)
+    db = Database.open(cfg.store_url, cfg.cluster, migrate=False)
     where = cfg.store_url.split("@")[-1]  # never a password
     try:
-        current, head = schema_revisions(engine)
-        owner = recorded(engine, cfg.cluster) if current == head else None
+        current, head = schema_revisions(db.engine)
+        owner = recorded(db) if current == head else None
     except Exception as exc:
         return [
             Check(
@@ -128,7 +129,7 @@ def store_check(cfg: GpufleetConfig) -> list[Check]:
             )
         ]
     finally:
-        engine.dispose()
+        db.close()
     if current != head:
         return [
             Check(

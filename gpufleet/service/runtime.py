@@ -86,7 +86,7 @@ class Service:
         )
         self.jobs = ScheduledJobs(
             self.ctx,
-            JobRuns(parts.store.engine, parts.store.cluster),
+            JobRuns.on(parts.store),
             parts.identity,
             on_outcome=self._job_outcome,
         )

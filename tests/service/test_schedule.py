@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import inspect
 
 from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.job_runs import JOB_RUNS, JobRuns
+from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
 from gpufleet.service.service_config import ScheduleEntry
@@ -63,11 +62,6 @@ def _jobs(store: Store, wall: list[float], owner: str = "a") -> ScheduledJobs:
 
 def _entry(grace: float = 600.0) -> ScheduleEntry:
     return ScheduleEntry(name="hourly", kind="count", cron="0 * * * *", misfire_grace=grace)
-
-
-def test_migration_creates_the_table_the_code_uses(store: Store) -> None:
-    cols = {c["name"] for c in inspect(store.engine).get_columns("service_job_runs")}
-    assert cols == {c.name for c in JOB_RUNS.columns}
 
 
 def test_latest_fire_reads_cron_in_its_time_zone() -> None:

@@ -2,7 +2,7 @@
 
 Many clusters may share one PostgreSQL; every row names its cluster, so a handle is the engine
 and the cluster name together. The journal (`remediations.store.Store`), the alerts' tables
-(`alerts.store.AlertsStore`) and the service's job runs are handles with their own tables' reads
+(`alerts.alerts_store.AlertsStore`) and the service's job runs are handles with their own tables' reads
 and writes; metering's functions take a plain handle.
 """
 

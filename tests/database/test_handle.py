@@ -3,8 +3,7 @@ on a plain `Database`, with no journal object anywhere, and share its engine."""
 
 from __future__ import annotations
 
-from alerts.store import AlertsStore
-
+from alerts.alerts_store import AlertsStore
 from database.handle import Database
 from gpufleet.service.job_runs import JobRuns
 from metering import Meter, daily_report, fleet_state, last_cycle, prune, reports

@@ -2,8 +2,8 @@
 
 Many clusters may share one PostgreSQL; every row names its cluster, so a handle is the engine
 and the cluster name together. The journal (`remediations.store.Store`), the alerts' tables
-(`alerts.alerts_store.AlertsStore`) and the service's job runs are handles with their own tables' reads
-and writes; metering's functions take a plain handle.
+(`alerts.alerts_store.AlertsStore`) and the service's job runs are handles with their own
+tables' reads and writes; metering's functions take a plain handle.
 """
 
 from __future__ import annotations

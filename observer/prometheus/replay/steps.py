@@ -12,6 +12,7 @@ values change from one step to the next.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -77,6 +78,13 @@ class KubeCache:
     records: tuple[list[Node], list[Pod]] = field(default_factory=lambda: ([], []))
     up_key: tuple[object, ...] = ()
     up: dict[str, bool] = field(default_factory=dict)
+    rows: np.ndarray | None = None
+    """The identity rows of the previous step, and their label columns (handed to the
+    builder again while they stay the same: observer.snapshot.structure)."""
+    gpus: GpuColumns | None = None
+    known_from: tuple[object, object] = (None, None)
+    """The (gpus, kube key) objects `known` was made from."""
+    known: frozenset[str] = frozenset()
 
 
 def take_rows(cols: GpuColumns, rows: np.ndarray, stamp: FloatArray) -> GpuColumns:
@@ -117,7 +125,11 @@ def build_step(
     rows = np.concatenate([cur_rows, ident.vanished_row[van_keys, k]])
     n_cur = cur_rows.shape[0]
     stamp_rows = np.concatenate([ident.row_stamp[cur_rows, k], np.full(van_keys.shape[0], np.nan)])
-    gpus = take_rows(c.gpu_rows, rows, stamp_rows)
+    if cache.gpus is not None and cache.rows is not None and np.array_equal(rows, cache.rows):
+        gpus = dataclasses.replace(cache.gpus, timestamp=stamp_rows)
+    else:
+        gpus = take_rows(c.gpu_rows, rows, stamp_rows)
+        cache.rows, cache.gpus = rows, gpus
     key_row = np.full(len(ident.keys), -1, dtype=np.int64)
     key_row[van_keys] = n_cur + np.arange(van_keys.shape[0])
     key_row[ident.row_key[cur_rows]] = np.arange(n_cur)
@@ -125,10 +137,15 @@ def build_step(
     current = ~np.isnan(stamp)
     metrics = _metrics(c, k, s, key_row, stamp, current)
     nodes, pods = _kube(c, k, s, cache)
-    known = {h for h in gpus.hostname.tolist() if h} | {str(n.name) for n in nodes}
+    made_from = cache.known_from
+    if made_from[0] is not cache.gpus or made_from[1] is not cache.key:  # hosts or nodes moved
+        cache.known = frozenset({h for h in gpus.hostname.tolist() if h}
+                                | {str(n.name) for n in nodes})  # fmt: skip
+        cache.known_from = (cache.gpus, cache.key)
+    known = cache.known
     up: dict[str, bool] = {}
     if c.up is not None:
-        up_key = (*signature(c.up.block, c.up.grid, k), frozenset(known), cache.key)
+        up_key = (*signature(c.up.block, c.up.grid, k), known, cache.key)
         if up_key != cache.up_key:  # cache.key: the pods (an exporter pod may name the node)
             up_now = present_vector(c.up.block, c.up.grid, k)
             cache.up, _ = exporter_up(up_now, known, pod_nodes(pods))

@@ -158,14 +158,13 @@ class SnapshotBuilder:
         extra_nodes: frozenset[str] = frozenset()
         if exporters is not None:
             extra_nodes = frozenset(exporters.up) | frozenset(exporters.last_scrape)
-        st = (
-            self.structure_cache.structure(
-                gpus, node_list, pod_list, extra_nodes,
-                lambda: self._structure(gpus, node_list, pod_list, extra_nodes),
-            )  # fmt: skip
-            if self.structure_cache is not None
-            else self._structure(gpus, node_list, pod_list, extra_nodes)
-        )
+
+        def build() -> Structure:
+            return self._structure(gpus, node_list, pod_list, extra_nodes)
+
+        cache = self.structure_cache
+        st = build() if cache is None else cache.structure(gpus, node_list, pod_list,
+                                                           extra_nodes, build)  # fmt: skip
         if exporters is not None and any(k != v for k, v in st.join.items()):
             exporters = _rename_exporters(exporters, st.join)
         rows, table, pod_records, jobs = st.rows, st.table, st.pods, st.jobs

@@ -148,7 +148,7 @@ def build_step(
         up_key = (*signature(c.up.block, c.up.grid, k), known, cache.key)
         if up_key != cache.up_key:  # cache.key: the pods (an exporter pod may name the node)
             up_now = present_vector(c.up.block, c.up.grid, k)
-            cache.up, _ = exporter_up(up_now, known, pod_nodes(pods))
+            cache.up, _ = exporter_up(up_now, set(known), pod_nodes(pods))
             cache.up_key = up_key
         up = cache.up
     last = ident.node_last[:, k]

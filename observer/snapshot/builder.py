@@ -71,6 +71,7 @@ from observer.snapshot.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
 from observer.snapshot.gpu_sharing import SharedPod, shared_pods
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
+from observer.snapshot.metric_grid import MetricGrid, place
 from observer.snapshot.node_join import join_hostnames
 from observer.snapshot.pod_assignment import (
     PodAssignment,
@@ -152,7 +153,10 @@ class SnapshotBuilder:
         steps: PodSeries | None = None,
         exporters: ExporterHealth | None = None,
         events: Iterable[Event] = (),
+        grid: MetricGrid | None = None,
     ) -> tuple[FleetSnapshot, BuildReport]:
+        """`grid`: more metrics, many families at once (observer.snapshot.metric_grid), after
+        `metrics`' families."""
         node_list = list(nodes)
         pod_list = list(pods)
         extra_nodes: frozenset[str] = frozenset()
@@ -168,7 +172,7 @@ class SnapshotBuilder:
         if exporters is not None and any(k != v for k, v in st.join.items()):
             exporters = _rename_exporters(exporters, st.join)
         rows, table, pod_records, jobs = st.rows, st.table, st.pods, st.jobs
-        columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
+        columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics, grid)
         node_newest = newest_per_node(gpu_newest, table.node_index, len(rows.nodes))
         telemetry = telemetry_health(taken_at, [n.name for n in rows.nodes], node_newest, exporters)
         job_steps, job_steps_inc = _job_steps(steps, pod_records, jobs, st.pod_job)
@@ -219,7 +223,10 @@ class SnapshotBuilder:
         return Structure(join, rows, pod_records, jobs, synthesised, shared, pod_job, table)
 
     def _metrics(
-        self, rows: GpuRows, metrics: Mapping[str, MetricSeries | Sequence[MetricSeries]]
+        self,
+        rows: GpuRows,
+        metrics: Mapping[str, MetricSeries | Sequence[MetricSeries]],
+        grid: MetricGrid | None = None,
     ) -> tuple[dict[str, MetricColumn], dict[str, int], dict[str, int], np.ndarray]:
         grouped: dict[str, list[MetricSeries]] = {}
         for name, series in metrics.items():
@@ -230,6 +237,14 @@ class SnapshotBuilder:
         dups: dict[str, int] = {}
         unknown: dict[str, int] = {}
         newest = np.full(g, np.nan)
+        placed = None
+        if grid is not None:
+            names = [canonical_name(n) for n in grid.names]
+            if len(set(names)) == len(names) and not set(names) & set(grouped):
+                placed = place(grid, rows.row_to_gpu(), g)
+            if placed is None:  # the general path decides (module doc of metric_grid)
+                for name, one in grid.series().items():
+                    grouped.setdefault(canonical_name(name), []).append(one)
         for name, parts in grouped.items():
             if not parts:
                 continue
@@ -254,6 +269,19 @@ class SnapshotBuilder:
                 span = _scatter(g, at, spans[keep])
             columns[name] = MetricColumn(value, stamp, increase, window, span)
             np.fmax(newest, stamp, out=newest)
+        if grid is not None and placed is not None:
+            for f in np.flatnonzero(grid.given).tolist():
+                name = canonical_name(grid.names[f])
+                counted = bool(grid.has_increase[f])
+                stamp = readonly(placed.timestamp[f])
+                columns[name] = MetricColumn(
+                    readonly(placed.value[f]), stamp,
+                    readonly(placed.increase[f]) if counted else None, float(grid.window[f]),
+                    readonly(placed.span[f]) if counted and grid.has_span[f] else None,
+                )  # fmt: skip
+                if placed.unknown[f]:
+                    unknown[name] = int(placed.unknown[f])
+                np.fmax(newest, stamp, out=newest)
         if self.fill_catalog:
             nan = readonly(np.full(g, np.nan))
             for spec in METRICS:

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import FleetSnapshot, FloatArray, Node, Pod
 from observer.prometheus.assemble import interval_from
 from observer.prometheus.parse import exporter_up, pod_nodes
-from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings, counter_families
+from observer.prometheus.plan import PromSettings, counter_families
 from observer.prometheus.replay.chunk_grids import (
     Identity,
     PodSteps,
@@ -32,8 +31,9 @@ from observer.prometheus.replay.chunk_grids import (
 )
 from observer.prometheus.replay.matrix import RawBlock
 from observer.prometheus.replay.step_grid import IndexGrid
+from observer.prometheus.replay.step_metrics import StepMetrics
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
-from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, PodSeries
 from observer.snapshot.kube_records import records_from_series
 
 COUNTERS = frozenset(counter_families())
@@ -68,6 +68,8 @@ class Chunk:
     sparse_ok: bool
     problems: Sequence[str]
     interval: float | None
+    metrics: StepMetrics
+    """The metric answers of every step (from values, increases, spans and xid)."""
 
 
 @dataclass(slots=True)
@@ -133,9 +135,7 @@ def build_step(
     key_row = np.full(len(ident.keys), -1, dtype=np.int64)
     key_row[van_keys] = n_cur + np.arange(van_keys.shape[0])
     key_row[ident.row_key[cur_rows]] = np.arange(n_cur)
-    stamp = ident.key_stamp[:, k]
-    current = ~np.isnan(stamp)
-    metrics = _metrics(c, k, s, key_row, stamp, current)
+    grid = c.metrics.at(k, key_row)
     nodes, pods = _kube(c, k, s, cache)
     made_from = cache.known_from
     if made_from[0] is not cache.gpus or made_from[1] is not cache.key:  # hosts or nodes moved
@@ -162,66 +162,9 @@ def build_step(
         degraded_reason="; ".join(c.problems),
     )
     return builder.build_with_report(
-        t, gpus, metrics, nodes=nodes, pods=pods, steps=_pod_series(c.steps, k, t),
-        exporters=exporters,
+        t, gpus, {}, nodes=nodes, pods=pods, steps=_pod_series(c.steps, k, t),
+        exporters=exporters, grid=grid,
     )  # fmt: skip
-
-
-def _series(
-    value: FloatArray, pick: np.ndarray, key_row: np.ndarray, stamp: FloatArray,
-    increase: FloatArray | None = None, window: float = 0.0, span: FloatArray | None = None,
-) -> MetricSeries:  # fmt: skip
-    sel = pick & (key_row >= 0)
-    return MetricSeries(
-        value[sel], stamp[sel], row=key_row[sel],
-        increase=None if increase is None else increase[sel], window_seconds=window,
-        span=None if span is None else span[sel],
-    )  # fmt: skip
-
-
-def _metrics(
-    c: Chunk, k: int, s: PromSettings, key_row: np.ndarray, stamp: FloatArray, current: np.ndarray
-) -> dict[str, MetricSeries]:
-    out: dict[str, MetricSeries] = {}
-    for fam, grid in c.values.items():
-        col = grid[:, k]
-        has = ~np.isnan(col)
-        if fam in COUNTERS:
-            continue
-        if has.any():
-            out[fam] = _series(col, has, key_row, stamp)
-    for fam in COUNTERS:
-        if fam in c.missing:
-            continue
-        grid_v = c.values.get(fam)
-        col = grid_v[:, k] if grid_v is not None else np.full(len(stamp), np.nan)
-        has = ~np.isnan(col)
-        value_given = bool(has.any())
-        if fam in SPARSE_COUNTERS and fam in c.present and c.sparse_ok:
-            col = np.where(current & ~has, 0.0, col)
-            has = has | current
-            value_given = True
-        grid_i = c.increases.get(fam)
-        inc = grid_i[:, k] if grid_i is not None else np.full(len(stamp), np.nan)
-        grid_s = c.spans.get(fam)
-        span = grid_s[:, k] if grid_s is not None else None
-        has_inc = ~np.isnan(inc)
-        inc_given = bool(has_inc.any())
-        if value_given and inc_given:
-            out[fam] = _series(col, has, key_row, stamp, inc, s.window, span)
-        elif value_given:
-            out[fam] = _series(col, has, key_row, stamp)
-        elif inc_given:
-            out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window,
-                               span)  # fmt: skip
-    for name, grid in (c.xid or {}).items():
-        col = grid[:, k]
-        if name == XID_COUNT_METRIC:  # dcgm-exporter's zero series may be absent: 0, not NaN
-            col = np.where(current & np.isnan(col), 0.0, col)
-        elif bool(np.isnan(col).all()):
-            continue  # a code no GPU counts at this step has no column (as an instant cycle)
-        out[name] = _series(col, ~np.isnan(col), key_row, stamp)
-    return out
 
 
 def _pod_series(steps: PodSteps | None, k: int, t: float) -> PodSeries | None:

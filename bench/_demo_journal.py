@@ -55,6 +55,9 @@ def _approve_waiting(store_url: str, cluster: str, policy: Path, now: float) -> 
 
 
 _HEX = re.compile(r"\b[0-9a-f]{8,}\b")
+_PORT = re.compile(r"127\.0\.0\.1:\d+")
+_POD_SUFFIX = re.compile(r"-[bcdfghjklmnpqrstvwxz2-9]{5}\b")
+"""The random suffix Kubernetes (and the simulated ReplicaSet) gives a recreated pod."""
 
 
 def _rel(t: float | None) -> float | None:
@@ -62,8 +65,8 @@ def _rel(t: float | None) -> float | None:
 
 
 def _text(s: str) -> str:
-    """Ids and absolute timestamps out of a message: they differ run to run."""
-    return _HEX.sub("<id>", s)
+    """Ids, ports and recreated pods' random suffixes out of a message: they differ run to run."""
+    return _POD_SUFFIX.sub("-<rnd>", _PORT.sub("<sim>", _HEX.sub("<id>", s)))
 
 
 def dump(store_url: str, cluster: str) -> dict[str, Any]:

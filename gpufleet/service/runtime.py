@@ -229,13 +229,18 @@ class Service:
             self._inflight -= 1
 
     def _cycle(self) -> None:
+        self.cycle_now()
+
+    def cycle_now(self) -> CycleReport | None:
+        """One cycle, as the scheduler runs it each interval: the leader collects, detects and
+        decides; a standby only observes. The leader's report (None otherwise, or on failure)."""
         if not self._enter():
             if not self.halt.is_set():
                 self._observe()
-            return
+            return None
         if not self.warm_up():
             self._leave()
-            return
+            return None
         try:
             with self.t.span("cycle") as span, self.ctx.lock:
                 report = self.p.live.run_once(self.p.clock())
@@ -245,10 +250,16 @@ class Service:
             self.p.on_report(report)
             if self.p.alerts is not None:
                 self.p.alerts.on_cycle(report, report.now)
+            return report
         except Exception as exc:
             self.outages.exception("cycle", exc)
+            return None
         finally:
             self._leave()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the background executor's pending pass (True: idle)."""
+        return self.p.loop.settle(timeout)
 
     def _observe(self) -> None:
         """A standby's cycle: collect and detect without acting, so the detectors' history
@@ -387,13 +398,19 @@ class Service:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> Service:
-        self.http.start()
+    def lead(self) -> Service:
+        """Take leadership as a process without election does at start: the HTTP server and
+        the scheduler stay off (tests and scripts then run `cycle_now()` on their own clock)."""
         if self.p.elector is not None:
             self.p.elector.on_change = self._leadership
             self.p.elector.start()
         else:
             self._leadership(True)
+        return self
+
+    def start(self) -> Service:
+        self.http.start()
+        self.lead()
         self.scheduler.start(self.p.first_cycle_in)
         return self
 

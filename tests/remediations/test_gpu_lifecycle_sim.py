@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.context import JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose

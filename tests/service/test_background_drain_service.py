@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
 from gpufleet.service.runtime import Service

@@ -12,7 +12,7 @@ import yaml
 from sqlalchemy import inspect
 
 from gpufleet.cli import main
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.cluster_claim import CLUSTER_IDENTITY, recorded
 from observer.scrape.collector import ScrapeSettings

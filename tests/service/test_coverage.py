@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import FindingKind, Severity
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.sources import source_settings
 from observer.kube.collector import KubeCollector, KubeSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from errors import TemporaryError
-from gpufleet.commands.run import _sleeper
+from gpufleet.service.assembly import _sleeper
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service

@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gpufleet.commands.run import build
+from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL

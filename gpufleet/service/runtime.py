@@ -21,7 +21,7 @@ from typing import Any
 from alerts import AlertsRuntime
 from gpufleet.live_cycle import CycleReport, LiveCycle
 from gpufleet.service.config import ScheduleEntry, ServiceConfig
-from gpufleet.service.context import JobContext, JobOutcome
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.http import HealthServer
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.leader import LeaderElector
@@ -33,6 +33,7 @@ from remediations.actuator_api import NodeJobs
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle, TakeOver
 from remediations.incidents import Change, IncidentChange
+from remediations.scheduled.context import JobOutcome
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
@@ -76,7 +77,7 @@ class Service:
         self.cfg = parts.cfg
         self.t = parts.telemetry
         self.halt = parts.halt
-        self.ctx = JobContext(
+        self.ctx = ServiceJobContext(
             parts.loop,
             parts.clock,
             parts.diagnostics,

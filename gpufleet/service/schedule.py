@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from gpufleet.service.config import ScheduleEntry
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS
+from remediations.scheduled.context import JobOutcome, JobRequest
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class JobStats:
 class ScheduledJobs:
     def __init__(
         self,
-        ctx: JobContext,
+        ctx: ServiceJobContext,
         runs: JobRuns,
         owner: str,
         *,

@@ -34,15 +34,15 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.context import JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from observer.scrape.exposition import parse_page
 from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import policy_from_dict
+from remediations.scheduled.context import JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from remediations.store import AuditRecord, Store
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions

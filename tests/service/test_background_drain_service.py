@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store

@@ -12,8 +12,8 @@ import yaml
 from sqlalchemy import inspect
 
 from gpufleet.cli import main
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.cluster_claim import CLUSTER_IDENTITY, recorded
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import load_policy

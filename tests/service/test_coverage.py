@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import FindingKind, Severity
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service
 from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS

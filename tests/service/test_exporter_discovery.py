@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.sources import source_settings
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.kube.exporters import DEFAULT_EXPORTER_SELECTORS, exporter_urls

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.config import ServiceConfig
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings

@@ -16,13 +16,13 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gpufleet.service.assembly import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import Policy
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL
 from simulator.serve import SimulationHandle, start_simulation

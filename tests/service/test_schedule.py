@@ -12,13 +12,14 @@ from pydantic import BaseModel
 from sqlalchemy import inspect
 
 from gpufleet.service.config import ScheduleEntry
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.job_runs import JOB_RUNS, JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
 from remediations.store import Store
 from tests.remediations.fake_cluster import FakeCluster
 
@@ -57,7 +58,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _jobs(store: Store, wall: list[float], owner: str = "a") -> ScheduledJobs:
     loop = RemediationCycle(load_policy(), store, _Cluster({"p": 2}), owner, started_at=T0)
-    ctx = JobContext(loop, clock=lambda: wall[0])
+    ctx = ServiceJobContext(loop, clock=lambda: wall[0])
     return ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), owner, wall=lambda: wall[0])
 
 

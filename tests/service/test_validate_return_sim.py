@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
-from gpufleet.service.jobs.gated import execute, plan_for, propose
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.playbooks.fence import fence_rule_name
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from remediations.scheduled.gated import execute, plan_for, propose
 from remediations.store import ActionRecord
 from remediations.types import ActionState, IncidentId
 from remediations.validation import record_diagnosis

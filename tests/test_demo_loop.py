@@ -23,6 +23,9 @@ from detectors.base import Detector, DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
+from gpufleet.cli import build_parser
+from gpufleet.commands.run import run as run_cli
+from gpufleet.commands.run import run_embedded
 from gpufleet.demo.embedded import Embedded, EmbeddedOptions, assemble
 from gpufleet.demo.files import DemoFiles
 from gpufleet.demo.log import DemoLog
@@ -330,3 +333,17 @@ def test_demo_command_reports_a_finding_and_stops_on_sigterm(tmp_path: Path) -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_demo_is_run_embedded_with_the_same_flags() -> None:
+    """`gpufleet demo` is a name for `gpufleet run --embedded`: every flag means the same."""
+    flags = ["--speed", "5", "--shadow", "--no-prometheus", "--workdir", "w", "--warmup", "30",
+             "--metrics-port", "0", "--k8s-port", "0", "--dashboard-port", "-1", "--no-loop",
+             "--identity", "me", "--config", "c.yaml", "--policy", "p.yaml",
+             "--scenario", "s"]  # fmt: skip
+    parser = build_parser()
+    demo = vars(parser.parse_args(["demo", *flags]))
+    run = vars(parser.parse_args(["run", "--embedded", *flags]))
+    assert demo.pop("func") is run_embedded and demo.pop("command") == "demo"
+    assert run.pop("func") is run_cli and run.pop("command") == "run"
+    assert demo == run

@@ -23,9 +23,6 @@ from typing import Any
 
 from dashboards.settings import DashboardConfig, DashboardSettings
 from detectors.findings import Finding, FindingKind, Severity
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import DiagnoseParams, run_diagnose
-from gpufleet.service.jobs.diagnose_targets import DIAG_GPU_LABEL
 from harness.benchmark_fleet import Fleet
 from harness.fake_cluster import FakeCluster
 from metering import Meter
@@ -36,6 +33,9 @@ from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.policy import Policy, load_policy, policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import DiagnoseParams, run_diagnose
+from remediations.scheduled.diagnose_targets import DIAG_GPU_LABEL
 from remediations.store import IncidentRecord, Store
 from remediations.types import ACTION_ANNOTATION, Actuation, IncidentId, IncidentStatus, Intent
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
 from harness.k8s_sim import small_scenario
 from harness.live_policy import live_policy

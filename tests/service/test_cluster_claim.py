@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gpufleet.cli import main
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.cluster_claim import recorded
 from harness.k8s_sim import running_sim
 from observer.scrape.collector import ScrapeSettings

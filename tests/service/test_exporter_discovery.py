@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.sources import source_settings
 from harness.k8s_sim import small_scenario
 from observer.kube.collector import KubeCollector, KubeSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from errors import TemporaryError
-from gpufleet.commands.run import _sleeper
+from gpufleet.service.assembly import _sleeper
 from harness.fake_cluster import FakeCluster
 from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
 from gpufleet.service.service_config import ServiceConfig
 from harness.k8s_sim import small_scenario

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
@@ -19,6 +19,7 @@ from harness.fake_cluster import FakeCluster
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
 from remediations.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a Thursday
@@ -56,7 +57,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _jobs(store: Store, wall: list[float], owner: str = "a") -> ScheduledJobs:
     loop = RemediationCycle(load_policy(), store, _Cluster({"p": 2}), owner, started_at=T0)
-    ctx = JobContext(loop, clock=lambda: wall[0])
+    ctx = ServiceJobContext(loop, clock=lambda: wall[0])
     return ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), owner, wall=lambda: wall[0])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from detectors.peer_spread import group_median_mad, groups_median_mad
-from detectors.signals import group_median
+from detectors.signals import PADDED_UP_TO, group_median
 from observer.fleet.model import NO_INDEX
 
 
@@ -58,3 +58,20 @@ def test_several_gauges_at_once_equal_one_at_a_time() -> None:
             want_med, want_mad = group_median_mad(vals[k], g, groups + 1)
             assert np.array_equal(med[k], want_med, equal_nan=True)
             assert np.array_equal(mad[k], want_mad, equal_nan=True)
+
+
+def test_group_median_equals_numpy_per_group_at_every_size() -> None:
+    """Groups sorted as padded rows (up to PADDED_UP_TO) and one by one (larger), NaN skipped,
+    empty groups NaN, rows outside any group ignored."""
+    rng = np.random.default_rng(27)
+    for _ in range(40):
+        groups = int(rng.integers(1, 6))
+        sizes = rng.choice([0, 1, 2, 8, 9, 100, PADDED_UP_TO, PADDED_UP_TO + 1, 9_000], groups)
+        g = rng.permutation(np.repeat(np.arange(groups, dtype=np.int32), sizes))
+        g[rng.random(g.size) < 0.02] = NO_INDEX
+        v = np.round(rng.normal(size=g.size) * 50, int(rng.integers(0, 3)))
+        v[rng.random(g.size) < 0.1] = np.nan
+        got = group_median(v, g, groups)
+        for k in range(groups):
+            mine = v[(g == k) & ~np.isnan(v)]
+            assert np.array_equal(got[k], np.median(mine) if mine.size else np.nan, equal_nan=True)

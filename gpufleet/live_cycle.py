@@ -333,7 +333,7 @@ class LiveCycle:
         if self.looked_noted or self.remediation is None:
             return
         try:
-            self.remediation.engine.first_look(self.first_look, self.remediation.runner.owner)
+            self.remediation.journal.first_look(self.first_look, self.remediation.executor.owner)
             self.looked_noted = True
         except Exception as exc:
             self.outages.exception("noting the first look in the journal", exc)
@@ -358,13 +358,13 @@ class LiveCycle:
         """Open incidents and actions awaiting approval (0, 0 without remediation)."""
         if self.remediation is None:
             return 0, 0
-        engine = self.remediation.engine
+        journal = self.remediation.journal
         try:
-            waiting = engine.store.actions([ActionState.AWAITING_APPROVAL])
+            waiting = journal.store.actions([ActionState.AWAITING_APPROVAL])
         except Exception as exc:
             self.outages.exception("reading the journal", exc)
             waiting = []
-        return len(engine.open_incident_ids()), len(waiting)
+        return len(journal.open_incident_ids()), len(waiting)
 
     def _episodes(
         self, now: float, findings: tuple[Finding, ...]
@@ -387,7 +387,7 @@ class LiveCycle:
         if self.remediation is None or self.audit_cursor is None:
             return ()
         try:
-            rows = self.remediation.engine.store.audit_log(after_id=self.audit_cursor)
+            rows = self.remediation.journal.store.audit_log(after_id=self.audit_cursor)
         except Exception as exc:
             self.outages.exception("reading the audit log", exc)
             return ()

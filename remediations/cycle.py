@@ -59,7 +59,7 @@ class RemediationCycle:
         dry_run: bool = False,
         may_act: Callable[[], bool] | None = None,
     ) -> None:
-        """`clock`: the journal's clock (`now` comes from it); the runner reads it to renew its
+        """`clock`: the journal's clock (`now` comes from it); the executor reads it to renew its
         lease during a long step, and the background executor to stamp its passes (required
         with `background=True`). `idle_wait`: wall seconds between unprompted executor passes.
         `shadow`: every rule in shadow whatever the policy says (`dry_run` is its deprecated
@@ -68,11 +68,11 @@ class RemediationCycle:
         self.actuator = actuator
         self._judged: set[str] = set()
         """Actions whose need a scheduled job judged itself (see `judged_by_job`)."""
-        self.engine = DecisionJournal(
+        self.journal = DecisionJournal(
             policy, store, started_at=started_at, shadow=shadow or dry_run
         )
-        self.runner = Executor(
-            policy, store, actuator, owner, open_incidents=self.engine.open_incident_ids,
+        self.executor = Executor(
+            policy, store, actuator, owner, open_incidents=self.journal.open_incident_ids,
             clock=clock,
         )  # fmt: skip
         self.worker: ExecutorThread | None = None
@@ -80,7 +80,7 @@ class RemediationCycle:
             if clock is None:
                 raise ValueError("a background executor needs the journal's clock")
             self.worker = ExecutorThread(
-                self.runner,
+                self.executor,
                 actuator.cluster_view,
                 clock,
                 fresh=self.still_needed,
@@ -91,14 +91,14 @@ class RemediationCycle:
     def gate(self, may_act: Callable[[], bool]) -> None:
         """Set what the background executor asks before each pass (no effect inline), and what
         a long step asks at each keep-alive (False ends the step, the action parked)."""
-        self.runner.may_continue = may_act
+        self.executor.may_continue = may_act
         if self.worker is not None:
             self.worker.may_act = may_act
 
     def take_over_claims(self, now: float, why: str) -> list[ActionRecord]:
         """End the claims the previous leader held and wake the executor, so its unfinished
         actions resume now (resuming reads only the journal: no incident state is needed)."""
-        claims = self.runner.take_over_claims(now, why)
+        claims = self.executor.take_over_claims(now, why)
         if claims and self.worker is not None:
             self.worker.start().wake()  # resume now, not after the first cycle as leader
         return claims
@@ -108,7 +108,7 @@ class RemediationCycle:
         claims the previous leader held, so its unfinished actions resume at once, and read the
         open incidents from the journal again (adopting duplicates earlier failovers left)."""
         claims = self.take_over_claims(now, why)
-        ended = self.engine.reload(now, self.runner.owner)
+        ended = self.journal.reload(now, self.executor.owner)
         return TakeOver(tuple(ended), tuple(claims))
 
     def on_acted(self, report: Callable[[list[ActionRecord]], None]) -> None:
@@ -126,18 +126,18 @@ class RemediationCycle:
     def still_needed(self, action: ActionRecord) -> str | None:
         """The executor's freshness check: the journal's (its incident still open in the
         latest cycle's data), except for actions a scheduled job judged itself."""
-        return None if action.id in self._judged else self.engine.still_needed(action)
+        return None if action.id in self._judged else self.journal.still_needed(action)
 
     def act(self, now: float, view: ClusterView | None = None) -> list[ActionRecord]:
         """Carry out what the journal says is approved or interrupted: wake the background
         executor (returns at once, nothing touched) or run the executor inline. Nothing when
         no decision can reach Kubernetes (every rule in shadow)."""
-        if not self.engine.may_write:
+        if not self.journal.may_write:
             return []
         if self.worker is not None:
             self.worker.start().wake()
             return []
-        return self.runner.run(
+        return self.executor.run(
             view or self.actuator.cluster_view(now), now, fresh=self.still_needed
         )
 
@@ -147,10 +147,10 @@ class RemediationCycle:
         """Decide on this cycle's findings, then start/resume what is approved and allowed
         (in the background executor when there is one: then nothing is returned as touched).
         Shadow decisions are journaled as what would be done; when no rule is live (or shadow
-        is forced) the runner does not run at all, so nothing is written to Kubernetes."""
+        is forced) the executor does not run at all, so nothing is written to Kubernetes."""
         seen = view or self.actuator.cluster_view(now)
-        result = self.engine.cycle(findings, seen, now)
-        reconcile(self.engine.store, seen, now)  # every hold has an owner, or is reported
+        result = self.journal.cycle(findings, seen, now)
+        reconcile(self.journal.store, seen, now)  # every hold has an owner, or is reported
         return result, self.act(now)
 
     def settle(self, timeout: float = 10.0) -> bool:
@@ -161,7 +161,3 @@ class RemediationCycle:
         """Stop the background executor after its current pass; False if it is still busy
         after `timeout`."""
         return self.worker.stop(timeout) if self.worker is not None else True
-
-
-RemediationLoop = RemediationCycle
-"""Deprecated name of `RemediationCycle` (kept for callers outside gpufleet)."""

@@ -2,8 +2,8 @@
 
 `DecisionJournal.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
 and journals incidents, decisions and the breaker, each before anything can act on it. Execution
-is the runner's job (`remediations.executor`); approvals come from people through `approve` and
-`reject`. `ShadowReplay` is the same engine on an in-memory journal, for backtests.
+is the executor's job (`remediations.executor`); approvals come from people through `approve` and
+`reject`. `ShadowReplay` is the same journal on an in-memory journal, for backtests.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def summarize(
     cluster: str = "",
     now: float | None = None,
 ) -> JournalSummary:
-    """The journal as `decide` and the runner's gates need it.
+    """The journal as `decide` and the executor's gates need it.
 
     A shadow action counts as its live twin would: one that would have executed as done (rate,
     cooldown, attempts, and its nodes held while its incident is open, so the shadow journal
@@ -267,13 +267,8 @@ class DecisionJournal:
 
     @property
     def may_write(self) -> bool:
-        """Whether any decision of this engine can reach Kubernetes."""
+        """Whether any decision of this journal can reach Kubernetes."""
         return not self.force_shadow and self.policy.live_anywhere
-
-    @property
-    def dry_run(self) -> bool:
-        """Deprecated (use `shadow_for(None)`): whether an action no rule decided is shadow."""
-        return self.shadow_for(None)
 
     def cycle(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
@@ -332,7 +327,7 @@ class DecisionJournal:
                 )
 
     def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
-        """Journal a cycle's decisions in one transaction (before the runner can act)."""
+        """Journal a cycle's decisions in one transaction (before the executor can act)."""
         news: list[NewAction] = []
         denials: list[dict[str, object]] = []
         for d in decisions:
@@ -510,7 +505,7 @@ class DecisionJournal:
         return {str(t.incident_id) for t in self.memory.tracker.open()}
 
     def still_needed(self, action: ActionRecord) -> str | None:
-        """The runner's default freshness check: the action's incident must still be open in
+        """The executor's default freshness check: the action's incident must still be open in
         the latest cycle's data (call `cycle` with current findings right before `run`)."""
         if action.incident_id in self.open_incident_ids():
             return None
@@ -600,9 +595,9 @@ class _ReplayStore(Store):
         super().set_paused(paused, actor, reason, now)
 
 
-class _ReplayEngine(DecisionJournal):
-    """The engine as a replay runs it: no person approves or rejects during a replay, so new
-    deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
+class _ReplayJournal(DecisionJournal):
+    """The journal as a replay runs it: no person approves or rejects during a replay, so new
+    deadlines come only from the journal's own proposals, and `expire` needs to ask the journal
     only once the earliest of them has passed (the same answers, one query less per cycle)."""
 
     next_deadline = -math.inf
@@ -632,7 +627,7 @@ class ShadowReplay:
 
     def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
         self.store = _ReplayStore.open("sqlite://", cluster="backtest")
-        self.engine = _ReplayEngine(
+        self.journal = _ReplayJournal(
             policy or load_policy(), self.store, started_at=started_at, shadow=True
         )
         self.decisions: list[ActionDecision] = []
@@ -640,9 +635,9 @@ class ShadowReplay:
     def step(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
     ) -> list[ActionDecision]:
-        result = self.engine.cycle(findings, view, now)
+        result = self.journal.cycle(findings, view, now)
         if result.decisions:
-            self.engine.refresh_deadline()
+            self.journal.refresh_deadline()
         self.decisions.extend(result.decisions)
         return result.decisions
 
@@ -661,30 +656,23 @@ def replay_episodes(
     last `last_seen`, every episode active then is presented as seen at that step."""
     if not findings:
         return []
-    engine = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
+    replay = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
     t = min(f.first_seen for f in findings)
     end = max(f.last_seen for f in findings)
-    tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
+    tail = (replay.journal.policy.hysteresis.resolve_after + 1) * step
     try:
         while t <= end + tail:
             active = [replace(f, last_seen=t) for f in findings if f.first_seen <= t <= f.last_seen]
-            engine.step(active, view, t)
+            replay.step(active, view, t)
             t += step
-        return engine.decisions
+        return replay.decisions
     finally:
-        engine.close()
+        replay.close()
 
-
-RemediationEngine = DecisionJournal
-"""Deprecated name of `DecisionJournal` (alerts/, dashboards/ and their tests still use it)."""
-DryRunEngine = ShadowReplay
-"""Deprecated name of `ShadowReplay` (backtesting/backtest.py still uses it)."""
 
 __all__ = [
     "Change",
     "DecisionJournal",
-    "DryRunEngine",
-    "RemediationEngine",
     "ShadowReplay",
     "replay_episodes",
     "summarize",

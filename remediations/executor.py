@@ -1,6 +1,6 @@
 """Carrying out approved actions through the actuator, crash-safely and exactly once.
 
-For each approved action the runner re-checks the gates against the current view (pause, breaker,
+For each approved action the executor re-checks the gates against the current view (pause, breaker,
 window, blast radius, rate, protection, ownership, and for a return to service the journal's
 diagnostic verdict: `remediations.validation`) and the caller's freshness check, claims it
 (`approved -> executing`, version-checked, with a lease), then for each plan step:
@@ -10,13 +10,13 @@ diagnostic verdict: `remediations.validation`) and the caller's freshness check,
 2. applies it (idempotent, with UID preconditions);
 3. journals `progress = step + 1`.
 
-Killed anywhere (kill -9), a restarted runner with the same owner (or any runner after the lease)
-resumes at `progress` with the pinned intent, so each write takes effect exactly once. Then it
-verifies, and on failure runs the playbook's rollback steps the same way.
+Killed anywhere (kill -9), a restarted executor with the same owner (or any executor after the
+lease) resumes at `progress` with the pinned intent, so each write takes effect exactly once.
+Then it verifies, and on failure runs the playbook's rollback steps the same way.
 
 While a step runs long (a drain waiting on PodDisruptionBudgets, up to its timeout) the actuator
-calls back at each back-off and the runner renews its lease on the action (`clock` time), so no
-runner in another process resumes it mid-drain; within this process, an action being carried
+calls back at each back-off and the executor renews its lease on the action (`clock` time), so no
+executor in another process resumes it mid-drain; within this process, an action being carried
 out is never resumed by a second pass (a scheduled job's, or the background executor's).
 """
 
@@ -63,16 +63,16 @@ def plan_of(a: ActionRecord) -> Plan:
 
 
 class _Claim:
-    """The runner's hold on one action while a step runs: each `renew` extends the lease."""
+    """The executor's hold on one action while a step runs: each `renew` extends the lease."""
 
-    def __init__(self, runner: Executor, action: ActionRecord, now: float) -> None:
-        self.runner = runner
+    def __init__(self, executor: Executor, action: ActionRecord, now: float) -> None:
+        self.executor = executor
         self.action = action
         self.now = now
         self.began = time.monotonic()
 
     def renew(self) -> None:
-        r = self.runner
+        r = self.executor
         t = r.clock() if r.clock is not None else self.now + time.monotonic() - self.began
         if not r.may_continue():
             raise TemporaryError(
@@ -152,7 +152,7 @@ class Executor:
                     self._busy.discard(action_id)
 
     def carrying(self) -> frozenset[str]:
-        """Ids of the actions this runner is carrying out right now (any thread)."""
+        """Ids of the actions this executor is carrying out right now (any thread)."""
         with self._busy_lock:
             return frozenset(self._busy)
 
@@ -206,7 +206,7 @@ class Executor:
 
     def _shadow(self, a: ActionRecord) -> bool:
         """Whether the action's rule (or, for an action no rule decided, the policy) is in
-        shadow under the current policy: then the runner never writes for it."""
+        shadow under the current policy: then the executor never writes for it."""
         rule = self.policy.rule_named(a.rule)
         return a.dry_run or self.policy.actuation_of(rule) is Actuation.SHADOW
 
@@ -487,7 +487,4 @@ class Executor:
         )
 
 
-Runner = Executor
-"""Deprecated name of `Executor` (dashboards' test seed still uses it)."""
-
-__all__ = ["Executor", "FreshnessCheck", "Intent", "Runner", "plan_of"]
+__all__ = ["Executor", "FreshnessCheck", "Intent", "plan_of"]

@@ -179,7 +179,7 @@ def build(
     )
     closers.append(actuator.close)
     cache = SnapshotCache()
-    loop = RemediationCycle(
+    cycle = RemediationCycle(
         policy,
         store,
         CachedActuator(actuator, cache, telemetry),
@@ -191,11 +191,11 @@ def build(
         idle_wait=max(0.2, min(5.0, interval)),
     )
     suite, grace = detector_suite(cfg, source_name)
-    alerts = _alerts(cfg, store, loop, clock, source_name, closers, telemetry)
+    alerts = _alerts(cfg, store, cycle, clock, source_name, closers, telemetry)
     live = LiveCycle(
         cache.wrap(collect),
         traced_suite(suite, telemetry),
-        loop,
+        cycle,
         meter=Meter(store, cfg.metering),
         extra_findings=alerts.intake_findings if alerts is not None else None,
         grace_cycles=grace,
@@ -215,7 +215,7 @@ def build(
         cfg=svc,
         store=store,
         live=live,
-        loop=loop,
+        cycle=cycle,
         clock=clock,
         interval=interval,
         identity=identity,
@@ -245,7 +245,7 @@ def _claim_cluster(store: Store, kubeconfig: str | None, identity: str) -> None:
 def _alerts(
     cfg: GpufleetConfig,
     store: Store,
-    loop: RemediationCycle,
+    cycle: RemediationCycle,
     clock: Callable[[], float],
     source_name: str,
     closers: list[Callable[[], None]],
@@ -258,7 +258,7 @@ def _alerts(
         return None
     source = Path(source_name)
     acfg = cfg.alerts.relative_to(source if source.is_file() else None)
-    rt = AlertsRuntime(acfg, store, loop.engine, clock=clock, started_at=loop.engine.started_at)
+    rt = AlertsRuntime(acfg, store, cycle.journal, clock=clock, started_at=cycle.journal.started_at)
     if acfg.http.enabled:
         server = rt.serve(on_refused=telemetry.refused)
         closers.append(server.close)

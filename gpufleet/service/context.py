@@ -1,4 +1,4 @@
-"""What a scheduled job is handed: the journal, the live remediation loop, the cluster, clocks.
+"""What a scheduled job is handed: the journal, the live remediation cycle, the cluster, clocks.
 
 Jobs act only through the remediation engine's public parts (its policy gates, the journal, the
 runner that executes approved actions through the one actuator) and through adapters for the
@@ -44,7 +44,7 @@ class JobOutcome:
 
 @dataclass
 class JobContext:
-    loop: RemediationCycle
+    cycle: RemediationCycle
     clock: Callable[[], float]
     """The service clock (journal times)."""
     diagnostics: NodeJobs | None = None

@@ -49,7 +49,7 @@ class ServiceParts:
     cfg: ServiceConfig
     store: Store
     live: LiveCycle
-    loop: RemediationCycle
+    cycle: RemediationCycle
     clock: Callable[[], float]
     """Cycle and journal time (the scenario clock in the embedded demo)."""
     interval: float
@@ -77,7 +77,7 @@ class Service:
         self.t = parts.telemetry
         self.halt = parts.halt
         self.ctx = JobContext(
-            parts.loop,
+            parts.cycle,
             parts.clock,
             parts.diagnostics,
             sleep=self.halt.wait,
@@ -120,8 +120,8 @@ class Service:
         self._seen_findings: set[tuple[str, str]] = set()
         self.outages = parts.live.outages
         """One line per failing dependency per minute (shared with the live cycle)."""
-        if parts.loop.worker is not None:  # and with the executor: one line in total
-            parts.loop.worker.outages = self.outages
+        if parts.cycle.worker is not None:  # and with the executor: one line in total
+            parts.cycle.worker.outages = self.outages
         self._warm = False
         """The journal's incidents and claims were read for the current leadership term."""
         self._claims_taken = False
@@ -129,8 +129,8 @@ class Service:
         self.t.leader.set(0)
         # The background executor (if any) acts between cycles only while this process leads
         # and is not stopping, like every other write.
-        parts.loop.gate(self.may_act)
-        parts.loop.on_acted(self._acted)
+        parts.cycle.gate(self.may_act)
+        parts.cycle.on_acted(self._acted)
 
     def _gpu_holders(self) -> Mapping[str, str] | None:
         """GPU UUID -> pod from the latest cycle's snapshot (None before the first cycle)."""
@@ -175,7 +175,7 @@ class Service:
         duplicates). Retried before each cycle until it succeeds."""
         if not self._claims_taken and self.is_leader():
             try:
-                claims = self.p.loop.take_over_claims(
+                claims = self.p.cycle.take_over_claims(
                     self.p.clock(), "it no longer holds the leader Lease"
                 )
                 self._claims_taken = True
@@ -188,7 +188,7 @@ class Service:
                 return self._warm
             now = self.p.clock()
             try:
-                ended = self.p.loop.engine.reload(now, self.p.identity)
+                ended = self.p.cycle.journal.reload(now, self.p.identity)
             except Exception as exc:
                 self.outages.exception("reading the journal on becoming leader (retried)", exc)
                 return False
@@ -438,7 +438,7 @@ class Service:
         clean = done.wait(self.cfg.shutdown_timeout)
         # The background executor's pass ends once the actuator's back-off sees `halt`: the
         # action stays at its journaled step, parked below for the next leader.
-        clean = self.p.loop.close(max(0.1, until - time.monotonic())) and clean
+        clean = self.p.cycle.close(max(0.1, until - time.monotonic())) and clean
         with self._busy:
             inflight = self._inflight
         if clean and inflight == 0:

@@ -351,7 +351,7 @@ def test_live_loop_quarantines_then_drains_after_approval(
     }
     assert [a.playbook for a in touched] == ["quarantine"]
     drain = next(a for a in store.actions() if a.playbook == "drain")
-    loop.engine.approve(drain.id, "alice", T0 + 10)
+    loop.journal.approve(drain.id, "alice", T0 + 10)
     for i in range(1, 4):
         sim.advance(31)
         t = T0 + 31 * i

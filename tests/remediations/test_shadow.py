@@ -78,7 +78,7 @@ def test_fresh_install_writes_nothing_and_journals_what_it_would_do(
     assert any(m.startswith("shadow: would quarantine") for m in audit), audit
     assert not [r for r in store.audit_log() if r.kind == "k8s_write"]
     with pytest.raises(ValueError, match="shadow mode"):
-        loop.engine.approve(d.id, "alice", T0 + 200)
+        loop.journal.approve(d.id, "alice", T0 + 200)
 
 
 def test_actions_list_and_audit_say_shadow_would(

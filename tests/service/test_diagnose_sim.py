@@ -113,10 +113,10 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     assert any(t["key"] == QUARANTINE_TAINT for t in bad["spec"]["taints"])
 
     rules = {
-        a.playbook: a.state.value for a in loop.engine.store.actions() if a.rule == "schedule:diag"
+        a.playbook: a.state.value for a in loop.journal.store.actions() if a.rule == "schedule:diag"
     }
     assert rules == {"uncordon": "done", "mark_replacement": "done"}
-    log = loop.engine.store.audit_log()
+    log = loop.journal.store.audit_log()
     writes = [a.message for a in log if a.kind == "k8s_write" and "gpufleet-diag-" in a.message]
     assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
     verdicts = {a.target: a.detail["outcome"] for a in log if a.kind == "diagnostic"}

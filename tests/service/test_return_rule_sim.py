@@ -117,7 +117,7 @@ def _in_service(sim: Sim) -> bool:
 def _denials(loop: RemediationCycle) -> list[str]:
     return [
         reason
-        for r in loop.engine.store.audit_log()
+        for r in loop.journal.store.audit_log()
         if r.kind == "decision" and r.message.startswith(f"uncordon on node/{NODE}: deny")
         for reason in r.detail.get("reasons", [])
     ]
@@ -143,7 +143,7 @@ def test_a_passed_diagnostic_does_not_return_a_node_whose_gpu_fault_is_open(
     for _ in range(3):
         sim.advance(30)
         _cycle(loop, sim, [])
-    (inc,) = loop.engine.store.incidents_on(NODE)
+    (inc,) = loop.journal.store.incidents_on(NODE)
     assert inc.status is IncidentStatus.RESOLVED
     assert sim.cluster.clock() - inc.last_seen < QUIET
     _diagnose(loop, diag, sim)  # the passed verdict stands, but the signals are not quiet long
@@ -158,7 +158,7 @@ def test_a_late_approval_of_a_drain_for_a_returned_node_expires_and_writes_nothi
     sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
 ) -> None:
     loop, diag = parts
-    store = loop.engine.store
+    store = loop.journal.store
     first = sim.cluster.clock()
     _cycle(loop, sim, [_dbe(first, first)])
     sim.advance(120)
@@ -176,7 +176,7 @@ def test_a_late_approval_of_a_drain_for_a_returned_node_expires_and_writes_nothi
     sim.advance(60)
     _cycle(loop, sim, [_dbe(first, sim.cluster.clock())])  # the incident is still open
 
-    done = loop.engine.approve(drain.id, "bob", sim.cluster.clock())
+    done = loop.journal.approve(drain.id, "bob", sim.cluster.clock())
     loop.act(sim.cluster.clock())
     assert _in_service(sim), "a stale approval cordoned a node that was returned to service"
     assert done.state is ActionState.EXPIRED

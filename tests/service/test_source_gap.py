@@ -106,7 +106,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             "t.yaml",
         ),
         store,
-        loop.engine,
+        loop.journal,
         clock=clock,
     )
     live = LiveCycle(

@@ -79,7 +79,7 @@ def _propose(
 def _fence(loop: RemediationCycle, sim: Sim, uuid: str, fault: int = 1) -> None:
     action, why = _propose(loop, sim, "fence_gpu", uuid, fault)
     assert action is not None, why
-    assert loop.engine.store.get_action(action.id).state is ActionState.DONE  # type: ignore[union-attr]
+    assert loop.journal.store.get_action(action.id).state is ActionState.DONE  # type: ignore[union-attr]
 
 
 def _holders(sim: Sim) -> dict[str, str]:
@@ -138,11 +138,11 @@ def test_unfence_without_a_passed_diagnostic_is_refused_and_journaled(
     assert action is None
     assert any(w.startswith("validation:") and "no diagnostic has passed" in w for w in why), why
     assert fence_rule_name(GOOD) in _rules(loop)
-    (denial,) = [r for r in loop.engine.store.audit_log() if r.message.endswith(": deny")]
+    (denial,) = [r for r in loop.journal.store.audit_log() if r.message.endswith(": deny")]
     assert denial.target == f"gpu/{GOOD}" and denial.message.startswith("unfence_gpu")
     assert any("no diagnostic has passed" in r for r in denial.detail["reasons"])
     # a verdict from before the fence does not count either
-    store = loop.engine.store
+    store = loop.journal.store
     record_diagnosis(store, sim.cluster.clock() - 3600, f"gpu/{GOOD}", "passed", node=NODE)
     action, why = _propose(loop, sim, "unfence_gpu", GOOD)
     assert action is None and any("predates it" in w for w in why), why
@@ -176,10 +176,10 @@ def test_passing_gpu_returns_failing_gpu_is_marked_and_a_person_told(
     assert isinstance(act, KubeActuator)
     kept = act.device_taint_rule(fence_rule_name(BAD))
     assert kept is not None and kept.effect == "NoSchedule"
-    log = loop.engine.store.audit_log()
+    log = loop.journal.store.audit_log()
     told = [r for r in log if r.kind == "needs_person"]
     assert [r.target for r in told] == [f"gpu/{BAD}"] and "dcgmi diag -r 2 -i 5" in told[0].message
-    done = {a.playbook: a.state for a in loop.engine.store.actions() if a.rule == "schedule:diag"}
+    done = {a.playbook: a.state for a in loop.journal.store.actions() if a.rule == "schedule:diag"}
     assert done == {"unfence_gpu": ActionState.DONE, "mark_replacement": ActionState.DONE}
 
     # a re-run creates no Job and touches nothing: the marked GPU waits for a person
@@ -298,7 +298,7 @@ def test_a_policy_rule_that_unfences_is_stopped_by_the_executor(
                        "playbook": "unfence_gpu", "mode": "auto"}],
         }
     )  # fmt: skip
-    store = loop.engine.store
+    store = loop.journal.store
     eng = DecisionJournal(policy, store, started_at=now - 60)
     f = Finding(FindingKind.GPU_XID, Severity.CRITICAL, "XID 48", now, now, NODE, GOOD)
     eng.cycle([f], loop.actuator.cluster_view(now), now)
@@ -421,7 +421,7 @@ def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(
     out = run_diagnose(ctx, JobRequest("d", "diagnose_and_return", 0.0, p, 0.0, 0.0))
     assert repaired and out.details["outcomes"] == {}
     assert f"gpu/{GOOD}: passed ignored, changed meanwhile" in out.details["nodes"]
-    assert not [r for r in loop.engine.store.audit_log() if r.kind == "diagnostic"]
+    assert not [r for r in loop.journal.store.audit_log() if r.kind == "diagnostic"]
     assert fence_rule_name(GOOD) in _rules(loop)
     assert _diagnose(loop, diag, sim) == {f"gpu/{GOOD}": "passed"}  # a new Job, after the reset
     assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2

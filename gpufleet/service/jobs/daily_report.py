@@ -37,7 +37,7 @@ def run_daily_report(ctx: JobContext, req: JobRequest) -> JobOutcome:
     params = req.params
     assert isinstance(params, ReportParams)
     report = daily_job(
-        ctx.loop.engine.store,
+        ctx.cycle.journal.store,
         ctx.metering,
         now=req.now,
         tz=params.timezone,

@@ -7,8 +7,11 @@ what a long-running `gpufleet run` will run on its scheduler.
                                            every cycle, so none goes silent)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
-    RemediationCycle.tick(findings, now)   (incidents, decisions, journal; the actuator's writes
-                                           in the loop's background executor when it has one,
+    ClusterView.from_snapshot(snapshot)   (the cluster as this snapshot shows it: nodes, pods,
+                                           jobs, who holds which GPU; no second read of the API)
+    RemediationCycle.tick(findings, now, view)
+                                          (incidents, decisions, journal; the actuator's writes
+                                           in the cycle's background executor when it has one,
                                            so a drain waiting on a PDB never delays a cycle)
     Meter.record_cycle(snapshot, now)     (latest fleet state and GPU-hour rollups, if given)
     Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
@@ -42,8 +45,8 @@ from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.prometheus.collector import PrometheusCollector
 from observer.scrape.collector import ScrapeCollector
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
-from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
 from remediations.incidents import COVERAGE, HOLDS, IncidentChange
 from remediations.store import ActionRecord, AuditRecord
@@ -259,7 +262,8 @@ class LiveCycle:
         if self.remediation is not None and act:
             try:
                 with self.span("remediate"):
-                    outcome, acted = self.remediation.tick(findings, now)
+                    view = ClusterView.from_snapshot(snapshot)
+                    outcome, acted = self.remediation.tick(findings, now, view)
                 changes, decisions, touched = (
                     tuple(outcome.changes),
                     tuple(outcome.decisions),
@@ -412,7 +416,7 @@ class LiveCycle:
         decisions: tuple[ActionDecision, ...] = ()
         if self.remediation is not None and act:
             try:
-                outcome, _ = self.remediation.tick([gap], now, view_from_findings([gap]))
+                outcome, _ = self.remediation.tick([gap], now, ClusterView.from_findings([gap]))
                 changes, decisions = tuple(outcome.changes), tuple(outcome.decisions)
             except Exception as exc2:
                 self.outages.exception("remediation cycle", exc2)

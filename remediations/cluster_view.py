@@ -1,8 +1,9 @@
 """What the remediation engine knows about the cluster when it decides: nodes, pods, jobs.
 
-A compact, frozen view, built from the observer's FleetSnapshot (`from_snapshot`) or by the
-actuator from the live API (`ClusterReader`), so that gates and playbooks plan against data handed
-to them and never fetch it themselves.
+A compact, frozen index over the observer's FleetSnapshot (`from_snapshot`: what the live cycle
+hands `RemediationCycle.tick`), or over findings alone when there is no cluster data
+(`from_findings`), so that gates and playbooks plan against data handed to them and never fetch it
+themselves. `ClusterReader` is the live reads a playbook's verification makes at write time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from detectors.findings import Finding
 from observer.fleet.model import NO_INDEX, FleetSnapshot
 from remediations.types import OWNER_ANNOTATION
 
@@ -123,6 +125,14 @@ class ClusterView:
 
     def gpu_nodes(self) -> list[NodeView]:
         return [n for n in self.nodes.values() if n.is_gpu_node]
+
+    @staticmethod
+    def from_findings(findings: Sequence[Finding]) -> ClusterView:
+        """A minimal view when no cluster data exists (a cycle that collected nothing, a backtest
+        on metrics alone): every node a finding names is a GPU node, and the view says it is
+        incomplete. Blast-radius shares are then relative to those nodes only."""
+        names = {f.node for f in findings if f.node}
+        return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
 
     @staticmethod
     def from_snapshot(snap: FleetSnapshot) -> ClusterView:

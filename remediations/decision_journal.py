@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from detectors.findings import Finding
-from remediations.cluster_view import ClusterView, NodeView
+from remediations.cluster_view import ClusterView
 from remediations.decisions import (
     REPEATABLE,
     ActionDecision,
@@ -86,7 +86,7 @@ def summarize(
         shadow = a.state is ActionState.SHADOW
         would_run = shadow and a.decision is Verdict.EXECUTE
         would_ask = shadow and _would_ask(a, now)
-        legacy_dry = a.dry_run and a.state is ActionState.DONE
+        legacy_dry = a.shadow and a.state is ActionState.DONE
         done = a.state is ActionState.DONE or would_run
         done_once = done and a.playbook not in REPEATABLE
         if not a.state.terminal or a.state is ActionState.REJECTED or done_once or would_ask:
@@ -150,13 +150,6 @@ def _step(i: Intent) -> str:
     return f"{i.op} {i.target} [only {only}; {len(kept)} other GPUs stay in service]"
 
 
-def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
-    """A minimal view when no cluster data exists (backtest on metrics alone): every node a
-    finding names is a GPU node. Blast-radius shares are then relative to those nodes only."""
-    names = {f.node for f in findings if f.node}
-    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
-
-
 WATCH = "watch"
 """Audit kind of the row that records when the fleet was first watched by any replica."""
 WATCH_TARGET = "fleet"
@@ -179,7 +172,7 @@ class DecisionJournal:
         self.policy = policy
         self.store = store
         self.force_shadow = shadow
-        """Every rule in shadow whatever the policy says (backtests, `dry_run: true` in the
+        """Every rule in shadow whatever the policy says (backtests, `shadow: true` in the
         gpufleet config)."""
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
@@ -274,7 +267,7 @@ class DecisionJournal:
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
     ) -> CycleResult:
         """Decide on one cycle's findings and journal the outcome (before anything acts)."""
-        view = view if view is not None else view_from_findings(findings)
+        view = view if view is not None else ClusterView.from_findings(findings)
         self.expire(now)
         state = self.store.engine_state()
         summary = replace(self.journal_summary(now), verdicts=self.verdicts(findings))
@@ -391,7 +384,7 @@ class DecisionJournal:
             reasons=d.reasons,
             params=dict(params),
             plan=plan.intents,
-            dry_run=d.shadow,
+            shadow=d.shadow,
             attempt=d.attempt,
             result=shadow_result(d) if d.shadow else "",
             deadline=deadline,
@@ -676,5 +669,4 @@ __all__ = [
     "ShadowReplay",
     "replay_episodes",
     "summarize",
-    "view_from_findings",
 ]

@@ -84,7 +84,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--shadow",
-        "--dry-run",
         dest="shadow",
         action="store_true",
         help="keep the demo's policy in shadow (actuation: shadow): decide and journal what "

@@ -34,13 +34,13 @@ from gpufleet.demo.banner import banner
 from gpufleet.demo.log import DemoLog
 from gpufleet.demo.loop import DemoFiles, fresh_store, write_config
 from gpufleet.live_cycle import LiveCycle
-from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from gpufleet.service.cluster_claim import ClusterMismatch, claim_cluster
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
 from gpufleet.service.sources import CollectorSettings, open_source, source_settings
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
+from gpufleet.service.write_tracing import traced_writes
 from kube.actuator import KubeActuator
 from kube.identity import cluster_uid
 from kube.jobs import KubeNodeJobs, api_client
@@ -53,6 +53,7 @@ from observer.scrape.collector import ScrapeSettings
 from remediations.cycle import RemediationCycle
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
+from remediations.types import Actuation
 from simulator.scenario import LIVE_DEMO_SCENARIO, load_scenario
 from simulator.serve import SimulationHandle, start_simulation, stop_on_signal
 
@@ -178,22 +179,23 @@ def build(
         kubeconfig, clock=clock, sleep=_sleeper(halt, leading, speed)
     )
     closers.append(actuator.close)
-    cache = SnapshotCache()
     cycle = RemediationCycle(
         policy,
         store,
-        CachedActuator(actuator, cache, telemetry),
+        actuator,
         identity,
         started_at=clock() - interval * speed,
-        shadow=cfg.dry_run,
+        shadow=cfg.shadow,
         clock=clock,
         background=True,  # a drain waiting on a PDB never delays a detection cycle
         idle_wait=max(0.2, min(5.0, interval)),
+        device_taints=actuator.device_taints_served,
+        around_write=traced_writes(telemetry),
     )
     suite, grace = detector_suite(cfg, source_name)
     alerts = _alerts(cfg, store, cycle, clock, source_name, closers, telemetry)
     live = LiveCycle(
-        cache.wrap(collect),
+        collect,
         traced_suite(suite, telemetry),
         cycle,
         meter=Meter(store, cfg.metering),
@@ -403,13 +405,13 @@ def run_embedded(args: argparse.Namespace) -> int:
             files,
             cluster,
             handle.kubeconfig,
-            dry_run=cfg.dry_run,
+            actuation=Actuation.SHADOW if cfg.shadow else Actuation.LIVE,
             metering=cfg.metering,
             prometheus_url=prom.url if prom is not None else None,
         )
         if cfg.policy is None and getattr(args, "policy", None) is None:
             # The demo opts in explicitly: the policy it just wrote says `actuation: live`
-            # (shadow when the config says dry_run), and the banner says so.
+            # (shadow when the config says `shadow: true`), and the banner says so.
             policy = load_policy(files.policy)
         cfg = cfg.model_copy(
             update={"cluster": cluster, "store_url": files.store_url, "kubeconfig": None}
@@ -440,7 +442,7 @@ def run_embedded(args: argparse.Namespace) -> int:
             if args.dashboard_port >= 0:  # its URL first: that is where a new user looks
                 dash = start_dashboard(files.config, args.dashboard_port, files.workdir)
             collect = "read Prometheus" if prom is not None else "scrape exporters"
-            print(banner(handle, files.config, dry_run=cfg.dry_run, collect=collect), flush=True)
+            print(banner(handle, files.config, shadow=cfg.shadow, collect=collect), flush=True)
             print(
                 "prometheus    "
                 + (

@@ -17,7 +17,6 @@ import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
 from errors import PermanentError, TemporaryError
-from gpufleet.service.actuator import CachedActuator
 from kube.actuator import KubeActuator
 from remediations.actuator_api import WriteContext
 from remediations.cluster_view import ClusterView
@@ -259,8 +258,7 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
     status = actuator.node_job("gpufleet-jobs", str(plan.intents[0].args["name"]))
     assert status is not None and status.outcome == "failed"
     assert "being used by some other process (pod ml/train-" in status.detail
-    service = CachedActuator(actuator, None, None)  # what `gpufleet run` hands the executor
-    verdict = p.verify(plan.intents, service, p.params({}))
+    verdict = p.verify(plan.intents, actuator, p.params({}))  # what `gpufleet run` hands it
     assert verdict.status is VerifyStatus.FAILED
     assert "being used by some other process" in verdict.detail
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -52,7 +53,8 @@ def _incidents(sim: Sim, loop: RemediationCycle, nodes: list[str]) -> None:
     t0 = sim.cluster.clock()
     for _ in range(2):  # hysteresis: a warning opens an incident after two cycles
         now = sim.cluster.clock()
-        loop.tick([_throttle(n, t0, now) for n in nodes], now)
+        view = cast(KubeActuator, loop.actuator).cluster_view(now)
+        loop.tick([_throttle(n, t0, now) for n in nodes], now, view)
         sim.advance(30)
 
 
@@ -125,7 +127,7 @@ def test_shadow_policy_drains_nothing_and_journals_what_it_would_do(
         assert _pods_on(sim, "h100-0002")
         (action,) = store.actions()
         assert (action.playbook, action.rule) == ("drain", "schedule:mw")
-        assert action.state is ActionState.SHADOW and action.dry_run
+        assert action.state is ActionState.SHADOW and action.shadow
         assert action.result.startswith("shadow: would drain node/h100-0002 (cordon h100-0002")
         assert SHADOW_EXECUTE in action.reasons
         assert any(r.startswith("maintenance window mw") for r in action.reasons)

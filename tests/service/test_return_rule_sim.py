@@ -26,6 +26,7 @@ from gpufleet.service.context import JobContext, JobRequest
 from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import policy_from_dict
 from remediations.store import Store
@@ -44,6 +45,14 @@ DRAIN_ON_APPROVAL = {
     "mode": "approval",
 }
 QUIET = 300.0
+
+
+def _look(loop: RemediationCycle, now: float) -> ClusterView:
+    """The cluster read from the API and handed to the cycle, as a live cycle's snapshot is:
+    the scheduled jobs plan against the cycle's latest view."""
+    assert isinstance(loop.actuator, KubeActuator)
+    loop.view = loop.actuator.cluster_view(now)
+    return loop.view
 
 
 @pytest.fixture
@@ -87,7 +96,7 @@ def _dbe(first: float, now: float) -> Finding:
 
 def _cycle(loop: RemediationCycle, sim: Sim, findings: list[Finding]) -> None:
     now = sim.cluster.clock()
-    loop.tick(findings, now, loop.actuator.cluster_view(now))
+    loop.tick(findings, now, _look(loop, now))
 
 
 def _diagnose(loop: RemediationCycle, diag: KubeNodeJobs, sim: Sim) -> dict[str, Any]:

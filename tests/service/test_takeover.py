@@ -252,7 +252,7 @@ def test_new_leader_resumes_the_dead_leaders_claim_at_once(sim: Sim, store: Stor
                 reasons=("test",),
                 params={},
                 plan=(),
-                dry_run=False,
+                shadow=False,
                 attempt=1,
                 result="",
                 deadline=now[0] + 3600,

@@ -122,11 +122,15 @@ def _shadow(ctx: JobContext, p: DiagnoseParams, todo: list[Target], lines: list[
     )
 
 
+NO_VIEW = "no cluster view yet (no live cycle has run): nothing diagnosed or returned"
+
+
 def _targets(ctx: JobContext, p: DiagnoseParams, now: float) -> tuple[list[Target], list[str]]:
     cycle = ctx.cycle
     store = cycle.journal.store
-    with ctx.lock:
-        view = cycle.actuator.cluster_view(now)
+    view = cycle.latest_view(now)
+    if view is None:
+        return [], [NO_VIEW]
     targets, notes = node_targets(store, view, p.command, p.require_idle)
     if p.gpus and isinstance(cycle.actuator, FencedGpuReader):
         try:
@@ -257,7 +261,10 @@ def _act(
     mine: list[str] = []
     with ctx.lock:
         now = ctx.clock()
-        view = cycle.actuator.cluster_view(now)
+        view = cycle.latest_view(now)
+        if view is None:
+            lines.append(NO_VIEW)
+            return mine
         for t in decided:
             got = verdicts[t.subject]
             back = got in ("passed", "waived")

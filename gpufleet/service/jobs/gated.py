@@ -8,7 +8,7 @@ that incident), as approved, or — in shadow — as state SHADOW with "shadow: 
 result, never executed.
 
 Actuation: a scheduled job has no policy rule, so its actions follow the policy's top-level
-`actuation` (shadow by default; the gpufleet config's `dry_run: true` forces shadow). A policy
+`actuation` (shadow by default; the gpufleet config's `shadow: true` forces shadow). A policy
 that is shadow at the top level and live only in some rules keeps every scheduled job in shadow.
 
 `execute` then asks the remediation cycle to carry out approved actions (`RemediationCycle.act`:

@@ -65,7 +65,9 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
     ]
     todo.sort(key=lambda t: (t.opened_at, str(t.incident_id)))
     now = req.now
-    view = cycle.actuator.cluster_view(now)
+    view = cycle.latest_view(now)
+    if view is None:
+        return JobOutcome(True, "no cluster view yet (no live cycle has run): nothing drained")
     mine: list[str] = []
     lines: list[str] = []
     for inc in todo:

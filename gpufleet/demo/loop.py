@@ -183,6 +183,7 @@ class DemoLoop:
             clock=h.clock,
             background=True,  # a drain waiting on a PDB never holds up the next cycle
             idle_wait=1.0,
+            device_taints=self._actuator.device_taints_served,
         )
         remediation = self.remediation
         self.cycle = LiveCycle(

@@ -27,7 +27,7 @@ from kube.jobs import JobStatus, KubeNodeJobs, api_client
 from kube.taints import Taint, patch_taints, same
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.actuator_api import FencedGpu, WriteContext
-from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, JobView, NodeView, PodView
+from remediations.cluster_view import GPU_COUNT_LABEL, ClusterView, NodeView, PodView
 from remediations.playbooks.base import GUARD_OP
 from remediations.playbooks.drain import evictable
 from remediations.playbooks.fence import fence_rule_name
@@ -256,15 +256,10 @@ class KubeActuator:
             pods = [pod_view(p) for p in self.core.list_pod_for_all_namespaces().items]
         except (ApiException, HTTPError) as exc:
             raise _error(exc, "list nodes and pods") from exc
-        jobs: dict[str, tuple[str, list[str]]] = {}
-        for p in pods:
-            if p.job is not None:
-                key = next(k for k in DEFAULT_JOB_LABEL_KEYS if k in p.labels)
-                jobs.setdefault(p.job, (key, []))[1].append(p.key)
-        return ClusterView(
-            {n.name: n for n in nodes},
-            {p.key: p for p in pods},
-            {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
+        return ClusterView.from_objects(
+            nodes,
+            pods,
+            DEFAULT_JOB_LABEL_KEYS,
             taken_at=taken_at,
             device_taints=self.device_taints_served(),
         )

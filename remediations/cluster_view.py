@@ -8,7 +8,7 @@ themselves. `ClusterReader` is the live reads a playbook's verification makes at
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -133,6 +133,31 @@ class ClusterView:
         incomplete. Blast-radius shares are then relative to those nodes only."""
         names = {f.node for f in findings if f.node}
         return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
+
+    @staticmethod
+    def from_objects(
+        nodes: Iterable[NodeView],
+        pods: Iterable[PodView],
+        job_label_keys: Sequence[str],
+        *,
+        taken_at: float = 0.0,
+        device_taints: bool | None = None,
+    ) -> ClusterView:
+        """The view of nodes and pods read from the API (a playbook's live reads, tests):
+        jobs grouped by the first of `job_label_keys` each pod carries, ranks sorted."""
+        node_list, pod_list = list(nodes), list(pods)
+        jobs: dict[str, tuple[str, list[str]]] = {}
+        for p in pod_list:
+            if p.job is not None:
+                key = next(k for k in job_label_keys if k in p.labels)
+                jobs.setdefault(p.job, (key, []))[1].append(p.key)
+        return ClusterView(
+            {n.name: n for n in node_list},
+            {p.key: p for p in pod_list},
+            {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
+            taken_at=taken_at,
+            device_taints=device_taints,
+        )
 
     @staticmethod
     def from_snapshot(snap: FleetSnapshot) -> ClusterView:

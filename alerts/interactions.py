@@ -3,9 +3,9 @@
 Every request arrives here already verified (signature, time window, not a replay). The clicker
 must be on the approver allowlist (user IDs and/or a user group); an empty list or a failed
 group lookup means no (fails closed), and the clicker is told so in an ephemeral message while
-nothing changes. Decisions go through the engine's `approve`/`reject`, the very calls the CLI
-makes (same journal, same audit, and the runner re-checks every gate before acting); a second
-click or a replay finds the action decided and only says so.
+nothing changes. Decisions go through the decision journal's `approve`/`reject`, the very calls
+the CLI makes (same journal, same audit, and the executor re-checks every gate before acting); a
+second click or a replay finds the action decided and only says so.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ class Interactions:
     def __init__(
         self,
         cfg: AlertsConfig,
-        journal: Store,
-        engine: DecisionJournal,
+        store: Store,
+        journal: DecisionJournal,
         astore: AlertsStore,
         notifier: Notifier,
         group_members: Callable[[str], set[str]] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.store = store
         self.journal = journal
-        self.engine = engine
         self.astore = astore
         self.notifier = notifier
         self.group_members = group_members
@@ -115,8 +115,8 @@ class Interactions:
             )
 
     def decide(self, action_id: str, approve: bool, uid: str, name: str, now: float) -> str:
-        """Approve or reject through the engine; idempotent (a repeat only reports)."""
-        hits = self.journal.find_actions(action_id)
+        """Approve or reject through the decision journal; idempotent (a repeat only reports)."""
+        hits = self.store.find_actions(action_id)
         if len(hits) != 1:
             return f"No single action with id `{action_id}` ({len(hits)} found); nothing changed."
         a = hits[0]
@@ -133,9 +133,9 @@ class Interactions:
         actor = f"slack:{uid} ({name})" if name else f"slack:{uid}"
         try:
             done = (
-                self.engine.approve(a.id, actor, now)
+                self.journal.approve(a.id, actor, now)
                 if approve
-                else self.engine.reject(a.id, actor, now, "rejected in Slack")
+                else self.journal.reject(a.id, actor, now, "rejected in Slack")
             )
         except (ValueError, LookupError) as exc:
             return f"{exc}; nothing changed."
@@ -165,8 +165,8 @@ class Interactions:
         if verb == "status":
             return _ephemeral(self._status())
         if verb in ("pause", "resume"):
-            self.journal.set_paused(verb == "pause", actor, rest or "from Slack", now)
-            state = self.journal.engine_state()
+            self.store.set_paused(verb == "pause", actor, rest or "from Slack", now)
+            state = self.store.engine_state()
             return _ephemeral(
                 f"Automation {'paused' if state.paused else 'running'} ({actor_label(actor)})."
             )
@@ -179,19 +179,19 @@ class Interactions:
         )
 
     def _status(self) -> str:
-        st = self.journal.engine_state()
-        open_n = len(self.journal.open_incidents())
-        waiting = len(self.journal.actions([ActionState.AWAITING_APPROVAL]))
-        running = len(self.journal.actions([ActionState.EXECUTING, ActionState.VERIFYING]))
+        st = self.store.engine_state()
+        open_n = len(self.store.open_incidents())
+        waiting = len(self.store.actions([ActionState.AWAITING_APPROVAL]))
+        running = len(self.store.actions([ActionState.EXECUTING, ActionState.VERIFYING]))
         auto = f"paused by {actor_label(st.paused_by)}" if st.paused else "running"
         breaker = f"TRIPPED ({esc(st.breaker_reason)})" if st.breaker_tripped else "closed"
         return (
-            f"cluster *{esc(self.journal.cluster)}*: automation {auto}; breaker {breaker}; "
+            f"cluster *{esc(self.store.cluster)}*: automation {auto}; breaker {breaker}; "
             f"{open_n} open incidents; {waiting} awaiting approval; {running} executing"
         )
 
     def _actions(self) -> str:
-        acts = self.journal.active_actions()
+        acts = self.store.active_actions()
         if not acts:
             return "No active actions."
         return "\n".join(

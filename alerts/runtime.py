@@ -1,6 +1,6 @@
 """`AlertsRuntime`: the one object the service (`gpufleet run`) drives.
 
-    rt = AlertsRuntime(config.alerts, store, loop.engine, started_at=loop.engine.started_at)
+    rt = AlertsRuntime(config.alerts, store, loop.journal, started_at=loop.journal.started_at)
     findings = [*detected, *rt.intake_findings(now)]    # before a cycle
     result, _ = loop.tick(findings, now)
     rt.on_cycle(result, now)                            # after it: messages -> outbox
@@ -53,7 +53,7 @@ class AlertsRuntime:
         self,
         config: AlertsConfig,
         store: Store,
-        engine: DecisionJournal,
+        journal: DecisionJournal,
         *,
         transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
@@ -61,7 +61,7 @@ class AlertsRuntime:
     ) -> None:
         self.config = config
         self.store = store
-        self.engine = engine
+        self.journal = journal
         self.clock = clock
         self.astore = AlertsStore.on(store)
         self.astore.start_cursor()
@@ -74,13 +74,13 @@ class AlertsRuntime:
         self.notifier = Notifier(config, store, self.astore)
         self.worker = OutboxWorker(self.astore, self.transport, config.slack)
         self.interactions = Interactions(
-            config, store, engine, self.astore, self.notifier, self._group_members
+            config, store, journal, self.astore, self.notifier, self._group_members
         )
         self.intake = Intake(
             config.alertmanager.intake,
             store,
             started_at=clock() if started_at is None else started_at,
-            allows=engine.policy.intake.allows,
+            allows=journal.policy.intake.allows,
         )
         self.am_output = AmOutput(config.alertmanager, store, config.slack.dashboard_url)
 
@@ -92,7 +92,7 @@ class AlertsRuntime:
 
     def on_cycle(self, result: HasChanges, now: float) -> None:
         """Incidents opened/updated/resolved and journal events since the last call -> outbox.
-        `result`: the engine's CycleResult, or gpufleet.live_cycle's CycleReport."""
+        `result`: the decision journal's CycleResult, or gpufleet.live_cycle's CycleReport."""
         if not self.config.enabled:
             return
         self.notifier.on_cycle(result.changes, now)

@@ -128,8 +128,10 @@ class Timeline:
                 lines[mid].append(f"{icon} {message}")
                 return
             state = str(r.detail.get("state", ""))
-            dry = " (dry-run, not executed)" if r.detail.get("dry_run") else ""
-            lines[mid].append(f":hammer_and_wrench: action proposed: {message}{dry}")
+            # rows journaled before migration 0006 name the flag `dry_run`
+            shadow = r.detail.get("shadow", r.detail.get("dry_run"))
+            note = " (shadow, not executed)" if shadow else ""
+            lines[mid].append(f":hammer_and_wrench: action proposed: {message}{note}")
             if state == "awaiting_approval":
                 if mid in self._storms:
                     # no wall of buttons in a storm: a person looks at the whole first

@@ -233,22 +233,22 @@ def backtest(
 ) -> Backtest:
     """Detectors over [start, end] every `step`; each cycle's findings to the policy in
     dry-run, with the cluster (nodes, pods, jobs) as that step's snapshot shows it."""
-    engine = ShadowReplay(policy, started_at=start)
+    shadow = ShadowReplay(policy, started_at=start)
     views = SnapshotViews()
     spent = [0.0]
 
     def decide(t: float, snap: FleetSnapshot, cycle: CycleResult) -> None:
         t0 = time.perf_counter()
-        engine.step(cycle.findings, views(snap), t)
+        shadow.step(cycle.findings, views(snap), t)
         spent[0] += time.perf_counter() - t0
 
     try:
         run = replay_window(
             collector, start, end, step, [(suite, grace_cycles)], progress, decide, on_episodes
         )
-        return Backtest(run, tuple(engine.decisions), spent[0])
+        return Backtest(run, tuple(shadow.decisions), spent[0])
     finally:
-        engine.close()
+        shadow.close()
 
 
 def current_findings(run: ReplayRun) -> list[Finding]:

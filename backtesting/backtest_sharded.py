@@ -86,7 +86,7 @@ def backtest_sharded(
             return sequential_backtest(
                 c, start, end, step, suite, grace_cycles, policy, progress, on_episodes
             )
-    engine = ShadowReplay(policy, started_at=start)
+    shadow = ShadowReplay(policy, started_at=start)
     spent = [0.0]
     view: list[ClusterView | None] = [None]
     degraded: list[str] = []
@@ -99,7 +99,7 @@ def backtest_sharded(
             changed, why = cast(tuple[ClusterView | None, str | None], note)
             view[0] = changed if changed is not None else view[0]
             current = replace(view[0], taken_at=now) if view[0] is not None else None
-            engine.step([restored(f) for f in found], current, now)
+            shadow.step([restored(f) for f in found], current, now)
             if why is not None:
                 degraded.append(why)
             steps[0] += 1
@@ -119,6 +119,6 @@ def backtest_sharded(
         )  # fmt: skip
         reasons = tuple(dict.fromkeys(degraded))[:3]
         replay = ReplayRun((run.result,), steps[0], len(degraded), reasons, run.seconds, last_t[0])
-        return Backtest(replay, tuple(engine.decisions), spent[0])
+        return Backtest(replay, tuple(shadow.decisions), spent[0])
     finally:
-        engine.close()
+        shadow.close()

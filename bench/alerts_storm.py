@@ -23,7 +23,7 @@ from alerts import AlertsRuntime, parse_alerts_config
 from bench.performance_doc import stamp, table
 from detectors.findings import Finding, FindingKind, Severity
 from harness.slack_server import SlackServer
-from remediations.decision_journal import RemediationEngine
+from remediations.decision_journal import DecisionJournal
 from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import ActionState
@@ -51,7 +51,7 @@ def scenario(name: str, gpus: list[tuple[str, int]], click: bool) -> list[object
     tmp = tempfile.mkdtemp(prefix="gpufleet-bench-alerts-")
     store = Store.open(f"sqlite:///{Path(tmp) / 'journal.db'}", cluster="bench")
     try:
-        engine = RemediationEngine(load_policy(), store, started_at=0.0)
+        journal = DecisionJournal(load_policy(), store, started_at=0.0)
         cfg = parse_alerts_config(
             {
                 "slack": {
@@ -63,7 +63,7 @@ def scenario(name: str, gpus: list[tuple[str, int]], click: bool) -> list[object
                 }
             }
         )
-        rt = AlertsRuntime(cfg, store, engine)
+        rt = AlertsRuntime(cfg, store, journal)
         now = T0
 
         def drain(until: float) -> float:
@@ -76,7 +76,7 @@ def scenario(name: str, gpus: list[tuple[str, int]], click: bool) -> list[object
             return t
 
         findings = [_finding(n, g, now) for n, g in gpus]
-        result = engine.cycle(findings, None, now)  # the engine's own time is not counted
+        result = journal.cycle(findings, None, now)  # the journal's own time is not counted
         t_cycle = time.perf_counter()
         rt.on_cycle(result, now)
         on_cycle_s = time.perf_counter() - t_cycle
@@ -86,14 +86,14 @@ def scenario(name: str, gpus: list[tuple[str, int]], click: bool) -> list[object
         incidents = len(store.open_incidents())
         for _ in range(2):  # still firing
             now += STEP
-            rt.on_cycle(engine.cycle([_finding(n, g, now) for n, g in gpus], None, now), now)
+            rt.on_cycle(journal.cycle([_finding(n, g, now) for n, g in gpus], None, now), now)
             drain(now)
         if click:
             for a in store.actions([ActionState.AWAITING_APPROVAL]):
                 rt.interactions.decide(a.id, True, "U0ALICE", "alice", now)
         for _ in range(5):  # healthy cycles until every incident resolved
             now += STEP
-            rt.on_cycle(engine.cycle([], None, now), now)
+            rt.on_cycle(journal.cycle([], None, now), now)
             drain(now)
         calls = Counter(c.method for c in slack.calls())
         top = sum(1 for c in slack.calls("chat.postMessage") if "thread_ts" not in c.body)

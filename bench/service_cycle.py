@@ -8,20 +8,17 @@ direct scrape, the default detectors, the remediation loop with the default poli
 scraping is limited to 16 nodes' pages (the scrape benchmark covers scraping at scale); the
 Kubernetes side is the whole fleet.
 
-Two ways of handing the cluster to the remediation engine, same cycle otherwise:
-- `service`: gpufleet.service.actuator.CachedActuator, the view built from the snapshot the
-  cycle just collected (the collector's watch cache);
-- `list per tick`: the plain KubeActuator, which LISTs nodes and pods for the engine and again
-  for the runner every tick (what `gpufleet demo` did before).
+The engine's view is `service`: built by the live cycle from the snapshot it just collected
+(the collector's watch cache: `ClusterView.from_snapshot`). The `list per tick` comparison (a
+LIST of nodes and pods for the engine every tick) went with issue 26: no live path asks the
+actuator for a view any more.
 Requests are counted by the simulated API server per verb and resource (`/_sim/requests`);
 watch requests are the collector's long polls being renewed (server timeout 60 s).
 
 Issue 25's target: the `service` cycle at 12,500 nodes <= 1 s. Each row also gives the median
 process CPU time per cycle (the simulated API server runs in this process too, idle in steady
 state), and one extra `service` cycle at the largest size is profiled (cProfile) to say where
-the time goes. `list per tick` is measured at the smaller size only since issue 25: at 12,500
-nodes it took ~95 s per cycle (docs/performance.md, 2026-12-02), ten minutes of the shared
-machine per run for a comparison that does not change.
+the time goes.
 """
 
 from __future__ import annotations
@@ -32,11 +29,9 @@ from typing import Any
 from bench.performance_doc import median, missed_by, own_time, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
-from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from kube.actuator import KubeActuator
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.capabilities import LiveActuator
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
@@ -84,16 +79,10 @@ def _measure(
         try:
             for mode in modes:
                 store = Store.open("sqlite://", cluster="bench")
-                cache = SnapshotCache()
-                actuator: LiveActuator = (
-                    CachedActuator(plain, cache, None) if mode == "service" else plain
-                )
                 loop = RemediationCycle(
-                    load_policy(), store, actuator, "bench", started_at=time.time()
+                    load_policy(), store, plain, "bench", started_at=time.time()
                 )
-                cycle = LiveCycle(
-                    cache.wrap(scrape_source(scrape, kube)), DetectorSuite.default(), loop
-                )
+                cycle = LiveCycle(scrape_source(scrape, kube), DetectorSuite.default(), loop)
                 cycle.run_once(time.time())  # warm-up (first scrape, detector state)
                 h.k8s.request_counts(reset=True)
                 secs: list[float] = []
@@ -144,7 +133,7 @@ def run(runs: int, quick: bool) -> str:
     found: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            modes = ("service",) if n >= TARGET_NODES else ("service", "list per tick")
+            modes = ("service",)
             rows += _measure(n, runs, tmp, modes, found)
     head = [
         "nodes", "pods", "engine's view", "API requests / cycle", "LIST / cycle",
@@ -165,7 +154,7 @@ def run(runs: int, quick: bool) -> str:
         + table(head, rows)
         + target
         + "\n\nTarget: steady state makes no LIST (watches only). `service` is what "
-        "`gpufleet run` does; `list per tick` is the plain actuator for comparison. "
+        "`gpufleet run` does. "
         f"{runs} cycles per row after one warm-up cycle; exporter scraping limited to 16 nodes "
         "(see *Scrape collection* for scraping at scale), the Kubernetes side is the whole fleet; "
         "no findings, so the runner has nothing to execute (a write's own reads, such as pinning "

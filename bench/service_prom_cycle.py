@@ -20,7 +20,6 @@ from bench.performance_doc import median, stamp, table
 from bench.prom_collect import STEP, _progress, fleet_scenario
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, prometheus_source
-from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
 from remediations.cycle import RemediationCycle
@@ -36,7 +35,7 @@ QUICK_SIZES = (1_000,)
 
 class _NoActuator:
     """Shadow policy: nothing is written; the engine's view of the cluster comes from the
-    snapshot (CachedActuator, as in the service), never from this."""
+    snapshot (the live cycle builds it, as in the service), never from this."""
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"actuator.{name} called in shadow mode")
@@ -67,12 +66,10 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> list[list[object]]:
         store = Store.open(f"sqlite:///{tmp / f'j-{n_gpus}.db'}", cluster="bench")
         now = [times[0] - STEP]
         with PrometheusCollector(settings, now=lambda: now[0]) as c:
-            cache = SnapshotCache()
-            actuator = CachedActuator(_NoActuator(), cache, None)
             loop = RemediationCycle(
-                load_policy(), store, actuator, "bench", started_at=now[0] - 600
+                load_policy(), store, _NoActuator(), "bench", started_at=now[0] - 600
             )
-            cycle = LiveCycle(cache.wrap(prometheus_source(c)), DetectorSuite.default(), loop)
+            cycle = LiveCycle(prometheus_source(c), DetectorSuite.default(), loop)
             cycle.run_once(now[0])  # cold start, untimed
             svc: list[float] = []
             findings = 0

@@ -38,12 +38,12 @@ def decide(ctx: Context, cluster: str, action_id: str, approve: bool, reason: st
     """Approve or reject one action awaiting approval; the journal records who."""
     _check(ctx)
     store = data.store(ctx.url, cluster)
-    engine = DecisionJournal(load_policy(ctx.settings.policy), store, started_at=time.time())
+    journal = DecisionJournal(load_policy(ctx.settings.policy), store, started_at=time.time())
     try:
         if approve:
-            done = engine.approve(action_id, ctx.actor, time.time())
+            done = journal.approve(action_id, ctx.actor, time.time())
         else:
-            done = engine.reject(action_id, ctx.actor, time.time(), reason)
+            done = journal.reject(action_id, ctx.actor, time.time(), reason)
     except (LookupError, ValueError) as exc:
         return Outcome(False, str(exc))
     finally:

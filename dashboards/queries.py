@@ -45,7 +45,7 @@ ACTION_COLUMNS = (
     ActionRow.state,
     ActionRow.decision,
     ActionRow.reasons,
-    ActionRow.dry_run,
+    ActionRow.shadow,
     ActionRow.disruptive,
     ActionRow.created_at,
     ActionRow.updated_at,

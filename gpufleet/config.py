@@ -1,4 +1,4 @@
-"""The gpufleet configuration file: where the journal lives, which cluster this is, dry-run.
+"""The gpufleet configuration file: where the journal lives, which cluster this is, shadow.
 
 Loaded once at start through `errors.config_files`, so a mistake exits with code 2 and names
 the file, the field path and what was expected; then passed down (no module-level environment
@@ -43,9 +43,10 @@ class GpufleetConfig(BaseModel):
     """The `cluster` column: one gpufleet per cluster, many clusters in one PostgreSQL."""
     store_url: str = "sqlite:///gpufleet.db"
     """SQLAlchemy URL: `sqlite:///path.db` (default) or `postgresql://user@host/db`."""
-    dry_run: bool = False
+    shadow: bool = False
     """True: every rule in shadow whatever the policy's `actuation` says (a kill switch; pass it
-    as `RemediationCycle(..., shadow=cfg.dry_run)`). Shadow is already the policy's default."""
+    as `RemediationCycle(..., shadow=cfg.shadow)`). Shadow is already the policy's default.
+    Named `dry_run` before issue 26; that key is now refused with this name."""
     policy: str | None = None
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None
@@ -106,6 +107,24 @@ def with_environment(data: Any, environ: Mapping[str, str]) -> Any:
     return out
 
 
+OLD_KEYS = {"dry_run": "shadow"}
+"""Keys gpufleet no longer reads -> the key that says the same now."""
+
+
+def refuse_old_keys(data: Any, source: str) -> None:
+    """A key that was renamed is an error naming its new name (exit 2), never silently ignored:
+    a kill switch that stops working would let gpufleet write to Kubernetes."""
+    if not isinstance(data, dict):
+        return
+    problems = [
+        f"{old}: renamed; expected `{new}: true|false` instead (got {data[old]!r})"
+        for old, new in OLD_KEYS.items()
+        if old in data
+    ]
+    if problems:
+        raise ConfigError(source, problems)
+
+
 def load_config(
     path: str | Path | None, environ: Mapping[str, str] | None = None
 ) -> tuple[GpufleetConfig, Path | None]:
@@ -116,6 +135,7 @@ def load_config(
     if data is None:
         data = {}
     refuse_file_secrets(data, source)
+    refuse_old_keys(data, source)
     overridden = with_environment(data, env)
     try:
         cfg = validate(GpufleetConfig, overridden, source)

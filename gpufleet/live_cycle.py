@@ -7,8 +7,11 @@ what a long-running `gpufleet run` will run on its scheduler.
                                            every cycle, so none goes silent)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
-    RemediationCycle.tick(findings, now)   (incidents, decisions, journal; the actuator's writes
-                                           in the loop's background executor when it has one,
+    ClusterView.from_snapshot(snapshot)   (the cluster as this snapshot shows it: nodes, pods,
+                                           jobs, who holds which GPU; no second read of the API)
+    RemediationCycle.tick(findings, now, view)
+                                          (incidents, decisions, journal; the actuator's writes
+                                           in the cycle's background executor when it has one,
                                            so a drain waiting on a PDB never delays a cycle)
     Meter.record_cycle(snapshot, now)     (latest fleet state and GPU-hour rollups, if given)
     Store.audit_log(after_id=cursor)      (every journal row the cycle added, for people)
@@ -42,8 +45,8 @@ from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.prometheus.collector import PrometheusCollector
 from observer.scrape.collector import ScrapeCollector
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
-from remediations.decision_journal import view_from_findings
 from remediations.decisions import ActionDecision
 from remediations.incidents import COVERAGE, HOLDS, IncidentChange
 from remediations.store import ActionRecord, AuditRecord
@@ -259,7 +262,8 @@ class LiveCycle:
         if self.remediation is not None and act:
             try:
                 with self.span("remediate"):
-                    outcome, acted = self.remediation.tick(findings, now)
+                    view = ClusterView.from_snapshot(snapshot)
+                    outcome, acted = self.remediation.tick(findings, now, view)
                 changes, decisions, touched = (
                     tuple(outcome.changes),
                     tuple(outcome.decisions),
@@ -333,7 +337,7 @@ class LiveCycle:
         if self.looked_noted or self.remediation is None:
             return
         try:
-            self.remediation.engine.first_look(self.first_look, self.remediation.runner.owner)
+            self.remediation.journal.first_look(self.first_look, self.remediation.executor.owner)
             self.looked_noted = True
         except Exception as exc:
             self.outages.exception("noting the first look in the journal", exc)
@@ -358,13 +362,13 @@ class LiveCycle:
         """Open incidents and actions awaiting approval (0, 0 without remediation)."""
         if self.remediation is None:
             return 0, 0
-        engine = self.remediation.engine
+        journal = self.remediation.journal
         try:
-            waiting = engine.store.actions([ActionState.AWAITING_APPROVAL])
+            waiting = journal.store.actions([ActionState.AWAITING_APPROVAL])
         except Exception as exc:
             self.outages.exception("reading the journal", exc)
             waiting = []
-        return len(engine.open_incident_ids()), len(waiting)
+        return len(journal.open_incident_ids()), len(waiting)
 
     def _episodes(
         self, now: float, findings: tuple[Finding, ...]
@@ -387,7 +391,7 @@ class LiveCycle:
         if self.remediation is None or self.audit_cursor is None:
             return ()
         try:
-            rows = self.remediation.engine.store.audit_log(after_id=self.audit_cursor)
+            rows = self.remediation.journal.store.audit_log(after_id=self.audit_cursor)
         except Exception as exc:
             self.outages.exception("reading the audit log", exc)
             return ()
@@ -412,7 +416,7 @@ class LiveCycle:
         decisions: tuple[ActionDecision, ...] = ()
         if self.remediation is not None and act:
             try:
-                outcome, _ = self.remediation.tick([gap], now, view_from_findings([gap]))
+                outcome, _ = self.remediation.tick([gap], now, ClusterView.from_findings([gap]))
                 changes, decisions = tuple(outcome.changes), tuple(outcome.decisions)
             except Exception as exc2:
                 self.outages.exception("remediation cycle", exc2)

@@ -3,7 +3,7 @@ composed of the wing's reader (kube.reader), pinning (kube.pinning) and writer (
 
 It carries out pinned intents for the runner, which has journaled each one before calling
 `apply`; it reads back what verification needs. It implements every capability of
-`remediations.capabilities` (Actuator, LiveActuator, DeviceTaintReader, DeviceTaintDiscovery,
+`remediations.capabilities` (Actuator, DeviceTaintReader, DeviceTaintDiscovery,
 NodeJobReader, FencedGpuReader).
 """
 

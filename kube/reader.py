@@ -21,7 +21,7 @@ from kube.dra import DraClient, TaintRuleView
 from kube.jobs import JobStatus, KubeNodeJobs
 from remediations.capabilities import FencedGpu
 from remediations.cluster_names import GPU_COUNT_LABEL, JOB_LABEL_KEYS
-from remediations.cluster_view import ClusterView, JobView, NodeView, PodView
+from remediations.cluster_view import ClusterView, NodeView, PodView
 
 log = logging.getLogger(__name__)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -200,15 +200,10 @@ class KubeReader:
             ]
         except (ApiException, HTTPError) as exc:
             raise api_error(exc, "list nodes and pods") from exc
-        jobs: dict[str, tuple[str, list[str]]] = {}
-        for p in pods:
-            if p.job is not None:
-                key = next(k for k in self.job_label_keys if k in p.labels)
-                jobs.setdefault(p.job, (key, []))[1].append(p.key)
-        return ClusterView(
-            {n.name: n for n in nodes},
-            {p.key: p for p in pods},
-            {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
+        return ClusterView.from_objects(
+            nodes,
+            pods,
+            self.job_label_keys,
             taken_at=taken_at,
             device_taints=self.device_taints_served(),
         )

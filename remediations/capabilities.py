@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from remediations.cluster_view import ClusterView, NodeView, PodView
+from remediations.cluster_view import NodeView, PodView
 from remediations.types import ACTOR, Intent
 
 # ---- reading the live cluster -------------------------------------------------------------------
@@ -130,12 +130,6 @@ class Actuator(ClusterReader, Protocol):
         still blocking within the timeout) or errors.PermanentError (cannot succeed: timeout
         exhausted, object forbidden, bad intent)."""
         ...
-
-
-class LiveActuator(Actuator, Protocol):
-    """An actuator that also lists the whole cluster for the engine's view."""
-
-    def cluster_view(self, taken_at: float = 0.0) -> ClusterView: ...
 
 
 # ---- node Jobs (diagnostics, repairs) -----------------------------------------------------------

@@ -1,17 +1,21 @@
 """What the remediation engine knows about the cluster when it decides: nodes, pods, jobs.
 
-A compact, frozen view, built from the observer's FleetSnapshot (`from_snapshot`) or by the
-actuator from the live API (`kube.reader`), so that gates and playbooks plan against data handed
-to them and never fetch it themselves.
+A compact, frozen index over the observer's FleetSnapshot (`from_snapshot`: what the live cycle
+hands `RemediationCycle.tick`), over API objects (`from_objects`: the actuator's reader,
+`kube.reader`), or over findings alone when there is no cluster data (`from_findings`), so that
+gates and playbooks plan against data handed to them and never fetch it themselves.
+`ClusterReader` (remediations/capabilities.py) is the live reads a playbook's verification
+makes at write time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from detectors.findings import Finding
 from observer.fleet.model import NO_INDEX, FleetSnapshot
 from remediations.cluster_names import GPU_COUNT_LABEL
 from remediations.types import OWNER_ANNOTATION
@@ -121,6 +125,39 @@ class ClusterView:
 
     def gpu_nodes(self) -> list[NodeView]:
         return [n for n in self.nodes.values() if n.is_gpu_node]
+
+    @staticmethod
+    def from_findings(findings: Sequence[Finding]) -> ClusterView:
+        """A minimal view when no cluster data exists (a cycle that collected nothing, a backtest
+        on metrics alone): every node a finding names is a GPU node, and the view says it is
+        incomplete. Blast-radius shares are then relative to those nodes only."""
+        names = {f.node for f in findings if f.node}
+        return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
+
+    @staticmethod
+    def from_objects(
+        nodes: Iterable[NodeView],
+        pods: Iterable[PodView],
+        job_label_keys: Sequence[str],
+        *,
+        taken_at: float = 0.0,
+        device_taints: bool | None = None,
+    ) -> ClusterView:
+        """The view of nodes and pods read from the API (a playbook's live reads, tests):
+        jobs grouped by the first of `job_label_keys` each pod carries, ranks sorted."""
+        node_list, pod_list = list(nodes), list(pods)
+        jobs: dict[str, tuple[str, list[str]]] = {}
+        for p in pod_list:
+            if p.job is not None:
+                key = next(k for k in job_label_keys if k in p.labels)
+                jobs.setdefault(p.job, (key, []))[1].append(p.key)
+        return ClusterView(
+            {n.name: n for n in node_list},
+            {p.key: p for p in pod_list},
+            {j: JobView(j, key, tuple(sorted(keys))) for j, (key, keys) in jobs.items()},
+            taken_at=taken_at,
+            device_taints=device_taints,
+        )
 
     @staticmethod
     def from_snapshot(snap: FleetSnapshot) -> ClusterView:

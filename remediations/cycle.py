@@ -1,8 +1,10 @@
-"""One live remediation cycle, wired: read the cluster, decide and journal, then act.
+"""One live remediation cycle, wired: decide and journal on the cycle's view, then act.
 
 The composition the service (scheduler job), the demo and tests share, so none of them
-re-assembles decision journal, executor and actuator by hand. `tick(findings, now)` is one
-cycle; the actuator supplies both the cluster view and the writes.
+re-assembles decision journal, executor and actuator by hand. `tick(findings, now, view)` is one
+cycle: the view is the cluster as the caller's snapshot shows it (`ClusterView.from_snapshot`);
+the actuator only writes (and reads back what a playbook's verification checks). The latest
+complete view is what the executor and the scheduled jobs plan against between cycles.
 
 With `background=True` acting happens outside the cycle: `tick` decides and journals, then
 wakes an `ExecutorThread` that carries out the journal's approved and interrupted actions, so a
@@ -12,14 +14,14 @@ drain waiting on PodDisruptionBudgets never delays the next detection cycle. `cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from detectors.findings import Finding
-from remediations.capabilities import LiveActuator
+from remediations.capabilities import Actuator
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
-from remediations.executor import Executor
+from remediations.executor import Executor, WriteHook
 from remediations.executor_thread import ExecutorThread
 from remediations.holds import reconcile
 from remediations.incidents import IncidentChange
@@ -43,7 +45,7 @@ class RemediationCycle:
         self,
         policy: Policy,
         store: Store,
-        actuator: LiveActuator,
+        actuator: Actuator,
         owner: str,
         *,
         started_at: float,
@@ -51,32 +53,36 @@ class RemediationCycle:
         clock: Callable[[], float] | None = None,
         background: bool = False,
         idle_wait: float = 5.0,
-        dry_run: bool = False,
         may_act: Callable[[], bool] | None = None,
+        device_taints: Callable[[], bool | None] | None = None,
+        around_write: WriteHook | None = None,
     ) -> None:
-        """`clock`: the journal's clock (`now` comes from it); the runner reads it to renew its
+        """`clock`: the journal's clock (`now` comes from it); the executor reads it to renew its
         lease during a long step, and the background executor to stamp its passes (required
         with `background=True`). `idle_wait`: wall seconds between unprompted executor passes.
-        `shadow`: every rule in shadow whatever the policy says (`dry_run` is its deprecated
-        name). `may_act`: asked before each background pass (the service: leader and not
-        stopping); also settable later with `gate`."""
+        `shadow`: every rule in shadow whatever the policy says. `may_act`: asked before each
+        background pass (the service: leader and not stopping); also settable later with
+        `gate`. `device_taints`: the writer's answer to whether the cluster serves
+        DeviceTaintRules (a snapshot cannot tell; fence_gpu plans by it). `around_write`: wraps
+        each Kubernetes write (the service's tracing)."""
         self.actuator = actuator
+        self.device_taints = device_taints
+        self.view: ClusterView | None = None
+        """The latest complete view a tick was given (None before the first one)."""
         self._judged: set[str] = set()
         """Actions whose need a scheduled job judged itself (see `judged_by_job`)."""
-        self.engine = DecisionJournal(
-            policy, store, started_at=started_at, shadow=shadow or dry_run
-        )
-        self.runner = Executor(
-            policy, store, actuator, owner, open_incidents=self.engine.open_incident_ids,
-            clock=clock,
+        self.journal = DecisionJournal(policy, store, started_at=started_at, shadow=shadow)
+        self.executor = Executor(
+            policy, store, actuator, owner, open_incidents=self.journal.open_incident_ids,
+            clock=clock, around_write=around_write,
         )  # fmt: skip
         self.worker: ExecutorThread | None = None
         if background:
             if clock is None:
                 raise ValueError("a background executor needs the journal's clock")
             self.worker = ExecutorThread(
-                self.runner,
-                actuator.cluster_view,
+                self.executor,
+                self.latest_view,
                 clock,
                 fresh=self.still_needed,
                 idle_wait=idle_wait,
@@ -86,14 +92,14 @@ class RemediationCycle:
     def gate(self, may_act: Callable[[], bool]) -> None:
         """Set what the background executor asks before each pass (no effect inline), and what
         a long step asks at each keep-alive (False ends the step, the action parked)."""
-        self.runner.may_continue = may_act
+        self.executor.may_continue = may_act
         if self.worker is not None:
             self.worker.may_act = may_act
 
     def take_over_claims(self, now: float, why: str) -> list[ActionRecord]:
         """End the claims the previous leader held and wake the executor, so its unfinished
         actions resume now (resuming reads only the journal: no incident state is needed)."""
-        claims = self.runner.take_over_claims(now, why)
+        claims = self.executor.take_over_claims(now, why)
         if claims and self.worker is not None:
             self.worker.start().wake()  # resume now, not after the first cycle as leader
         return claims
@@ -103,7 +109,7 @@ class RemediationCycle:
         claims the previous leader held, so its unfinished actions resume at once, and read the
         open incidents from the journal again (adopting duplicates earlier failovers left)."""
         claims = self.take_over_claims(now, why)
-        ended = self.engine.reload(now, self.runner.owner)
+        ended = self.journal.reload(now, self.executor.owner)
         return TakeOver(tuple(ended), tuple(claims))
 
     def on_acted(self, report: Callable[[list[ActionRecord]], None]) -> None:
@@ -121,32 +127,46 @@ class RemediationCycle:
     def still_needed(self, action: ActionRecord) -> str | None:
         """The executor's freshness check: the journal's (its incident still open in the
         latest cycle's data), except for actions a scheduled job judged itself."""
-        return None if action.id in self._judged else self.engine.still_needed(action)
+        return None if action.id in self._judged else self.journal.still_needed(action)
+
+    def latest_view(self, now: float = 0.0) -> ClusterView | None:
+        """The latest complete view a tick was given (None before the first): what the
+        background executor and the scheduled jobs plan against between cycles."""
+        return self.view
 
     def act(self, now: float, view: ClusterView | None = None) -> list[ActionRecord]:
         """Carry out what the journal says is approved or interrupted: wake the background
-        executor (returns at once, nothing touched) or run the executor inline. Nothing when
-        no decision can reach Kubernetes (every rule in shadow)."""
-        if not self.engine.may_write:
+        executor (returns at once, nothing touched) or run the executor inline, against `view`
+        (default: the latest tick's). Nothing when no decision can reach Kubernetes (every rule
+        in shadow)."""
+        if not self.journal.may_write:
             return []
         if self.worker is not None:
             self.worker.start().wake()
             return []
-        return self.runner.run(
-            view or self.actuator.cluster_view(now), now, fresh=self.still_needed
-        )
+        return self.executor.run(view or self.view, now, fresh=self.still_needed)
 
     def tick(
-        self, findings: Sequence[Finding], now: float, view: ClusterView | None = None
+        self, findings: Sequence[Finding], now: float, view: ClusterView
     ) -> tuple[CycleResult, list[ActionRecord]]:
-        """Decide on this cycle's findings, then start/resume what is approved and allowed
-        (in the background executor when there is one: then nothing is returned as touched).
-        Shadow decisions are journaled as what would be done; when no rule is live (or shadow
-        is forced) the runner does not run at all, so nothing is written to Kubernetes."""
-        seen = view or self.actuator.cluster_view(now)
-        result = self.engine.cycle(findings, seen, now)
-        reconcile(self.engine.store, seen, now)  # every hold has an owner, or is reported
+        """Decide on this cycle's findings against `view`, then start/resume what is approved
+        and allowed (in the background executor when there is one: then nothing is returned as
+        touched). Shadow decisions are journaled as what would be done; when no rule is live (or
+        shadow is forced) the executor does not run at all, so nothing is written to
+        Kubernetes. An incomplete view (`ClusterView.from_findings`: nothing collected) decides
+        but never replaces the latest complete view the executor acts on."""
+        seen = self._with_capabilities(view)
+        if seen.complete:
+            self.view = seen
+        result = self.journal.cycle(findings, seen, now)
+        reconcile(self.journal.store, seen, now)  # every hold has an owner, or is reported
         return result, self.act(now)
+
+    def _with_capabilities(self, view: ClusterView) -> ClusterView:
+        """The view with what only the writer knows (whether DeviceTaintRules are served)."""
+        if self.device_taints is None or view.device_taints is not None:
+            return view
+        return replace(view, device_taints=self.device_taints())
 
     def settle(self, timeout: float = 10.0) -> bool:
         """With a background executor: wait for the pass the latest tick asked for."""
@@ -156,7 +176,3 @@ class RemediationCycle:
         """Stop the background executor after its current pass; False if it is still busy
         after `timeout`."""
         return self.worker.stop(timeout) if self.worker is not None else True
-
-
-RemediationLoop = RemediationCycle
-"""Deprecated name of `RemediationCycle` (kept for callers outside gpufleet)."""

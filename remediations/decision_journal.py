@@ -2,8 +2,8 @@
 
 `DecisionJournal.cycle(findings, view, now)` loads what `decide` needs from the store, runs it,
 and journals incidents, decisions and the breaker, each before anything can act on it. Execution
-is the runner's job (`remediations.executor`); approvals come from people through `approve` and
-`reject`. `ShadowReplay` is the same engine on an in-memory journal, for backtests.
+is the executor's job (`remediations.executor`); approvals come from people through `approve` and
+`reject`. `ShadowReplay` is the same journal on an in-memory journal, for backtests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from detectors.findings import Finding
-from remediations.cluster_view import ClusterView, NodeView
+from remediations.cluster_view import ClusterView
 from remediations.decisions import (
     REPEATABLE,
     ActionDecision,
@@ -67,7 +67,7 @@ def summarize(
     cluster: str = "",
     now: float | None = None,
 ) -> JournalSummary:
-    """The journal as `decide` and the runner's gates need it.
+    """The journal as `decide` and the executor's gates need it.
 
     A shadow action counts as its live twin would: one that would have executed as done (rate,
     cooldown, attempts, and its nodes held while its incident is open, so the shadow journal
@@ -86,7 +86,7 @@ def summarize(
         shadow = a.state is ActionState.SHADOW
         would_run = shadow and a.decision is Verdict.EXECUTE
         would_ask = shadow and _would_ask(a, now)
-        legacy_dry = a.dry_run and a.state is ActionState.DONE
+        legacy_dry = a.shadow and a.state is ActionState.DONE
         done = a.state is ActionState.DONE or would_run
         done_once = done and a.playbook not in REPEATABLE
         if not a.state.terminal or a.state is ActionState.REJECTED or done_once or would_ask:
@@ -150,13 +150,6 @@ def _step(i: Intent) -> str:
     return f"{i.op} {i.target} [only {only}; {len(kept)} other GPUs stay in service]"
 
 
-def view_from_findings(findings: Sequence[Finding]) -> ClusterView:
-    """A minimal view when no cluster data exists (backtest on metrics alone): every node a
-    finding names is a GPU node. Blast-radius shares are then relative to those nodes only."""
-    names = {f.node for f in findings if f.node}
-    return ClusterView({n: NodeView(n, gpu_count=1) for n in sorted(names)}, complete=False)
-
-
 WATCH = "watch"
 """Audit kind of the row that records when the fleet was first watched by any replica."""
 WATCH_TARGET = "fleet"
@@ -179,7 +172,7 @@ class DecisionJournal:
         self.policy = policy
         self.store = store
         self.force_shadow = shadow
-        """Every rule in shadow whatever the policy says (backtests, `dry_run: true` in the
+        """Every rule in shadow whatever the policy says (backtests, `shadow: true` in the
         gpufleet config)."""
         self.started_at = started_at
         """Findings last seen before this never act (a restart must not replay, #1280)."""
@@ -267,19 +260,14 @@ class DecisionJournal:
 
     @property
     def may_write(self) -> bool:
-        """Whether any decision of this engine can reach Kubernetes."""
+        """Whether any decision of this journal can reach Kubernetes."""
         return not self.force_shadow and self.policy.live_anywhere
-
-    @property
-    def dry_run(self) -> bool:
-        """Deprecated (use `shadow_for(None)`): whether an action no rule decided is shadow."""
-        return self.shadow_for(None)
 
     def cycle(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
     ) -> CycleResult:
         """Decide on one cycle's findings and journal the outcome (before anything acts)."""
-        view = view if view is not None else view_from_findings(findings)
+        view = view if view is not None else ClusterView.from_findings(findings)
         self.expire(now)
         state = self.store.engine_state()
         summary = replace(self.journal_summary(now), verdicts=self.verdicts(findings))
@@ -332,7 +320,7 @@ class DecisionJournal:
                 )
 
     def _journal(self, decisions: Sequence[ActionDecision], now: float) -> None:
-        """Journal a cycle's decisions in one transaction (before the runner can act)."""
+        """Journal a cycle's decisions in one transaction (before the executor can act)."""
         news: list[NewAction] = []
         denials: list[dict[str, object]] = []
         for d in decisions:
@@ -396,7 +384,7 @@ class DecisionJournal:
             reasons=d.reasons,
             params=dict(params),
             plan=plan.intents,
-            dry_run=d.shadow,
+            shadow=d.shadow,
             attempt=d.attempt,
             result=shadow_result(d) if d.shadow else "",
             deadline=deadline,
@@ -510,7 +498,7 @@ class DecisionJournal:
         return {str(t.incident_id) for t in self.memory.tracker.open()}
 
     def still_needed(self, action: ActionRecord) -> str | None:
-        """The runner's default freshness check: the action's incident must still be open in
+        """The executor's default freshness check: the action's incident must still be open in
         the latest cycle's data (call `cycle` with current findings right before `run`)."""
         if action.incident_id in self.open_incident_ids():
             return None
@@ -600,9 +588,9 @@ class _ReplayStore(Store):
         super().set_paused(paused, actor, reason, now)
 
 
-class _ReplayEngine(DecisionJournal):
-    """The engine as a replay runs it: no person approves or rejects during a replay, so new
-    deadlines come only from the engine's own proposals, and `expire` needs to ask the journal
+class _ReplayJournal(DecisionJournal):
+    """The journal as a replay runs it: no person approves or rejects during a replay, so new
+    deadlines come only from the journal's own proposals, and `expire` needs to ask the journal
     only once the earliest of them has passed (the same answers, one query less per cycle)."""
 
     next_deadline = -math.inf
@@ -632,7 +620,7 @@ class ShadowReplay:
 
     def __init__(self, policy: Policy | None = None, started_at: float = 0.0) -> None:
         self.store = _ReplayStore.open("sqlite://", cluster="backtest")
-        self.engine = _ReplayEngine(
+        self.journal = _ReplayJournal(
             policy or load_policy(), self.store, started_at=started_at, shadow=True
         )
         self.decisions: list[ActionDecision] = []
@@ -640,9 +628,9 @@ class ShadowReplay:
     def step(
         self, findings: Sequence[Finding], view: ClusterView | None, now: float
     ) -> list[ActionDecision]:
-        result = self.engine.cycle(findings, view, now)
+        result = self.journal.cycle(findings, view, now)
         if result.decisions:
-            self.engine.refresh_deadline()
+            self.journal.refresh_deadline()
         self.decisions.extend(result.decisions)
         return result.decisions
 
@@ -661,32 +649,24 @@ def replay_episodes(
     last `last_seen`, every episode active then is presented as seen at that step."""
     if not findings:
         return []
-    engine = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
+    replay = ShadowReplay(policy, started_at=min(f.first_seen for f in findings) - step)
     t = min(f.first_seen for f in findings)
     end = max(f.last_seen for f in findings)
-    tail = (engine.engine.policy.hysteresis.resolve_after + 1) * step
+    tail = (replay.journal.policy.hysteresis.resolve_after + 1) * step
     try:
         while t <= end + tail:
             active = [replace(f, last_seen=t) for f in findings if f.first_seen <= t <= f.last_seen]
-            engine.step(active, view, t)
+            replay.step(active, view, t)
             t += step
-        return engine.decisions
+        return replay.decisions
     finally:
-        engine.close()
+        replay.close()
 
-
-RemediationEngine = DecisionJournal
-"""Deprecated name of `DecisionJournal` (alerts/, dashboards/ and their tests still use it)."""
-DryRunEngine = ShadowReplay
-"""Deprecated name of `ShadowReplay` (backtesting/backtest.py still uses it)."""
 
 __all__ = [
     "Change",
     "DecisionJournal",
-    "DryRunEngine",
-    "RemediationEngine",
     "ShadowReplay",
     "replay_episodes",
     "summarize",
-    "view_from_findings",
 ]

@@ -1,6 +1,6 @@
 """Carrying out approved actions through the actuator, crash-safely and exactly once.
 
-For each approved action the runner re-checks the gates against the current view (pause, breaker,
+For each approved action the executor re-checks the gates against the current view (pause, breaker,
 window, blast radius, rate, protection, ownership, and for a return to service the journal's
 diagnostic verdict: `remediations.validation`) and the caller's freshness check, claims it
 (`approved -> executing`, version-checked, with a lease), then for each plan step:
@@ -10,13 +10,13 @@ diagnostic verdict: `remediations.validation`) and the caller's freshness check,
 2. applies it (idempotent, with UID preconditions);
 3. journals `progress = step + 1`.
 
-Killed anywhere (kill -9), a restarted runner with the same owner (or any runner after the lease)
-resumes at `progress` with the pinned intent, so each write takes effect exactly once. Then it
-verifies, and on failure runs the playbook's rollback steps the same way.
+Killed anywhere (kill -9), a restarted executor with the same owner (or any executor after the
+lease) resumes at `progress` with the pinned intent, so each write takes effect exactly once.
+Then it verifies, and on failure runs the playbook's rollback steps the same way.
 
 While a step runs long (a drain waiting on PodDisruptionBudgets, up to its timeout) the actuator
-calls back at each back-off and the runner renews its lease on the action (`clock` time), so no
-runner in another process resumes it mid-drain; within this process, an action being carried
+calls back at each back-off and the executor renews its lease on the action (`clock` time), so no
+executor in another process resumes it mid-drain; within this process, an action being carried
 out is never resumed by a second pass (a scheduled job's, or the background executor's).
 """
 
@@ -48,6 +48,10 @@ FreshnessCheck = Callable[[ActionRecord], str | None]
 """Right before acting: why the action is no longer needed (e.g. the finding is gone from current
 data), or None if it still is."""
 
+WriteHook = Callable[[Intent, WriteContext, Callable[[], str]], str]
+"""Wraps each Kubernetes write: called with the intent, its context and the write itself (which
+it must call and whose answer or error it passes on); the service traces and counts writes so."""
+
 
 CONFIRMING = frozenset({"await_reboot"})
 """Steps that only confirm a change already made (and tidy up after it): the executor still
@@ -63,16 +67,16 @@ def plan_of(a: ActionRecord) -> Plan:
 
 
 class _Claim:
-    """The runner's hold on one action while a step runs: each `renew` extends the lease."""
+    """The executor's hold on one action while a step runs: each `renew` extends the lease."""
 
-    def __init__(self, runner: Executor, action: ActionRecord, now: float) -> None:
-        self.runner = runner
+    def __init__(self, executor: Executor, action: ActionRecord, now: float) -> None:
+        self.executor = executor
         self.action = action
         self.now = now
         self.began = time.monotonic()
 
     def renew(self) -> None:
-        r = self.runner
+        r = self.executor
         t = r.clock() if r.clock is not None else self.now + time.monotonic() - self.began
         if not r.may_continue():
             raise TemporaryError(
@@ -98,6 +102,7 @@ class Executor:
         lease_seconds: float = 300.0,
         open_incidents: Callable[[], set[str]] | None = None,
         clock: Callable[[], float] | None = None,
+        around_write: WriteHook | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -108,12 +113,20 @@ class Executor:
         self.clock = clock
         """The journal's clock (the one `now` comes from), read while a step runs to renew the
         lease; None: `now` plus the wall time the step has taken so far."""
+        self.around_write = around_write
+        """Wraps every `apply` (None: writes are made bare)."""
         self.may_continue: Callable[[], bool] = lambda: True
         """Asked at each keep-alive of a long step: False (this process stopped leading, or is
         stopping) ends the step at once, the action parked at its journaled step."""
         self._busy: set[str] = set()
         self._busy_lock = threading.Lock()
         store.ensure_state()
+
+    def _write(self, intent: Intent, ctx: WriteContext) -> str:
+        """One pinned intent applied through the actuator, inside `around_write` when set."""
+        if self.around_write is None:
+            return self.actuator.apply(intent, ctx)
+        return self.around_write(intent, ctx, lambda: self.actuator.apply(intent, ctx))
 
     def take_over_claims(self, now: float, why: str) -> list[ActionRecord]:
         """End other owners' claims on unfinished actions now, so the next pass resumes each at
@@ -152,19 +165,20 @@ class Executor:
                     self._busy.discard(action_id)
 
     def carrying(self) -> frozenset[str]:
-        """Ids of the actions this runner is carrying out right now (any thread)."""
+        """Ids of the actions this executor is carrying out right now (any thread)."""
         with self._busy_lock:
             return frozenset(self._busy)
 
     # ---- selection -----------------------------------------------------------------------------
 
     def run(
-        self, view: ClusterView, now: float, fresh: FreshnessCheck | None = None
+        self, view: ClusterView | None, now: float, fresh: FreshnessCheck | None = None
     ) -> list[ActionRecord]:
         """One pass: resume what was interrupted, then start what is approved and allowed.
 
         While automation is paused or the breaker is tripped, nothing moves at all (not even an
-        interrupted drain): a person has said stop, or the fleet looks wrong."""
+        interrupted drain): a person has said stop, or the fleet looks wrong. Without a view (no
+        cycle has seen the cluster yet) it only resumes: nothing starts on no data."""
         touched: list[ActionRecord] = []
         state = self.store.engine_state()
         if state.paused or state.breaker_tripped:
@@ -186,6 +200,8 @@ class Executor:
                     )
                     if mine is not None:
                         touched.append(self._advance(mine, now))
+        if view is None:
+            return touched
         disrupted: set[str] = set()
         for a in self.store.actions([ActionState.APPROVED]):
             if self._shadow(a):
@@ -206,9 +222,9 @@ class Executor:
 
     def _shadow(self, a: ActionRecord) -> bool:
         """Whether the action's rule (or, for an action no rule decided, the policy) is in
-        shadow under the current policy: then the runner never writes for it."""
+        shadow under the current policy: then the executor never writes for it."""
         rule = self.policy.rule_named(a.rule)
-        return a.dry_run or self.policy.actuation_of(rule) is Actuation.SHADOW
+        return a.shadow or self.policy.actuation_of(rule) is Actuation.SHADOW
 
     def _try_start(
         self,
@@ -377,7 +393,7 @@ class Executor:
             a = journaled
             claim = _Claim(self, a, now)
             try:
-                did = self.actuator.apply(intent, replace(ctx, keepalive=claim.renew))
+                did = self._write(intent, replace(ctx, keepalive=claim.renew))
             except TemporaryError as exc:
                 a = claim.action
                 now = self._time(now)
@@ -487,7 +503,4 @@ class Executor:
         )
 
 
-Runner = Executor
-"""Deprecated name of `Executor` (dashboards' test seed still uses it)."""
-
-__all__ = ["Executor", "FreshnessCheck", "Intent", "Runner", "plan_of"]
+__all__ = ["Executor", "FreshnessCheck", "Intent", "plan_of"]

@@ -8,9 +8,9 @@ thread also runs a pass every `idle_wait` wall seconds without being woken, so a
 between cycles and interrupted actions move on. While a step runs, the executor renews its
 lease on the action, so no runner elsewhere resumes it mid-drain.
 
-    worker = ExecutorThread(executor, view=actuator.cluster_view, clock=clock,
-                            fresh=engine.still_needed).start()
-    ...each detection cycle: engine.cycle(findings, view, now); worker.wake()
+    worker = ExecutorThread(executor, view=cycle.latest_view, clock=clock,
+                            fresh=journal.still_needed).start()
+    ...each detection cycle: journal.cycle(findings, view, now); worker.wake()
     worker.stop()
 """
 
@@ -34,7 +34,7 @@ class ExecutorThread:
     def __init__(
         self,
         executor: Executor,
-        view: Callable[[float], ClusterView],
+        view: Callable[[float], ClusterView | None],
         clock: Callable[[], float],
         *,
         fresh: FreshnessCheck | None = None,

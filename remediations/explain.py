@@ -153,7 +153,7 @@ def _live_outcome(rule: Rule) -> tuple[Outcome, list[str]]:
 def explain_rule(policy: Policy, rule: Rule, *, force_shadow: bool = False) -> RuleExplanation:
     would, why = _live_outcome(rule)
     if force_shadow:
-        actuation, source = Actuation.SHADOW, "the gpufleet config (dry_run: true forces shadow)"
+        actuation, source = Actuation.SHADOW, "the gpufleet config (shadow: true forces shadow)"
     elif rule.actuation is not None:
         actuation, source = rule.actuation, f"the rule (actuation: {rule.actuation.value})"
     else:

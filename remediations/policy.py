@@ -7,13 +7,12 @@ not evidence of a fault.
 
 `actuation` (top level, and per rule to override it) says whether decisions reach Kubernetes:
 `shadow` (the default, also for a file that does not say) decides, gates and journals what
-gpufleet would have done and writes nothing; `live` acts. The old `dry_run: true|false` is read
-as `actuation: shadow|live` with a deprecation warning naming the file.
+gpufleet would have done and writes nothing; `live` acts. The old `dry_run: true|false` is an
+error naming `actuation` (it was read as `actuation: shadow|live` until issue 26).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from datetime import time
 from enum import StrEnum
@@ -39,7 +38,6 @@ from remediations.playbooks import PLAYBOOKS, BaseParams
 from remediations.playbooks.replacement import NAME as MARK
 from remediations.types import Actuation, Mode
 
-log = logging.getLogger(__name__)
 DEFAULT_POLICY = Path(__file__).with_name("policies") / "default.yaml"
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
@@ -306,42 +304,21 @@ def _check(policy: Policy, source: str) -> Policy:
 _ACTUATIONS = " or ".join(repr(a.value) for a in Actuation)
 
 
-def _legacy_dry_run(data: Any, source: str) -> Any:
-    """`dry_run: true|false` (before `actuation`) read as `actuation: shadow|live`, with a
-    warning; an error when it contradicts an `actuation` in the same file."""
+def _refuse_dry_run(data: Any, source: str) -> Any:
+    """`dry_run` (before `actuation`) is an error naming `actuation` and the value it meant:
+    read silently, a forgotten `dry_run: true` would no longer keep gpufleet in shadow."""
     if not isinstance(data, dict) or "dry_run" not in data:
         return data
-    data = dict(data)
-    dry = data.pop("dry_run")
-    if not isinstance(dry, bool):
-        raise ConfigError(
-            source,
-            [
-                f"dry_run: expected true or false (deprecated: write `actuation: {_ACTUATIONS}`"
-                f" instead) (got {dry!r})"
-            ],
-        )
-    meant = Actuation.SHADOW if dry else Actuation.LIVE
-    given = data.get("actuation")
-    if given is not None and given != meant.value:
-        raise ConfigError(
-            source,
-            [
-                f"dry_run: deprecated, and `dry_run: {str(dry).lower()}` contradicts "
-                f"`actuation: {given}`; expected only `actuation: {_ACTUATIONS}` (remove dry_run)"
-            ],
-        )
-    data["actuation"] = meant.value
-    log.warning(
-        "%s: dry_run is deprecated; `dry_run: %s` is read as `actuation: %s`%s. Write "
-        "`actuation: %s` instead.",
-        source,
-        str(dry).lower(),
-        meant.value,
-        " (gpufleet WRITES to Kubernetes)" if meant is Actuation.LIVE else "",
-        meant.value,
+    dry = data["dry_run"]
+    meant = (
+        {True: "`actuation: shadow`", False: "`actuation: live`"}.get(dry)
+        if isinstance(dry, bool)
+        else None
     )
-    return data
+    instead = f"write {meant}" if meant is not None else f"write `actuation: {_ACTUATIONS}`"
+    raise ConfigError(
+        source, [f"dry_run: removed; expected `actuation` instead ({instead}) (got {dry!r})"]
+    )
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
@@ -351,4 +328,4 @@ def load_policy(path: str | Path | None = None) -> Policy:
 
 
 def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
-    return _check(validate(Policy, _legacy_dry_run(data, source), source), source)
+    return _check(validate(Policy, _refuse_dry_run(data, source), source), source)

@@ -85,7 +85,7 @@ def queue(ctx: Context) -> None:
                 f"expires {when(a['deadline'])}  \n"
                 + "; ".join(a["reasons"] or [])
                 + f"  \n`{a['id']}` for incident `{a['incident_id']}`"
-                + (" · dry-run" if a["dry_run"] else "")
+                + (" · shadow" if a["shadow"] else "")
             )
             why = data.stale(ctx.url, str(a["cluster"]), str(a["id"]))
             if why is not None:

@@ -79,7 +79,9 @@ class ActionRow(Base):
     """Index of the next plan step to run; steps before it are done."""
     step_started: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Set (journaled) before a step's write is made; equal to `progress` while it runs."""
-    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    shadow: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Decided in shadow: recorded what gpufleet would have done, never executed (column
+    `dry_run` before migration 0006)."""
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)

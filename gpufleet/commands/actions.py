@@ -95,12 +95,12 @@ def run(args: argparse.Namespace) -> int:
                 print(readable(a, records))
             return 0
         who = args.by or getpass.getuser()
-        engine = DecisionJournal(policy, store, started_at=time.time())
+        journal = DecisionJournal(policy, store, started_at=time.time())
         try:
             if args.verb == "approve":
-                done = engine.approve(a.id, who, time.time())
+                done = journal.approve(a.id, who, time.time())
             else:
-                done = engine.reject(a.id, who, time.time(), args.reason)
+                done = journal.reject(a.id, who, time.time(), args.reason)
         except ValueError as exc:
             print(f"gpufleet: {exc}", file=sys.stderr)
             return EXIT_NOT_FOUND

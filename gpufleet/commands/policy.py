@@ -1,7 +1,7 @@
 """`gpufleet policy explain`: what each rule of the policy would do, and why.
 
 Per rule: whether it acts automatically, awaits approval, or only notifies — from its `mode`, its
-`actuation` (shadow or live; the rule's own, else the policy's; `dry_run: true` in the gpufleet
+`actuation` (shadow or live; the rule's own, else the policy's; `shadow: true` in the gpufleet
 config forces shadow) and the budgets an automatic action must still pass; then per scheduled job
 of the config's `service.schedule` its actuation (a job has no rule: the policy's top level).
 Reads the config and
@@ -48,12 +48,12 @@ WRITES_NOTHING = frozenset({"daily_report"})
 
 def explain_schedules(cfg: GpufleetConfig, policy: Policy) -> list[dict[str, Any]]:
     """Per enabled `service.schedule` entry: its actuation and what that means. A scheduled job
-    has no rule, so it follows the policy's top-level actuation (`dry_run: true` forces
+    has no rule, so it follows the policy's top-level actuation (`shadow: true` forces
     shadow); a policy live only in some rules keeps every scheduled job in shadow."""
-    shadow = cfg.dry_run or policy.actuation is Actuation.SHADOW
+    shadow = cfg.shadow or policy.actuation is Actuation.SHADOW
     source = (
-        "the gpufleet config (dry_run: true forces shadow)"
-        if cfg.dry_run
+        "the gpufleet config (shadow: true forces shadow)"
+        if cfg.shadow
         else f"the policy's top level (actuation: {policy.actuation.value}; a job has no rule)"
     )
     out: list[dict[str, Any]] = []
@@ -87,13 +87,13 @@ def explain_schedules(cfg: GpufleetConfig, policy: Policy) -> list[dict[str, Any
 
 def run(args: argparse.Namespace) -> int:
     cfg, policy = load_all(args)
-    explained = explain(policy, force_shadow=cfg.dry_run)
+    explained = explain(policy, force_shadow=cfg.shadow)
     schedules = explain_schedules(cfg, policy)
     if args.format == "json":
         doc = {
             "policy": _source(args),
             "actuation": policy.actuation.value,
-            "forced_shadow": cfg.dry_run,
+            "forced_shadow": cfg.shadow,
             "rules": [e.to_json() for e in explained],
             "schedules": schedules,
         }

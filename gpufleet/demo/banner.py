@@ -70,11 +70,9 @@ def banner(
     config: Path | None,
     *,
     shadow: bool = False,
-    dry_run: bool = False,
     collect: str = "scrape exporters",
 ) -> str:
-    """`dry_run` is the deprecated name of `shadow`; `collect` says where metrics come from."""
-    shadow = shadow or dry_run
+    """`collect` says where metrics come from."""
     kc = handle.kubeconfig
     sc, clock = handle.scenario, handle.clock
     length = (sc.end - clock()) / clock.speed

@@ -178,13 +178,12 @@ def assemble(
             files,
             cluster,
             handle.kubeconfig,
-            actuation=Actuation.SHADOW if opts.shadow else Actuation.LIVE,
-            dry_run=cfg.dry_run,
+            actuation=Actuation.SHADOW if opts.shadow or cfg.shadow else Actuation.LIVE,
             metering=cfg.metering,
             prometheus_url=prom.url if prom is not None else None,
         )
         # The demo opts in explicitly: the policy it just wrote says `actuation: live`
-        # (shadow when asked, or when the config says dry_run), and the banner says so.
+        # (shadow when asked, or when the config says `shadow: true`), and the banner says so.
         policy = conf.policy or load_policy(files.policy)
         cfg = cfg.model_copy(
             update={"cluster": cluster, "store_url": files.store_url, "kubeconfig": None}
@@ -209,4 +208,4 @@ def assemble(
     commentary = log or DemoLog(handle.scenario.start, config_hint=f"--config {files.config}")
     parts.on_report = commentary.report
     parts.first_cycle_in = 1.0 / speed
-    return Embedded(Service(parts), files, opts.shadow or cfg.dry_run, prom)
+    return Embedded(Service(parts), files, opts.shadow or cfg.shadow, prom)

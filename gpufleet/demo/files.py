@@ -71,14 +71,12 @@ def write_config(
     kubeconfig: Path,
     *,
     actuation: Actuation = Actuation.LIVE,
-    dry_run: bool = False,
     metering: MeteringConfig | None = None,
     prometheus_url: str | None = None,
 ) -> Path:
     """The config `gpufleet actions|audit|policy --config` read (validated by the model it
-    feeds), and the demo policy it names (`write_policy`). `dry_run=True` (deprecated, kept for
-    callers from before shadow mode): `actuation=Actuation.SHADOW`."""
-    write_policy(files, Actuation.SHADOW if dry_run else actuation)
+    feeds), and the demo policy it names (`write_policy`)."""
+    write_policy(files, actuation)
     cfg = GpufleetConfig(
         cluster=cluster,
         store_url=files.store_url,

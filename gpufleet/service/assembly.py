@@ -1,10 +1,10 @@
 """The composition root: one assembly of the live service from a validated config and policy.
 
 `build` wires collectors (Kubernetes watch cache, the metrics source), the detectors, the
-remediation cycle over the one actuator (behind the snapshot cache), metering, alerts, the
-diagnostics client and leader election into `ServiceParts`, which `Service` drives. Production
-(`gpufleet run`) and the embedded demo (`gpufleet run --embedded`, gpufleet.demo.embedded) call
-it alike: there is one wiring of the live cycle.
+remediation cycle over the one actuator (planning on the view built from the snapshot),
+metering, alerts, the diagnostics client and leader election into `ServiceParts`, which
+`Service` drives. Production (`gpufleet run`) and the embedded demo (`gpufleet run
+--embedded`, gpufleet.demo.embedded) call it alike: there is one wiring of the live cycle.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from alerts import AlertsRuntime
 from errors import TemporaryError
 from gpufleet.config import GpufleetConfig, detector_suite
 from gpufleet.live_cycle import LiveCycle
-from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from gpufleet.service.cluster_claim import claim_cluster
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import ServiceParts
 from gpufleet.service.sources import CollectorSettings, open_source
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
+from gpufleet.service.write_tracing import traced_writes
 from kube.actuator import KubeActuator
 from kube.identity import cluster_uid
 from kube.jobs import KubeNodeJobs, api_client
@@ -97,24 +97,25 @@ def build(
         kubeconfig, clock=clock, sleep=_sleeper(halt, leading, speed)
     )
     closers.append(actuator.close)
-    cache = SnapshotCache()
-    loop = RemediationCycle(
+    cycle = RemediationCycle(
         policy,
         store,
-        CachedActuator(actuator, cache, telemetry),
+        actuator,
         identity,
         started_at=clock() - interval * speed,
-        shadow=cfg.dry_run,
+        shadow=cfg.shadow,
         clock=clock,
         background=True,  # a drain waiting on a PDB never delays a detection cycle
         idle_wait=max(0.2, min(5.0, interval)),
+        device_taints=actuator.device_taints_served,
+        around_write=traced_writes(telemetry),
     )
     suite, grace = detector_suite(cfg, source_name)
-    alerts = _alerts(cfg, store, loop, clock, source_name, closers, telemetry)
+    alerts = _alerts(cfg, store, cycle, clock, source_name, closers, telemetry)
     live = LiveCycle(
-        cache.wrap(collect),
+        collect,
         traced_suite(suite, telemetry),
-        loop,
+        cycle,
         meter=Meter(store, cfg.metering),
         extra_findings=alerts.intake_findings if alerts is not None else None,
         grace_cycles=grace,
@@ -134,7 +135,7 @@ def build(
         cfg=svc,
         store=store,
         live=live,
-        loop=loop,
+        cycle=cycle,
         clock=clock,
         interval=interval,
         identity=identity,
@@ -164,7 +165,7 @@ def _claim_cluster(store: Store, kubeconfig: str | None, identity: str) -> None:
 def _alerts(
     cfg: GpufleetConfig,
     store: Store,
-    loop: RemediationCycle,
+    cycle: RemediationCycle,
     clock: Callable[[], float],
     source_name: str,
     closers: list[Callable[[], None]],
@@ -177,7 +178,7 @@ def _alerts(
         return None
     source = Path(source_name)
     acfg = cfg.alerts.relative_to(source if source.is_file() else None)
-    rt = AlertsRuntime(acfg, store, loop.engine, clock=clock, started_at=loop.engine.started_at)
+    rt = AlertsRuntime(acfg, store, cycle.journal, clock=clock, started_at=cycle.journal.started_at)
     if acfg.http.enabled:
         server = rt.serve(on_refused=telemetry.refused)
         closers.append(server.close)

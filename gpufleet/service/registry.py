@@ -20,7 +20,7 @@ from remediations.scheduled.maintenance import MaintenanceParams, run_maintenanc
 
 def daily_report(ctx: ServiceJobContext, req: JobRequest) -> JobOutcome:
     """The daily report over the cycle's journal, with the service's metering config."""
-    return run_daily_report(ctx.loop.engine.store, ctx.metering, req)
+    return run_daily_report(ctx.cycle.journal.store, ctx.metering, req)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class ServiceParts:
     cfg: ServiceConfig
     store: Store
     live: LiveCycle
-    loop: RemediationCycle
+    cycle: RemediationCycle
     clock: Callable[[], float]
     """Cycle and journal time (the scenario clock in the embedded demo)."""
     interval: float
@@ -78,7 +78,7 @@ class Service:
         self.t = parts.telemetry
         self.halt = parts.halt
         self.ctx = ServiceJobContext(
-            parts.loop,
+            parts.cycle,
             parts.clock,
             parts.diagnostics,
             sleep=self.halt.wait,
@@ -121,8 +121,8 @@ class Service:
         self._seen_findings: set[tuple[str, str]] = set()
         self.outages = parts.live.outages
         """One line per failing dependency per minute (shared with the live cycle)."""
-        if parts.loop.worker is not None:  # and with the executor: one line in total
-            parts.loop.worker.outages = self.outages
+        if parts.cycle.worker is not None:  # and with the executor: one line in total
+            parts.cycle.worker.outages = self.outages
         self._warm = False
         """The journal's incidents and claims were read for the current leadership term."""
         self._claims_taken = False
@@ -130,8 +130,8 @@ class Service:
         self.t.leader.set(0)
         # The background executor (if any) acts between cycles only while this process leads
         # and is not stopping, like every other write.
-        parts.loop.gate(self.may_act)
-        parts.loop.on_acted(self._acted)
+        parts.cycle.gate(self.may_act)
+        parts.cycle.on_acted(self._acted)
 
     def _gpu_holders(self) -> Mapping[str, str] | None:
         """GPU UUID -> pod from the latest cycle's snapshot (None before the first cycle)."""
@@ -176,7 +176,7 @@ class Service:
         duplicates). Retried before each cycle until it succeeds."""
         if not self._claims_taken and self.is_leader():
             try:
-                claims = self.p.loop.take_over_claims(
+                claims = self.p.cycle.take_over_claims(
                     self.p.clock(), "it no longer holds the leader Lease"
                 )
                 self._claims_taken = True
@@ -189,7 +189,7 @@ class Service:
                 return self._warm
             now = self.p.clock()
             try:
-                ended = self.p.loop.engine.reload(now, self.p.identity)
+                ended = self.p.cycle.journal.reload(now, self.p.identity)
             except Exception as exc:
                 self.outages.exception("reading the journal on becoming leader (retried)", exc)
                 return False
@@ -260,7 +260,7 @@ class Service:
 
     def settle(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the background executor's pending pass (True: idle)."""
-        return self.p.loop.settle(timeout)
+        return self.p.cycle.settle(timeout)
 
     def _observe(self) -> None:
         """A standby's cycle: collect and detect without acting, so the detectors' history
@@ -456,7 +456,7 @@ class Service:
         clean = done.wait(self.cfg.shutdown_timeout)
         # The background executor's pass ends once the actuator's back-off sees `halt`: the
         # action stays at its journaled step, parked below for the next leader.
-        clean = self.p.loop.close(max(0.1, until - time.monotonic())) and clean
+        clean = self.p.cycle.close(max(0.1, until - time.monotonic())) and clean
         with self._busy:
             inflight = self._inflight
         if clean and inflight == 0:

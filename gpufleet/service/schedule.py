@@ -127,7 +127,7 @@ class ScheduledJobs:
 
     def _audit(self, entry: ScheduleEntry, fire: float, what: str, o: JobOutcome | None) -> None:
         try:
-            self.ctx.loop.engine.store.audit(
+            self.ctx.cycle.journal.store.audit(
                 self.ctx.clock(),
                 "schedule",
                 f"{entry.name} ({entry.kind}) for {_iso(fire)} {what}",

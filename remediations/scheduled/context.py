@@ -43,7 +43,7 @@ class JobOutcome:
 
 @dataclass
 class JobContext:
-    loop: RemediationCycle
+    cycle: RemediationCycle
     clock: Callable[[], float]
     """The service clock (journal times)."""
     diagnostics: NodeJobs | None = None

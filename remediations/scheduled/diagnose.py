@@ -83,7 +83,7 @@ class DiagnoseParams(BaseModel):
 
 
 def _start(ctx: JobContext, diag: NodeJobs, p: DiagnoseParams, t: Target, now: float) -> str:
-    store = ctx.loop.engine.store
+    store = ctx.cycle.journal.store
     if diag.exists(p.namespace, t.name):
         return "exists"
     store.audit(
@@ -107,7 +107,7 @@ def _shadow(ctx: JobContext, p: DiagnoseParams, todo: list[Target], lines: list[
             f"shadow: would create diagnostic job {p.namespace}/{t.name} on {t.node} "
             f"({' '.join(t.command)}); nothing written to Kubernetes"
         )
-        ctx.loop.engine.store.audit(
+        ctx.cycle.journal.store.audit(
             now,
             "decision",
             msg,
@@ -122,15 +122,19 @@ def _shadow(ctx: JobContext, p: DiagnoseParams, todo: list[Target], lines: list[
     )
 
 
+NO_VIEW = "no cluster view yet (no live cycle has run): nothing diagnosed or returned"
+
+
 def _targets(ctx: JobContext, p: DiagnoseParams, now: float) -> tuple[list[Target], list[str]]:
-    loop = ctx.loop
-    store = loop.engine.store
-    with ctx.lock:
-        view = loop.actuator.cluster_view(now)
+    cycle = ctx.cycle
+    store = cycle.journal.store
+    view = cycle.latest_view(now)
+    if view is None:
+        return [], [NO_VIEW]
     targets, notes = node_targets(store, view, p.command, p.require_idle)
-    if p.gpus and isinstance(loop.actuator, FencedGpuReader):
+    if p.gpus and isinstance(cycle.actuator, FencedGpuReader):
         try:
-            fenced = loop.actuator.fenced_gpus()
+            fenced = cycle.actuator.fenced_gpus()
         except GpufleetError as exc:
             return targets, [*notes, f"fenced GPUs not read ({exc})"]
         holders = ctx.gpu_holders() if ctx.gpu_holders is not None else None
@@ -179,13 +183,13 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
     if ctx.diagnostics is None:
         return JobOutcome(False, "no Kubernetes API for diagnostic Jobs")
     diag = ctx.diagnostics
-    loop = ctx.loop
-    store = loop.engine.store
+    cycle = ctx.cycle
+    store = cycle.journal.store
     state = store.engine_state()
     stop = gates.first_failure([gates.paused(state), gates.breaker(state)])
     if stop is not None:
         return JobOutcome(True, f"nothing diagnosed ({stop.gate}: {stop.reason})")
-    g = loop.engine.policy.gates
+    g = cycle.journal.policy.gates
     targets, lines = _targets(ctx, p, ctx.clock())
     verdicts: dict[str, str] = {}
     notes: dict[str, str] = {}
@@ -207,7 +211,7 @@ def run_diagnose(ctx: JobContext, req: JobRequest) -> JobOutcome:
                 notes[t.subject] = f"diagnostic waived by {v.by} on {v.subject}: {v.note}"
         elif len(todo) < p.max_nodes:
             todo.append(t)
-    if in_shadow(loop, req.name):
+    if in_shadow(cycle, req.name):
         return _shadow(ctx, p, todo, lines)
     running: list[Target] = []
     for t in todo:
@@ -253,11 +257,14 @@ def _act(
     lines: list[str],
 ) -> list[str]:
     """Journal (through the gates) and carry out what each verdict calls for."""
-    loop = ctx.loop
+    cycle = ctx.cycle
     mine: list[str] = []
     with ctx.lock:
         now = ctx.clock()
-        view = loop.actuator.cluster_view(now)
+        view = cycle.latest_view(now)
+        if view is None:
+            lines.append(NO_VIEW)
+            return mine
         for t in decided:
             got = verdicts[t.subject]
             back = got in ("passed", "waived")
@@ -266,7 +273,7 @@ def _act(
                 lines.append(f"{t.subject}: {got}, but node {t.node} is gone")
                 continue
             action, why = propose(
-                loop,
+                cycle,
                 job,
                 stable_id("diag", t.name),
                 "diagnostics",
@@ -286,5 +293,5 @@ def _act(
             verdict = "returned to service" if back else "marked for hardware replacement"
             lines.append(f"{t.subject}: {got}: {verdict} (action {action.id})")
         if mine:
-            execute(loop, mine, view, now)
+            execute(cycle, mine, view, now)
     return mine

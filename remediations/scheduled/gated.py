@@ -8,7 +8,7 @@ that incident), as approved, or — in shadow — as state SHADOW with "shadow: 
 result, never executed.
 
 Actuation: a scheduled job has no policy rule, so its actions follow the policy's top-level
-`actuation` (shadow by default; the gpufleet config's `dry_run: true` forces shadow). A policy
+`actuation` (shadow by default; the gpufleet config's `shadow: true` forces shadow). A policy
 that is shadow at the top level and live only in some rules keeps every scheduled job in shadow.
 
 `execute` then asks the remediation cycle to carry out approved actions (`RemediationCycle.act`:
@@ -37,14 +37,14 @@ def rule_name(job: str) -> str:
     return f"schedule:{job}"
 
 
-def in_shadow(loop: RemediationCycle, job: str) -> bool:
+def in_shadow(cycle: RemediationCycle, job: str) -> bool:
     """Whether the scheduled job `job` only journals what it would do (the policy's top-level
     actuation, or a forced shadow)."""
-    return loop.engine.shadow_for(rule_name(job))
+    return cycle.journal.shadow_for(rule_name(job))
 
 
 def propose(
-    loop: RemediationCycle,
+    cycle: RemediationCycle,
     job: str,
     incident_id: str,
     kind: str,
@@ -59,22 +59,22 @@ def propose(
     """(journaled action, reasons). None with the gate reasons when a gate denies or waits, or
     with one reason when this incident already has this playbook in flight, done or rejected
     (a shadow action counts as done: a shadow job journals what it would do once)."""
-    engine = loop.engine
-    store = engine.store
-    g = engine.policy.gates
-    summary = engine.journal_summary(now)
+    journal = cycle.journal
+    store = journal.store
+    g = journal.policy.gates
+    summary = journal.journal_summary(now)
     key = (incident_id, plan.playbook)
     if key in summary.blocked:
         return None, (f"{plan.playbook} already journaled for incident {incident_id}",)
     results = gates.static_gates(
-        g, plan, view, kind, summary.ledger, now, last_seen, engine.started_at
+        g, plan, view, kind, summary.ledger, now, last_seen, journal.started_at
     )
     results.append(gates.validated(plan, validation_for(store, plan, now, g)))
     results += gates.execution_gates(
         g, plan, Fleet.of(view, g.pool_label), store.engine_state(), summary.ledger, now
     )
     failed = [r for r in results if not r.ok]
-    shadow = in_shadow(loop, job)
+    shadow = in_shadow(cycle, job)
     decision = ActionDecision(
         playbook=plan.playbook,
         target=plan.target,
@@ -90,17 +90,17 @@ def propose(
         attempt=summary.attempts.get(key, 0) + 1,
     )
     if failed:
-        engine.record(decision, now)
+        journal.record(decision, now)
         return None, decision.reasons
-    loop.judged_by_job(action_id(store.cluster, decision.idempotency_key))
-    action = engine.record(
+    cycle.judged_by_job(action_id(store.cluster, decision.idempotency_key))
+    action = journal.record(
         decision, now, params.model_dump(mode="json") if params is not None else {}
     )
     return action, decision.reasons
 
 
 def execute(
-    loop: RemediationCycle, mine: Collection[str], view: ClusterView, now: float
+    cycle: RemediationCycle, mine: Collection[str], view: ClusterView, now: float
 ) -> list[ActionRecord]:
     """Carry out the approved actions (the runner re-checks the gates at the moment of acting).
     The scheduled job's own actions (`mine`, marked by `propose`) need no open incident in the
@@ -109,8 +109,8 @@ def execute(
     it (returns nothing): a drain waiting on a disruption budget never holds the job's lock,
     so detection cycles keep their cadence. Shadow actions are never carried out."""
     for a in mine:
-        loop.judged_by_job(a)
-    return loop.act(now, view)
+        cycle.judged_by_job(a)
+    return cycle.act(now, view)
 
 
 def plan_for(playbook: str, subject: Subject, view: ClusterView, params: BaseParams) -> Plan | str:

@@ -54,18 +54,20 @@ def run_maintenance(ctx: JobContext, req: JobRequest) -> JobOutcome:
 
 
 def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome:
-    loop = ctx.loop
+    cycle = ctx.cycle
     kinds = {k.value for k in p.kinds}
     # Each open incident as of the latest cycle (the stored rows are written when an incident
     # changes, so their last_seen can be older than the evidence).
     todo = [
         t
-        for t in loop.engine.open_incidents()
+        for t in cycle.journal.open_incidents()
         if t.kind in kinds and t.severity in p.severities and t.node and t.incident_id
     ]
     todo.sort(key=lambda t: (t.opened_at, str(t.incident_id)))
     now = req.now
-    view = loop.actuator.cluster_view(now)
+    view = cycle.latest_view(now)
+    if view is None:
+        return JobOutcome(True, "no cluster view yet (no live cycle has run): nothing drained")
     mine: list[str] = []
     lines: list[str] = []
     for inc in todo:
@@ -81,7 +83,7 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
             lines.append(f"{inc.node}: no plan ({plan})")
             continue
         action, why = propose(
-            loop,
+            cycle,
             req.name,
             str(inc.incident_id),
             inc.kind,
@@ -97,10 +99,10 @@ def _drain(ctx: JobContext, req: JobRequest, p: MaintenanceParams) -> JobOutcome
             continue
         mine.append(action.id)
         lines.append(f"{inc.node}: drain {action.id} {action.state.value}")
-    touched = execute(loop, mine, view, now) if mine else []
+    touched = execute(cycle, mine, view, now) if mine else []
     done = {a.id: a.state.value for a in touched if a.id in mine}
     summary = f"{len(mine)} drain(s) journaled" + (f", states {done}" if done else "")
-    if mine and in_shadow(loop, req.name):
+    if mine and in_shadow(cycle, req.name):
         summary += " (shadow: what it would drain; nothing written to Kubernetes)"
     if not todo:
         summary = "no open warning-level hardware incidents"

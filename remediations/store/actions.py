@@ -72,7 +72,7 @@ class ActionStore(StoreBase):
             plan=[i.to_json() for i in new.plan],
             progress=0,
             step_started=None,
-            dry_run=new.dry_run,
+            shadow=new.shadow,
             attempt=new.attempt,
             created_at=now,
             updated_at=now,
@@ -105,7 +105,7 @@ class ActionStore(StoreBase):
                         "mode": new.mode.value,
                         "rule": new.rule,
                         "state": new.state.value,
-                        "dry_run": new.dry_run,
+                        "shadow": new.shadow,
                     },
                 )
             return action_record(row), True
@@ -142,7 +142,7 @@ class ActionStore(StoreBase):
                 "plan": [i.to_json() for i in n.plan],
                 "progress": 0,
                 "step_started": None,
-                "dry_run": n.dry_run,
+                "shadow": n.shadow,
                 "attempt": n.attempt,
                 "created_at": now,
                 "updated_at": now,
@@ -182,7 +182,7 @@ class ActionStore(StoreBase):
                         "mode": r["mode"],
                         "rule": r["rule"],
                         "state": r["state"],
-                        "dry_run": r["dry_run"],
+                        "shadow": r["shadow"],
                     },
                 }
                 for r in fresh
@@ -247,7 +247,7 @@ class ActionStore(StoreBase):
             ActionRow.target_nodes,
             ActionRow.disruptive,
             ActionRow.state,
-            ActionRow.dry_run,
+            ActionRow.shadow,
             ActionRow.created_at,
             ActionRow.attempt,
             ActionRow.started_at,

@@ -39,7 +39,7 @@ def action_record(row: ActionRow) -> ActionRecord:
         plan=tuple(Intent.from_json(i) for i in row.plan or ()),
         progress=row.progress,
         step_started=row.step_started,
-        dry_run=bool(row.dry_run),
+        shadow=bool(row.shadow),
         attempt=row.attempt,
         created_at=row.created_at,
         updated_at=row.updated_at,

@@ -57,7 +57,7 @@ class NewAction:
     reasons: tuple[str, ...]
     params: Mapping[str, Any]
     plan: tuple[Intent, ...]
-    dry_run: bool
+    shadow: bool
     attempt: int
     result: str = ""
     deadline: float | None = None
@@ -83,7 +83,7 @@ class ActionRecord:
     plan: tuple[Intent, ...]
     progress: int
     step_started: int | None
-    dry_run: bool
+    shadow: bool
     attempt: int
     created_at: float
     updated_at: float
@@ -111,7 +111,7 @@ class ActionRecord:
             "params": dict(self.params),
             "plan": [i.to_json() for i in self.plan],
             "progress": self.progress,
-            "dry_run": self.dry_run,
+            "shadow": self.shadow,
             "attempt": self.attempt,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -131,7 +131,7 @@ class ActionBrief:
     target_nodes: tuple[str, ...]
     disruptive: bool
     state: ActionState
-    dry_run: bool
+    shadow: bool
     created_at: float
     attempt: int
     started_at: float | None = None

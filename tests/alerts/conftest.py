@@ -95,7 +95,7 @@ def alerts_config(
 
 
 class Rig:
-    """A journal, an engine and a runtime on one database (rebuilt to simulate a restart)."""
+    """A store, its decision journal and a runtime on one database (rebuilt as a restart)."""
 
     def __init__(
         self,
@@ -110,16 +110,16 @@ class Rig:
 
     def start(self) -> None:
         self.store = Store.open(self.db_url, cluster="test")
-        self.engine = DecisionJournal(approval_policy(self.tmp_path), self.store, started_at=0.0)
+        self.journal = DecisionJournal(approval_policy(self.tmp_path), self.store, started_at=0.0)
         config = alerts_config(self.slack, self.am, **self.cfg)
-        self.rt = AlertsRuntime(config, self.store, self.engine)
+        self.rt = AlertsRuntime(config, self.store, self.journal)
 
     def restart(self) -> None:
         self.store.close()
         self.start()
 
     def cycle(self, findings: list[Finding], now: float) -> CycleResult:
-        result = self.engine.cycle(findings, None, now)
+        result = self.journal.cycle(findings, None, now)
         self.rt.on_cycle(result, now)
         return result
 

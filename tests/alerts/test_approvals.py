@@ -236,7 +236,7 @@ def test_approval_on_the_cli_shows_in_slack(
 ) -> None:
     r, action_id, _ = pending
     now = time.time()
-    r.engine.approve(action_id, "bob", now)  # what `gpufleet actions approve` calls
+    r.journal.approve(action_id, "bob", now)  # what `gpufleet actions approve` calls
     r.cycle([xid("n1", 0, now)], now)
     r.rt.run_outbox(now)
     prompt = r.rt.astore.prompt(action_id)

@@ -253,7 +253,7 @@ def test_on_cycle_takes_the_live_cycle_report_too(rig, slack: SlackServer) -> No
     from gpufleet.live_cycle import CycleReport
 
     r: Rig = rig()
-    result = r.engine.cycle([xid("n1", 0, T0)], None, T0)
+    result = r.journal.cycle([xid("n1", 0, T0)], None, T0)
     r.rt.on_cycle(CycleReport(now=T0, changes=tuple(result.changes)), T0)
     r.rt.run_outbox(T0)
     assert len([m for m in slack.posted("C0FLEET") if "thread_ts" not in m]) == 1
@@ -317,8 +317,8 @@ def test_a_notify_only_rule_is_told_in_the_thread_as_notify_only(
     r: Rig = rig()
     path = tmp_path / "notify.yaml"
     path.write_text(POLICY.replace("mode: approval", "mode: notify"))
-    r.engine = DecisionJournal(load_policy(path), r.store, started_at=0.0)
-    r.rt = AlertsRuntime(alerts_config(slack), r.store, r.engine)
+    r.journal = DecisionJournal(load_policy(path), r.store, started_at=0.0)
+    r.rt = AlertsRuntime(alerts_config(slack), r.store, r.journal)
     r.cycle([xid("n1", 0, T0)], T0)
     r.cycle([xid("n1", 0, T0 + 30)], T0 + 30)
     r.rt.run_outbox(T0 + 30)

@@ -72,7 +72,7 @@ class Intake:
         token_file.write_text(TOKEN + "\n")
         self.store = Store.open(f"sqlite:///{tmp_path / 'journal.db'}", cluster="test")
         policy = {**AUTO_POLICY, "gates": {**AUTO_POLICY["gates"], **(gates or {})}}
-        self.engine = DecisionJournal(policy_from_dict(policy), self.store, started_at=started_at)
+        self.journal = DecisionJournal(policy_from_dict(policy), self.store, started_at=started_at)
         cfg = parse_alerts_config(
             {
                 "alertmanager": {
@@ -86,7 +86,7 @@ class Intake:
             },
             "test-config.yaml",
         )
-        self.rt = AlertsRuntime(cfg, self.store, self.engine, started_at=started_at)
+        self.rt = AlertsRuntime(cfg, self.store, self.journal, started_at=started_at)
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def intake(tmp_path: Path) -> Iterator[Intake]:
 
 
 def test_forged_alerts_get_401_and_an_old_alert_never_acts_automatically(intake: Intake) -> None:
-    start = intake.engine.started_at
+    start = intake.journal.started_at
     server = intake.rt.serve_webhook(host="127.0.0.1", port=0)
     url = server.url + "/alertmanager/webhook"
     try:
@@ -118,7 +118,7 @@ def test_forged_alerts_get_401_and_an_old_alert_never_acts_automatically(intake:
     for i in range(3):
         now = time.time() + i
         findings = intake.rt.intake_findings(now)
-        decisions += intake.engine.cycle(findings, None, now).decisions
+        decisions += intake.journal.cycle(findings, None, now).decisions
     by_target = {d.target: d for d in decisions}
     cold, live = by_target["node/h100-0000"], by_target["node/h100-0001"]
     assert cold.decision is Verdict.AWAIT_APPROVAL and COLD_START in cold.reasons
@@ -137,7 +137,7 @@ def test_an_exposed_webhook_without_a_token_refuses_to_start(
     # the Slack listener may face the internet: its requests are signed, no webhook token
     parse_alerts_config({"http": {"enabled": True, "host": "0.0.0.0"}}, "gpufleet.yaml")
 
-    bare = AlertsRuntime(parse_alerts_config({}), intake.store, intake.engine)
+    bare = AlertsRuntime(parse_alerts_config({}), intake.store, intake.journal)
     with pytest.raises(ConfigError, match=r"webhook_http\.host: 0\.0\.0\.0 is not loopback"):
         bare.serve_webhook(host="0.0.0.0", port=0)
     token = tmp_path / "gone"
@@ -146,7 +146,7 @@ def test_an_exposed_webhook_without_a_token_refuses_to_start(
     cfg = parse_alerts_config(with_file)
     token.unlink()  # the Secret is no longer mounted when the server starts
     with pytest.raises(ConfigError, match="bearer_token_file: cannot read the file"):
-        AlertsRuntime(cfg, intake.store, intake.engine).serve_webhook(host="0.0.0.0", port=0)
+        AlertsRuntime(cfg, intake.store, intake.journal).serve_webhook(host="0.0.0.0", port=0)
     with pytest.raises(ConfigError, match="bearer_token_file: cannot read the file"):
         parse_alerts_config(with_file)
 
@@ -178,14 +178,14 @@ def test_the_token_comes_from_a_file_or_the_environment_never_the_config_file(
 def test_last_seen_is_the_last_delivery_and_an_alert_not_redelivered_goes_stale(
     intake: Intake,
 ) -> None:
-    start = intake.engine.started_at
+    start = intake.journal.started_at
     t0 = float(int(start)) + 10
     body = json.loads(delivery(alert("h100-0002", t0)))
     intake.rt.intake.receive(body, t0)
     (f,) = intake.rt.intake_findings(t0 + 600)
     assert (f.first_seen, f.last_seen, f.pre_existing) == (t0, t0, False)
     # the freshness gate judges the delivery: ten minutes later it no longer acts
-    later = intake.engine.cycle([f], None, t0 + 600).decisions
+    later = intake.journal.cycle([f], None, t0 + 600).decisions
     assert [d.decision for d in later] == [Verdict.DENY]
     assert "freshness" in later[0].reasons[0]
 
@@ -196,7 +196,7 @@ def test_last_seen_is_the_last_delivery_and_an_alert_not_redelivered_goes_stale(
 
 
 def test_alerts_become_only_what_the_policy_allows_from_intake(intake: Intake) -> None:
-    t = intake.engine.started_at + 5
+    t = intake.journal.started_at + 5
     warn = alert("h100-0003", t)
     warn["labels"]["severity"] = "warning"
     other = alert("h100-0004", t, name="GPUTooHot")
@@ -285,7 +285,7 @@ def test_alert_derived_findings_use_their_own_blast_radius_and_breaker(tmp_path:
     view, t = _fleet(10), time.time() + 1
 
     def verdicts(findings: list[Finding], now: float) -> dict[str, Verdict]:
-        return {d.target: d.decision for d in it.engine.cycle(findings, view, now).decisions}
+        return {d.target: d.decision for d in it.journal.cycle(findings, view, now).decisions}
 
     try:
         # one alert quarantines its node, on the intake's budget (intake.blast_radius: 1 node)
@@ -303,7 +303,7 @@ def test_alert_derived_findings_use_their_own_blast_radius_and_breaker(tmp_path:
         flood = delivery(*(alert(f"h100-{i:04d}", t) for i in range(6)))
         it.rt.intake.receive(json.loads(flood), t + 3)
         findings = [*it.rt.intake_findings(t + 3), _xid("h100-0008", t + 3)]
-        decisions = it.engine.cycle(findings, view, t + 3).decisions
+        decisions = it.journal.cycle(findings, view, t + 3).decisions
         reasons = {d.target: d.reasons for d in decisions}
         for node in ("h100-0002", "h100-0003", "h100-0004", "h100-0005"):
             assert reasons[f"node/{node}"][0].startswith("intake_breaker: alert-derived faults")

@@ -66,7 +66,7 @@ def _action(key: str) -> NewAction:
         reasons=("ok",),
         params={},
         plan=(Intent("cordon", "node-001"),),
-        dry_run=False,
+        shadow=False,
         attempt=1,
     )
 

@@ -344,21 +344,23 @@ def test_live_loop_quarantines_then_drains_after_approval(
 
     loop = RemediationCycle(live_policy(), store, actuator, "loop", started_at=T0 - 60)
     xid = finding(node="h100-0002", gpu="GPU-2")
-    result, touched = loop.tick([xid], T0)
+    result, touched = loop.tick([xid], T0, actuator.cluster_view(T0))
     assert {d.playbook: d.decision.value for d in result.decisions} == {
         "quarantine": "execute",
         "drain": "await_approval",
     }
     assert [a.playbook for a in touched] == ["quarantine"]
     drain = next(a for a in store.actions() if a.playbook == "drain")
-    loop.engine.approve(drain.id, "alice", T0 + 10)
+    loop.journal.approve(drain.id, "alice", T0 + 10)
     for i in range(1, 4):
         sim.advance(31)
         t = T0 + 31 * i
-        loop.tick([finding(node="h100-0002", gpu="GPU-2", last_seen=t)], t)
+        loop.tick(
+            [finding(node="h100-0002", gpu="GPU-2", last_seen=t)], t, actuator.cluster_view(t)
+        )
     done = store.get_action(drain.id)
     assert done is not None and done.state is ActionState.DONE
     big = actuator.pod("ml", "big-worker-0")
     assert big is not None and big.node != "h100-0002"
     dry = RemediationCycle(live_policy(), store, actuator, "dry", started_at=T0, shadow=True)
-    assert dry.tick([], T0 + 200)[1] == []
+    assert dry.tick([], T0 + 200, actuator.cluster_view(T0 + 200))[1] == []

@@ -39,11 +39,14 @@ def test_each_write_is_stamped_when_it_happened(tmp_path: Path) -> None:
         "rules": [{"name": "q", "match": {"kinds": ["gpu_xid"]}, "playbook": "quarantine",
                    "mode": "auto"}],
     })  # fmt: skip
+    cluster = SlowCluster(clock)
     loop = RemediationCycle(
-        policy, store, SlowCluster(clock), "me", started_at=T0 - 60, clock=lambda: clock[0]
+        policy, store, cluster, "me", started_at=T0 - 60, clock=lambda: clock[0]
     )
     try:
-        loop.tick([finding(node="p-0001", first_seen=T0, last_seen=T0)], T0)
+        loop.tick(
+            [finding(node="p-0001", first_seen=T0, last_seen=T0)], T0, cluster.cluster_view(T0)
+        )
         (action,) = store.actions()
         assert action.state is ActionState.DONE, action
         rows = [r for r in store.audit_log() if r.action_id == action.id]

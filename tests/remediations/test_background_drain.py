@@ -90,7 +90,11 @@ def test_pdb_blocked_drain_never_delays_detection_cycles(sim: Sim, store: Store)
             fleet.advance(CYCLE)
             now = fleet.now()
             began = time.perf_counter()
-            loop.tick([finding(node="h100-0000", first_seen=T0, last_seen=now)], now)
+            loop.tick(
+                [finding(node="h100-0000", first_seen=T0, last_seen=now)],
+                now,
+                actuator.cluster_view(now),
+            )
             slowest = max(slowest, time.perf_counter() - began)
             cycles += 1
             time.sleep(0.05)  # let the executor take its turn at this fleet time

@@ -89,7 +89,7 @@ class Fleet:
         """One detection cycle, then the background executor's pass it asked for."""
         report = self.parts.live.run_once(self.parts.clock())
         assert report.ok, report.errors
-        assert self.parts.loop.settle(10.0)
+        assert self.parts.cycle.settle(10.0)
 
     def pods_by_gpu(self) -> dict[str, str]:
         """GPU UUID -> `namespace/pod`, as the node's dcgm-exporter labels its GPUs."""
@@ -133,7 +133,7 @@ class Fleet:
         now = self.parts.clock()
         out = run_diagnose(ctx, JobRequest("diag", "diagnose_and_return", now, p, now, now))
         assert out.ok, out
-        assert self.parts.loop.settle(10.0)  # the executor pass the job woke
+        assert self.parts.cycle.settle(10.0)  # the executor pass the job woke
         self.lines = list(out.details["nodes"])
         return dict(out.details["outcomes"])
 

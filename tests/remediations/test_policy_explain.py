@@ -75,10 +75,18 @@ def test_explain_default_install_and_forced_shadow(
         "quarantine-critical-hardware: ONLY NOTIFIES (shadow; live it acts automatically)" in text
     )
     assert "drain-critical-hardware: ONLY NOTIFIES (shadow; live it awaits approval)" in text
-    code, doc, _ = _explain(tmp_path, capsys, "dry_run: true\n", POLICY)
+    code, doc, _ = _explain(tmp_path, capsys, "shadow: true\n", POLICY)
     assert code == 0 and doc["forced_shadow"] is True
     assert {r["outcome"] for r in doc["rules"]} == {"only notifies"}
     assert {r["actuation"] for r in doc["rules"]} == {"shadow"}
+
+
+def test_the_old_dry_run_config_key_exits_2_naming_shadow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _explain(tmp_path, capsys, "dry_run: true\n", POLICY)
+    assert code == 2 and "gpufleet.yaml" in err, err
+    assert "dry_run: renamed; expected `shadow: true|false` instead (got True)" in err, err
 
 
 def test_explain_bad_policy_exits_2_naming_file_and_field(

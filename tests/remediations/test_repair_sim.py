@@ -17,7 +17,6 @@ import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
 from errors import PermanentError, TemporaryError
-from gpufleet.service.actuator import CachedActuator
 from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
 from remediations.capabilities import WriteContext
@@ -100,7 +99,7 @@ class Loop:
         self.sim, self.act, self.store = sim, act, store
         t = sim.cluster.clock()
         self.journal = DecisionJournal(policy, store, started_at=t - 60)
-        self.runner = Executor(
+        self.executor = Executor(
             policy, store, act, owner="t", open_incidents=self.journal.open_incident_ids
         )
         self.hide: frozenset[str] = frozenset()
@@ -110,14 +109,14 @@ class Loop:
         v = view(self.sim, self.act, self.hide)
         found = [replace(f, last_seen=now) for f in findings]
         reasons = [r for d in self.journal.cycle(found, v, now).decisions for r in d.reasons]
-        self.runner.run(v, now)
+        self.executor.run(v, now)
         return reasons
 
     def run(self, seconds: float, step: float = 10) -> list[ActionRecord]:
         for _ in range(int(seconds / step)):
             self.sim.advance(step)
             now = self.sim.cluster.clock()
-            self.runner.run(view(self.sim, self.act, self.hide), now)
+            self.executor.run(view(self.sim, self.act, self.hide), now)
         return self.store.actions()
 
 
@@ -259,8 +258,7 @@ def test_a_reset_job_on_a_gpu_in_use_fails_like_nvidia_smi(
     status = actuator.node_job("gpufleet-jobs", str(plan.intents[0].args["name"]))
     assert status is not None and status.outcome == "failed"
     assert "being used by some other process (pod ml/train-" in status.detail
-    service = CachedActuator(actuator, None, None)  # what `gpufleet run` hands the executor
-    verdict = p.verify(plan.intents, service, p.params({}))
+    verdict = p.verify(plan.intents, actuator, p.params({}))  # what `gpufleet run` hands it
     assert verdict.status is VerifyStatus.FAILED
     assert "being used by some other process" in verdict.detail
 
@@ -451,7 +449,7 @@ def test_a_reboot_that_finished_while_the_executor_was_away_is_done_not_timed_ou
     (a,) = store.actions()
     assert a.state is ActionState.EXECUTING and a.progress == 1  # marked, awaiting the reboot
     sim.advance(300)  # the reboot (60 s) is long over, and so is the 120 s execute_timeout
-    loop.runner.run(view(sim, actuator), sim.cluster.clock())
+    loop.executor.run(view(sim, actuator), sim.cluster.clock())
     (a,) = loop.run(10)
     assert a.state is ActionState.DONE, (a.state, a.result)
     assert "rebooted" in (a.result or "")
@@ -485,7 +483,7 @@ def test_an_approved_retry_whose_budget_is_spent_at_its_start_goes_to_a_person(
         now = sim.cluster.clock()
         for a in store.actions([ActionState.AWAITING_APPROVAL]):
             lp.journal.approve(a.id, "person", now)
-        lp.runner.run(view(sim, actuator), now)
+        lp.executor.run(view(sim, actuator), now)
 
     loop.cycle([f])
     approve(loop)

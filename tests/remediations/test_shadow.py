@@ -8,12 +8,13 @@ rule (status 0 serves the request normally), so "nothing written" is checked on 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from errors import ConfigError
 from gpufleet.cli import main
 from harness.fake_cluster import FakeCluster
 from harness.k8s_sim import Sim, running_sim, spec
@@ -51,7 +52,8 @@ def _write_counters(sim: Sim) -> list[FaultRule]:
 def _cycles(loop: RemediationCycle, node: str, n: int = 4) -> None:
     for i in range(n):
         t = T0 + 30 * i
-        loop.tick([finding(node=node, gpu="GPU-2", first_seen=T0, last_seen=t)], t)
+        view = cast(KubeActuator, loop.actuator).cluster_view(t)
+        loop.tick([finding(node=node, gpu="GPU-2", first_seen=T0, last_seen=t)], t, view)
 
 
 def test_fresh_install_writes_nothing_and_journals_what_it_would_do(
@@ -78,7 +80,7 @@ def test_fresh_install_writes_nothing_and_journals_what_it_would_do(
     assert any(m.startswith("shadow: would quarantine") for m in audit), audit
     assert not [r for r in store.audit_log() if r.kind == "k8s_write"]
     with pytest.raises(ValueError, match="shadow mode"):
-        loop.engine.approve(d.id, "alice", T0 + 200)
+        loop.journal.approve(d.id, "alice", T0 + 200)
 
 
 def test_actions_list_and_audit_say_shadow_would(
@@ -164,21 +166,20 @@ def test_policy_errors_name_file_field_and_expected_values(
     code, err = _cli_policy(tmp_path, RULE % ", actuation: yes-please", capsys)
     assert code == 2 and "rules[0].actuation:" in err and "'shadow'" in err, err
     code, err = _cli_policy(tmp_path, "dry_run: maybe\n" + RULE % "", capsys)
-    assert code == 2 and "dry_run: expected true or false" in err, err
-    code, err = _cli_policy(tmp_path, "dry_run: true\nactuation: live\n" + RULE % "", capsys)
-    assert code == 2 and "contradicts `actuation: live`" in err and "remove dry_run" in err, err
+    assert code == 2 and "dry_run: removed; expected `actuation` instead" in err, err
+    assert "'shadow' or 'live'" in err, err
 
 
-def test_deprecated_dry_run_maps_onto_actuation_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_the_old_dry_run_key_is_an_error_naming_actuation(tmp_path: Path) -> None:
     f = tmp_path / "old.yaml"
     f.write_text("dry_run: false\n" + RULE % "")
-    with caplog.at_level(logging.WARNING):
-        assert load_policy(f).actuation is Actuation.LIVE
-    assert f"{f}: dry_run is deprecated" in caplog.text and "actuation: live" in caplog.text
-    f.write_text("dry_run: true\n" + RULE % "")
-    assert load_policy(f).actuation is Actuation.SHADOW
+    with pytest.raises(ConfigError) as got:
+        load_policy(f)
+    assert str(f) in str(got.value) and "dry_run: removed" in str(got.value)
+    assert "write `actuation: live`" in str(got.value)  # what the old value meant
+    f.write_text("dry_run: true\nactuation: shadow\n" + RULE % "")
+    with pytest.raises(ConfigError, match="write `actuation: shadow`"):
+        load_policy(f)
     f.write_text(RULE % "")
     assert load_policy(f).actuation is Actuation.SHADOW  # a file that does not say: shadow
 

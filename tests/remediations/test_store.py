@@ -26,7 +26,7 @@ def _new(key: str = "k1", state: ActionState = ActionState.APPROVED) -> NewActio
         reasons=("ok",),
         params={},
         plan=(Intent("cordon", "n1"),),
-        dry_run=False,
+        shadow=False,
         attempt=1,
     )
 

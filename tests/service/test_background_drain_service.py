@@ -99,14 +99,14 @@ def test_pdb_blocked_drain_keeps_the_cycle_cadence(
         gaps = [b - a for a, b in zip([began, *during], [*during, ended], strict=True)]
         assert max(gaps) < 2.0, f"a cycle came {max(gaps):.1f} s late while the drain waited"
         assert all(r.ok for t, r in reports if began <= t <= ended)
-        assert parts.loop.worker is not None and parts.loop.worker.running
+        assert parts.cycle.worker is not None and parts.cycle.worker.running
 
         stopped = True
         t0 = time.monotonic()
         assert svc.shutdown() == 0
         assert time.monotonic() - t0 < 10
-        assert not parts.loop.worker.running
-        assert [a.playbook for a in parts.loop.worker.touched] == ["drain"]  # its pass ended
+        assert not parts.cycle.worker.running
+        assert [a.playbook for a in parts.cycle.worker.touched] == ["drain"]  # its pass ended
         (parked,) = [a for a in store.actions() if a.playbook == "drain"]
         assert parked.state is ActionState.EXECUTING and parked.progress == 1
         assert parked.lease_until is not None and parked.lease_until <= handle.clock()

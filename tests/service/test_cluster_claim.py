@@ -42,7 +42,7 @@ def test_a_cluster_name_belongs_to_one_cluster(
             scrape=ScrapeSettings(targets=("http://127.0.0.1:9/metrics",)),
             clock=time.time, interval=30.0,
         )  # fmt: skip
-        parts.loop.close(5.0)
+        parts.cycle.close(5.0)
         for close in reversed(parts.closers):
             close()
         parts.telemetry.close()

@@ -19,6 +19,7 @@ from harness.k8s_sim import Sim, running_sim
 from harness.live_policy import live_policy, live_policy_dict
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.holds import holds, owner
 from remediations.playbooks import PLAYBOOKS, Subject
@@ -28,6 +29,14 @@ from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, r
 from remediations.scheduled.gated import execute, plan_for, propose
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, IncidentId
+
+
+def _look(loop: RemediationCycle, now: float) -> ClusterView:
+    """The cluster read from the API and handed to the cycle, as a live cycle's snapshot is:
+    the scheduled jobs plan against the cycle's latest view."""
+    assert isinstance(loop.actuator, KubeActuator)
+    loop.view = loop.actuator.cluster_view(now)
+    return loop.view
 
 
 def service_policy() -> Policy:
@@ -55,7 +64,7 @@ def parts(sim: Sim, tmp_path: Path) -> Iterator[tuple[RemediationCycle, KubeNode
 
 
 def _quarantine(loop: RemediationCycle, node: str, now: float) -> None:
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     subject = Subject(IncidentId(f"inc-{node}"), "gpu_memory", "critical", "DBE", node)
     plan = plan_for("quarantine", subject, view, PLAYBOOKS["quarantine"].params({}))
     assert not isinstance(plan, str)
@@ -92,6 +101,7 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag, sleep=sleep)
     params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
     req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+    _look(loop, sim.cluster.clock())  # the latest live cycle's view
     out = run_diagnose(ctx, req)
     assert out.details["outcomes"] == {"node/h100-0001": "passed", "node/h100-0003": "failed"}
 
@@ -113,10 +123,10 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     assert any(t["key"] == QUARANTINE_TAINT for t in bad["spec"]["taints"])
 
     rules = {
-        a.playbook: a.state.value for a in loop.engine.store.actions() if a.rule == "schedule:diag"
+        a.playbook: a.state.value for a in loop.journal.store.actions() if a.rule == "schedule:diag"
     }
     assert rules == {"uncordon": "done", "mark_replacement": "done"}
-    log = loop.engine.store.audit_log()
+    log = loop.journal.store.audit_log()
     writes = [a.message for a in log if a.kind == "k8s_write" and "gpufleet-diag-" in a.message]
     assert len(writes) == 4  # "about to" and "did", for each of the two Jobs
     verdicts = {a.target: a.detail["outcome"] for a in log if a.kind == "diagnostic"}
@@ -126,6 +136,7 @@ def test_diagnose_returns_passing_nodes_and_flags_failing_ones(
     assert notes == {"node/h100-0001": "", "node/h100-0003": "diagnostics failed"}
     assert [a.target for a in log if a.kind == "needs_person"] == ["node/h100-0003"]
 
+    _look(loop, sim.cluster.clock())  # the latest live cycle's view
     again = run_diagnose(ctx, req)  # nothing quarantined and unflagged is left
     assert again.details["outcomes"] == {}
     assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2
@@ -146,6 +157,7 @@ def test_shadow_policy_creates_no_diagnostic_job(sim: Sim, tmp_path: Path) -> No
         ctx = JobContext(loop, clock=sim.cluster.clock, diagnostics=diag)
         params = DiagnoseParams(wait=0, require_idle=False)
         req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+        _look(loop, sim.cluster.clock())  # the latest live cycle's view
         out = run_diagnose(ctx, req)
         assert out.ok and out.summary.startswith("shadow: would diagnose 1 node(s)"), out
         assert sim.cluster.store.objects("jobs", "gpufleet-jobs")[1] == []
@@ -187,6 +199,7 @@ def test_a_failed_diagnostic_marks_a_node_for_replacement_without_waiting_for_it
         ctx = JobContext(loop, clock=ticking, diagnostics=diag, sleep=sleep)
         params = DiagnoseParams(wait=60, poll=0.01, require_idle=False)
         req = JobRequest("diag", "diagnose_and_return", 0.0, params, 0.0, sim.cluster.clock())
+        _look(loop, sim.cluster.clock())  # the latest live cycle's view
         out = run_diagnose(ctx, req)
         assert out.details["outcomes"] == {"node/h100-0003": "failed"}, out
         bad = _node(sim, "h100-0003")

@@ -80,7 +80,7 @@ def test_the_service_scrapes_exporter_pods_found_by_labels(layout: str, tmp_path
             assert report.ok, report.errors
             assert report.gpus == len(handle.layout.gpu_uuid) and report.nodes == len(expected)
         finally:
-            parts.loop.close(5.0)
+            parts.cycle.close(5.0)
             for close in reversed(parts.closers):
                 close()
             parts.telemetry.close()

@@ -47,7 +47,7 @@ def test_scheduled_action_runs_once_against_the_executor_thread(tmp_path: Path) 
 
         def inline() -> None:  # the scheduled job's path without a background executor
             go.wait()
-            loop.runner.run(view, time.time(), fresh=loop.still_needed)
+            loop.executor.run(view, time.time(), fresh=loop.still_needed)
 
         def elsewhere() -> None:
             go.wait()

@@ -260,7 +260,7 @@ class Lifecycle(RuleBasedStateMachine):
         if late:
             self.sim.advance(300)
         for a in self.store.actions([ActionState.AWAITING_APPROVAL]):
-            self.loop.engine.approve(a.id, "person", self.sim.cluster.clock())
+            self.loop.journal.approve(a.id, "person", self.sim.cluster.clock())
         self.loop.act(self.sim.cluster.clock())
 
     @rule()

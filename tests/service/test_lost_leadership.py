@@ -60,10 +60,13 @@ def test_the_keepalive_of_a_replica_that_no_longer_leads_stops_the_step(tmp_path
         "rules": [{"name": "q", "match": {"kinds": ["gpu_xid"]}, "playbook": "quarantine",
                    "mode": "auto"}],
     })  # fmt: skip
-    loop = RemediationCycle(policy, store, _LosesTheLeaseMidStep(leading), "old", started_at=T0)
+    cluster = _LosesTheLeaseMidStep(leading)
+    loop = RemediationCycle(policy, store, cluster, "old", started_at=T0)
     loop.gate(lambda: leading[0])
     try:
-        loop.tick([finding(node="p-0001", first_seen=T0, last_seen=T0)], T0)
+        loop.tick(
+            [finding(node="p-0001", first_seen=T0, last_seen=T0)], T0, cluster.cluster_view(T0)
+        )
         (action,) = store.actions()
         assert action.state is ActionState.EXECUTING and action.progress == 0
         retried = [r.message for r in store.audit_log() if "will be retried" in r.message]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -52,7 +53,8 @@ def _incidents(sim: Sim, loop: RemediationCycle, nodes: list[str]) -> None:
     t0 = sim.cluster.clock()
     for _ in range(2):  # hysteresis: a warning opens an incident after two cycles
         now = sim.cluster.clock()
-        loop.tick([_throttle(n, t0, now) for n in nodes], now)
+        view = cast(KubeActuator, loop.actuator).cluster_view(now)
+        loop.tick([_throttle(n, t0, now) for n in nodes], now, view)
         sim.advance(30)
 
 
@@ -66,7 +68,7 @@ def _pods_on(sim: Sim, node: str) -> list[str]:
 
 def test_drains_inside_the_window_only(sim: Sim, loop: RemediationCycle) -> None:
     _incidents(sim, loop, ["h100-0002"])
-    assert [i.node for i in loop.engine.store.open_incidents()] == ["h100-0002"]
+    assert [i.node for i in loop.journal.store.open_incidents()] == ["h100-0002"]
     assert _pods_on(sim, "h100-0002")
     ctx = JobContext(loop, clock=sim.cluster.clock)
     params = MaintenanceParams(window=60)
@@ -75,18 +77,18 @@ def test_drains_inside_the_window_only(sim: Sim, loop: RemediationCycle) -> None
     out = run_maintenance(ctx, closed)
     assert "window closed" in out.summary
     assert not sim.cluster.get("nodes", "", "h100-0002")["spec"].get("unschedulable")
-    assert loop.engine.store.actions() == []
+    assert loop.journal.store.actions() == []
 
     inside = JobRequest("mw", "maintenance_window", 1000.0, params, 1010.0, sim.cluster.clock())
     out = run_maintenance(ctx, inside)
     assert out.ok and "1 drain(s)" in out.summary, out
     assert sim.cluster.get("nodes", "", "h100-0002")["spec"]["unschedulable"] is True
     assert _pods_on(sim, "h100-0002") == []
-    (action,) = loop.engine.store.actions()
+    (action,) = loop.journal.store.actions()
     assert (action.playbook, action.rule, action.state.value) == ("drain", "schedule:mw", "done")
 
     again = run_maintenance(ctx, inside)  # same incident: already drained, nothing new
-    assert len(loop.engine.store.actions()) == 1, again
+    assert len(loop.journal.store.actions()) == 1, again
 
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -125,7 +127,7 @@ def test_shadow_policy_drains_nothing_and_journals_what_it_would_do(
         assert _pods_on(sim, "h100-0002")
         (action,) = store.actions()
         assert (action.playbook, action.rule) == ("drain", "schedule:mw")
-        assert action.state is ActionState.SHADOW and action.dry_run
+        assert action.state is ActionState.SHADOW and action.shadow
         assert action.result.startswith("shadow: would drain node/h100-0002 (cordon h100-0002")
         assert SHADOW_EXECUTE in action.reasons
         assert any(r.startswith("maintenance window mw") for r in action.reasons)
@@ -133,7 +135,7 @@ def test_shadow_policy_drains_nothing_and_journals_what_it_would_do(
         assert any(m.startswith("shadow: would drain node/h100-0002") for m in audit), audit
         assert not [r for r in store.audit_log() if r.kind == "k8s_write"]
         with pytest.raises(ValueError, match="shadow mode"):
-            loop.engine.approve(action.id, "alice", sim.cluster.clock())
+            loop.journal.approve(action.id, "alice", sim.cluster.clock())
     finally:
         actuator.close()
         store.close()

@@ -75,7 +75,7 @@ def test_a_total_exporter_outage_is_one_incident_one_message_one_log_line(
             "t.yaml",
         ),
         store,
-        loop.engine,
+        loop.journal,
         clock=lambda: clock[0],
     )
     live = LiveCycle(collect, DetectorSuite.default(), loop, meter=Meter(store))

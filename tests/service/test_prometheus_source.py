@@ -143,7 +143,7 @@ def test_run_and_detect_agree_through_an_authenticating_gateway(
         assert len(store.open_incidents()) >= open_before
         gw.token = "second"
     finally:
-        parts.loop.close(5.0)
+        parts.cycle.close(5.0)
         for close in reversed(parts.closers):
             close()
         parts.telemetry.close()

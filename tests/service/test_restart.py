@@ -38,7 +38,7 @@ def _service(store: Store, cfg: ServiceConfig, who: str) -> Service:
         cfg=cfg,
         store=store,
         live=LiveCycle(_no_data, DetectorSuite(()), loop),
-        loop=loop,
+        cycle=loop,
         clock=time.time,
         interval=60.0,
         identity=who,

@@ -26,6 +26,7 @@ from harness.k8s_sim import Sim, running_sim
 from harness.live_policy import QUARANTINE_CRITICAL, live_policy_dict
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import policy_from_dict
 from remediations.scheduled.context import JobContext, JobRequest
@@ -44,6 +45,14 @@ DRAIN_ON_APPROVAL = {
     "mode": "approval",
 }
 QUIET = 300.0
+
+
+def _look(loop: RemediationCycle, now: float) -> ClusterView:
+    """The cluster read from the API and handed to the cycle, as a live cycle's snapshot is:
+    the scheduled jobs plan against the cycle's latest view."""
+    assert isinstance(loop.actuator, KubeActuator)
+    loop.view = loop.actuator.cluster_view(now)
+    return loop.view
 
 
 @pytest.fixture
@@ -87,7 +96,7 @@ def _dbe(first: float, now: float) -> Finding:
 
 def _cycle(loop: RemediationCycle, sim: Sim, findings: list[Finding]) -> None:
     now = sim.cluster.clock()
-    loop.tick(findings, now, loop.actuator.cluster_view(now))
+    loop.tick(findings, now, _look(loop, now))
 
 
 def _diagnose(loop: RemediationCycle, diag: KubeNodeJobs, sim: Sim) -> dict[str, Any]:
@@ -117,7 +126,7 @@ def _in_service(sim: Sim) -> bool:
 def _denials(loop: RemediationCycle) -> list[str]:
     return [
         reason
-        for r in loop.engine.store.audit_log()
+        for r in loop.journal.store.audit_log()
         if r.kind == "decision" and r.message.startswith(f"uncordon on node/{NODE}: deny")
         for reason in r.detail.get("reasons", [])
     ]
@@ -143,7 +152,7 @@ def test_a_passed_diagnostic_does_not_return_a_node_whose_gpu_fault_is_open(
     for _ in range(3):
         sim.advance(30)
         _cycle(loop, sim, [])
-    (inc,) = loop.engine.store.incidents_on(NODE)
+    (inc,) = loop.journal.store.incidents_on(NODE)
     assert inc.status is IncidentStatus.RESOLVED
     assert sim.cluster.clock() - inc.last_seen < QUIET
     _diagnose(loop, diag, sim)  # the passed verdict stands, but the signals are not quiet long
@@ -158,7 +167,7 @@ def test_a_late_approval_of_a_drain_for_a_returned_node_expires_and_writes_nothi
     sim: Sim, parts: tuple[RemediationCycle, KubeNodeJobs]
 ) -> None:
     loop, diag = parts
-    store = loop.engine.store
+    store = loop.journal.store
     first = sim.cluster.clock()
     _cycle(loop, sim, [_dbe(first, first)])
     sim.advance(120)
@@ -176,7 +185,7 @@ def test_a_late_approval_of_a_drain_for_a_returned_node_expires_and_writes_nothi
     sim.advance(60)
     _cycle(loop, sim, [_dbe(first, sim.cluster.clock())])  # the incident is still open
 
-    done = loop.engine.approve(drain.id, "bob", sim.cluster.clock())
+    done = loop.journal.approve(drain.id, "bob", sim.cluster.clock())
     loop.act(sim.cluster.clock())
     assert _in_service(sim), "a stale approval cordoned a node that was returned to service"
     assert done.state is ActionState.EXPIRED

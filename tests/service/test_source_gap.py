@@ -25,7 +25,6 @@ from database.tables.alerts import AmOutputRow
 from detectors.findings import FindingKind
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
-from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from kube.actuator import KubeActuator
 from metering import Meter, usage
 from observer.kube.collector import KubeCollector, KubeSettings
@@ -94,9 +93,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     )
     actuator = KubeActuator.from_kubeconfig(tmp_path / "kc")
     clock = handle.clock.scenario_time
-    cache = SnapshotCache()  # the engine's view is the cycle's snapshot, as `gpufleet run` wires it
-    cached = CachedActuator(actuator, cache, None)
-    loop = RemediationCycle(load_policy(), store, cached, "me", started_at=sc.start)
+    loop = RemediationCycle(load_policy(), store, actuator, "me", started_at=sc.start)
     alerts = AlertsRuntime(
         parse_alerts_config(
             {
@@ -106,11 +103,11 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             "t.yaml",
         ),
         store,
-        loop.engine,
+        loop.journal,
         clock=clock,
     )
     live = LiveCycle(
-        cache.wrap(scrape_source(scraper, kube)), DetectorSuite.default(), loop, meter=Meter(store)
+        scrape_source(scraper, kube), DetectorSuite.default(), loop, meter=Meter(store)
     )
     yield Rig(handle, wall, store, live, alerts, kube)
     scraper.close()

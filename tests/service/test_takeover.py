@@ -101,7 +101,7 @@ def _replica(
     alerts = AlertsRuntime(
         parse_alerts_config({"slack": {"default_channel": "C0FLEET"}}, "t.yaml"),
         store,
-        loop.engine,
+        loop.journal,
         clock=lambda: now[0],
     )
     lease = KubeLeaseClient(api_client(kubeconfig or sim.kubeconfig), "gpufleet", "lead")
@@ -110,7 +110,7 @@ def _replica(
         cfg=ServiceConfig.model_validate({"http": {"port": 0}}),
         store=store,
         live=LiveCycle(two_node_fleet, DetectorSuite(()), loop, extra_findings=findings),
-        loop=loop,
+        cycle=loop,
         clock=lambda: now[0],
         interval=30.0,
         identity=who,
@@ -252,7 +252,7 @@ def test_new_leader_resumes_the_dead_leaders_claim_at_once(sim: Sim, store: Stor
                 reasons=("test",),
                 params={},
                 plan=(),
-                dry_run=False,
+                shadow=False,
                 attempt=1,
                 result="",
                 deadline=now[0] + 3600,
@@ -300,7 +300,7 @@ def test_a_fault_that_begins_while_no_replica_leads_is_acted_on_like_any_other(
             live=LiveCycle(
                 lambda: fleet.snapshot(now[0]), DetectorSuite.default(["gpu_xid"]), loop
             ),
-            loop=loop,
+            cycle=loop,
             clock=lambda: now[0],
             interval=30.0,
             identity=who,
@@ -327,7 +327,7 @@ def test_a_fault_that_begins_while_no_replica_leads_is_acted_on_like_any_other(
         assert store.actions([ActionState.APPROVED, ActionState.AWAITING_APPROVAL]) == []
         assert b.elector.try_once() and b.service.warm_up()
         b.cycle()
-        b.service.p.loop.settle(10)
+        b.service.p.cycle.settle(10)
         acts = [a for a in store.actions() if a.playbook == "quarantine"]
         assert len(acts) == 1, acts
         act = acts[0]

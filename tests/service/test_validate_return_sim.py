@@ -18,6 +18,7 @@ from harness.live_policy import live_policy
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
 from remediations.cluster_names import fence_rule_name
+from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.scheduled.context import JobContext, JobRequest
@@ -31,6 +32,14 @@ from simulator.layout import gpu_uuid
 NODE = "h100-0003"
 GOOD = gpu_uuid("small", NODE, 2)
 BAD = gpu_uuid("small", NODE, 5)
+
+
+def _look(loop: RemediationCycle, now: float) -> ClusterView:
+    """The cluster read from the API and handed to the cycle, as a live cycle's snapshot is:
+    the scheduled jobs plan against the cycle's latest view."""
+    assert isinstance(loop.actuator, KubeActuator)
+    loop.view = loop.actuator.cluster_view(now)
+    return loop.view
 
 
 @pytest.fixture
@@ -64,7 +73,7 @@ def _propose(
     loop: RemediationCycle, sim: Sim, playbook: str, uuid: str, fault: int = 1
 ) -> tuple[ActionRecord | None, tuple[str, ...]]:
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     s = _subject(uuid, fault)
     plan = plan_for(playbook, s, view, PLAYBOOKS[playbook].params({}))
     assert not isinstance(plan, str), plan
@@ -79,7 +88,7 @@ def _propose(
 def _fence(loop: RemediationCycle, sim: Sim, uuid: str, fault: int = 1) -> None:
     action, why = _propose(loop, sim, "fence_gpu", uuid, fault)
     assert action is not None, why
-    assert loop.engine.store.get_action(action.id).state is ActionState.DONE  # type: ignore[union-attr]
+    assert loop.journal.store.get_action(action.id).state is ActionState.DONE  # type: ignore[union-attr]
 
 
 def _holders(sim: Sim) -> dict[str, str]:
@@ -138,11 +147,11 @@ def test_unfence_without_a_passed_diagnostic_is_refused_and_journaled(
     assert action is None
     assert any(w.startswith("validation:") and "no diagnostic has passed" in w for w in why), why
     assert fence_rule_name(GOOD) in _rules(loop)
-    (denial,) = [r for r in loop.engine.store.audit_log() if r.message.endswith(": deny")]
+    (denial,) = [r for r in loop.journal.store.audit_log() if r.message.endswith(": deny")]
     assert denial.target == f"gpu/{GOOD}" and denial.message.startswith("unfence_gpu")
     assert any("no diagnostic has passed" in r for r in denial.detail["reasons"])
     # a verdict from before the fence does not count either
-    store = loop.engine.store
+    store = loop.journal.store
     record_diagnosis(store, sim.cluster.clock() - 3600, f"gpu/{GOOD}", "passed", node=NODE)
     action, why = _propose(loop, sim, "unfence_gpu", GOOD)
     assert action is None and any("predates it" in w for w in why), why
@@ -176,10 +185,10 @@ def test_passing_gpu_returns_failing_gpu_is_marked_and_a_person_told(
     assert isinstance(act, KubeActuator)
     kept = act.device_taint_rule(fence_rule_name(BAD))
     assert kept is not None and kept.effect == "NoSchedule"
-    log = loop.engine.store.audit_log()
+    log = loop.journal.store.audit_log()
     told = [r for r in log if r.kind == "needs_person"]
     assert [r.target for r in told] == [f"gpu/{BAD}"] and "dcgmi diag -r 2 -i 5" in told[0].message
-    done = {a.playbook: a.state for a in loop.engine.store.actions() if a.rule == "schedule:diag"}
+    done = {a.playbook: a.state for a in loop.journal.store.actions() if a.rule == "schedule:diag"}
     assert done == {"unfence_gpu": ActionState.DONE, "mark_replacement": ActionState.DONE}
 
     # a re-run creates no Job and touches nothing: the marked GPU waits for a person
@@ -213,7 +222,7 @@ def test_a_node_returns_only_on_a_node_wide_pass(
     does), so it stays quarantined; `uncordon` without a pass is refused."""
     loop, diag = parts
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     subject = Subject(IncidentId("inc-node"), "gpu_memory", "critical", "DBE", NODE)
     plan = plan_for("quarantine", subject, view, PLAYBOOKS["quarantine"].params({}))
     assert not isinstance(plan, str)
@@ -222,7 +231,7 @@ def test_a_node_returns_only_on_a_node_wide_pass(
     execute(loop, [action.id], view, now)
     sim.advance(600)
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     back = plan_for("uncordon", subject, view, PLAYBOOKS["uncordon"].params({}))
     assert not isinstance(back, str)
     refused, why = propose(
@@ -298,14 +307,14 @@ def test_a_policy_rule_that_unfences_is_stopped_by_the_executor(
                        "playbook": "unfence_gpu", "mode": "auto"}],
         }
     )  # fmt: skip
-    store = loop.engine.store
+    store = loop.journal.store
     eng = DecisionJournal(policy, store, started_at=now - 60)
     f = Finding(FindingKind.GPU_XID, Severity.CRITICAL, "XID 48", now, now, NODE, GOOD)
-    eng.cycle([f], loop.actuator.cluster_view(now), now)
+    eng.cycle([f], _look(loop, now), now)
     (a,) = [x for x in store.actions() if x.playbook == "unfence_gpu"]
     assert a.state is ActionState.APPROVED
     Executor(policy, store, loop.actuator, "t", open_incidents=eng.open_incident_ids).run(
-        loop.actuator.cluster_view(now), now
+        _look(loop, now), now
     )
     after = store.get_action(a.id)
     assert after is not None and after.state is ActionState.EXPIRED
@@ -326,7 +335,7 @@ def test_a_repair_after_the_replacement_mark_earns_a_new_diagnostic(
     assert _diagnose(loop, diag, sim) == {}  # marked: a person's (or a repair's) turn
     sim.advance(600)
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     s = _subject(BAD)
     plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
     assert not isinstance(plan, str), plan
@@ -348,7 +357,7 @@ def test_a_repair_in_flight_holds_the_diagnostic(
     _fence(loop, sim, GOOD)
     sim.advance(600)
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     s = _subject(GOOD)
     plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
     assert not isinstance(plan, str), plan
@@ -370,7 +379,7 @@ def test_a_gpu_a_pod_still_holds_is_not_diagnosed(
     held = gpu_uuid("small", "h100-0000", 2)
     holder = _holders(sim)[held]
     now = sim.cluster.clock()
-    view = loop.actuator.cluster_view(now)
+    view = _look(loop, now)
     s = Subject(IncidentId("inc-held"), "gpu_xid", "critical", "XID 48", "h100-0000", held)
     plan = plan_for("fence_gpu", s, view, PLAYBOOKS["fence_gpu"].params({}))
     assert not isinstance(plan, str)
@@ -404,7 +413,7 @@ def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(
     def sleep(seconds: float) -> bool:
         if not repaired:  # a reset is carried out while the diagnostic runs
             now = sim.cluster.clock()
-            view = loop.actuator.cluster_view(now)
+            view = _look(loop, now)
             s = _subject(GOOD)
             plan = plan_for("request_reset", s, view, PLAYBOOKS["request_reset"].params({}))
             assert not isinstance(plan, str)
@@ -421,7 +430,7 @@ def test_an_outcome_from_before_a_change_made_while_the_job_ran_is_ignored(
     out = run_diagnose(ctx, JobRequest("d", "diagnose_and_return", 0.0, p, 0.0, 0.0))
     assert repaired and out.details["outcomes"] == {}
     assert f"gpu/{GOOD}: passed ignored, changed meanwhile" in out.details["nodes"]
-    assert not [r for r in loop.engine.store.audit_log() if r.kind == "diagnostic"]
+    assert not [r for r in loop.journal.store.audit_log() if r.kind == "diagnostic"]
     assert fence_rule_name(GOOD) in _rules(loop)
     assert _diagnose(loop, diag, sim) == {f"gpu/{GOOD}": "passed"}  # a new Job, after the reset
     assert len(sim.cluster.store.objects("jobs", "gpufleet-jobs")[1]) == 2

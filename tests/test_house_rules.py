@@ -27,23 +27,6 @@ ALLOWED: dict[str, int] = {
     "remediations/cluster_view.py:ClusterView.from_snapshot": 65,
     "remediations/executor.py:Executor._steps": 61,
     "remediations/executor.py:Executor._try_start": 79,
-    # Being split into named steps (issue 26).
-    "dashboards/views/jobs.py:render": 64,
-    "dashboards/views/utilization.py:render": 76,
-    "dashboards/views/whatif.py:render": 64,
-    "detectors/gpu_interconnect.py:detect": 63,
-    "detectors/gpu_lost.py:detect": 89,
-    "detectors/gpu_throttle.py:detect": 85,
-    "detectors/gpu_xid.py:detect": 168,
-    "detectors/monitoring_gap.py:detect": 74,
-    "gpufleet/doctor/checks.py:prometheus_checks": 68,
-    "gpufleet/service/telemetry.py:Telemetry.__init__": 79,
-    "lab/baseline.py:_lost_and_down": 62,
-    "lab/baseline.py:detect": 77,
-    "lab/scenario_gen.py:random_scenario": 143,
-    "observer/scrape/collector.py:ScrapeCollector._build": 70,
-    "remediations/store/actions.py:ActionStore.propose": 64,
-    "remediations/store/actions.py:ActionStore.propose_many": 90,
 }
 """`path:qualified name` -> its length in lines when it was allowed."""
 

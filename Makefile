@@ -58,7 +58,7 @@ lint: $(STAMP)  ## ruff
 
 typecheck: $(STAMP)  ## mypy (strict) over the whole tree, tests and benchmarks included
 	$(BIN)/mypy errors database observer detectors remediations kube backtesting lab simulator alerts dashboards gpufleet metering \
-	  tests bench
+	  harness tests bench
 
 importlint: $(STAMP)  ## layer and adapter contracts
 	$(BIN)/lint-imports

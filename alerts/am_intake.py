@@ -26,10 +26,10 @@ from typing import Any
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from alerts.config import IntakeConfig
+from alerts.alerts_config import IntakeConfig
+from database.handle import Database
 from database.tables.alerts import IntakeRow
 from detectors.findings import INTAKE_DETECTOR, Finding, FindingKind, Severity
-from remediations.store import Store
 from remediations.types import stable_id
 
 SEVERITIES = {
@@ -90,14 +90,14 @@ class Intake:
     def __init__(
         self,
         cfg: IntakeConfig,
-        journal: Store,
+        db: Database,
         *,
         started_at: float,
         allows: Allows | None = None,
     ) -> None:
         self.cfg = cfg
-        self.engine = journal.engine
-        self.cluster = journal.cluster
+        self.engine = db.engine
+        self.cluster = db.cluster
         self.started_at = started_at
         """When gpufleet started watching: alerts that started earlier are pre-existing."""
         self.allows: Allows = allows or (lambda kind, severity: False)

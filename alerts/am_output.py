@@ -21,11 +21,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from alerts.alerts_config import AlertmanagerConfig
 from alerts.am_intake import OWN_PREFIX, SOURCE
-from alerts.config import AlertmanagerConfig
+from database.handle import Database
 from database.tables.alerts import AmOutputRow
 from remediations.incidents import Change, IncidentChange
-from remediations.store import IncidentRecord, Store
+from remediations.store import IncidentRecord
 
 log = logging.getLogger(__name__)
 RETRY = 30.0
@@ -58,11 +59,11 @@ def labels_of(i: IncidentRecord) -> dict[str, str]:
 
 class AmOutput:
     def __init__(
-        self, cfg: AlertmanagerConfig, journal: Store, dashboard_url: str | None = None
+        self, cfg: AlertmanagerConfig, db: Database, dashboard_url: str | None = None
     ) -> None:
         self.cfg = cfg
-        self.engine = journal.engine
-        self.cluster = journal.cluster
+        self.engine = db.engine
+        self.cluster = db.cluster
         self.dashboard = dashboard_url
 
     def on_cycle(self, changes: Sequence[IncidentChange], now: float) -> None:

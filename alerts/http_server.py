@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from alerts.alerts_store import AlertsStore
 from alerts.am_intake import BadPayload, Intake, TooManyAlerts
 from alerts.bounded_http import (
     BoundedHttpServer,
@@ -37,7 +38,6 @@ from alerts.bounded_http import (
 )
 from alerts.interactions import BadRequest, Interactions
 from alerts.signature import WINDOW, Refused, verify
-from alerts.store import AlertsStore
 
 log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20

@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from alerts.alerts_config import AlertsConfig
+from alerts.alerts_store import AlertsStore
 from alerts.blocks import APPROVE, REJECT, esc, when
-from alerts.config import AlertsConfig
 from alerts.notify import Notifier
-from alerts.store import AlertsStore
 from alerts.timeline import actor_label
 from remediations.decision_journal import DecisionJournal
 from remediations.store import Store

@@ -20,9 +20,9 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from alerts import blocks
-from alerts.config import AlertsConfig
+from alerts.alerts_config import AlertsConfig
+from alerts.alerts_store import AlertsStore
 from alerts.routing import route
-from alerts.store import AlertsStore
 from alerts.timeline import Timeline
 from database.tables.alerts import MemberRow, MessageRow
 from database.tables.journal import IncidentRow

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from alerts.alerts_config import SlackConfig
+from alerts.alerts_store import AlertsStore, Outgoing
 from alerts.blocks import RANK
-from alerts.config import SlackConfig
 from alerts.routing import RateBudget, quiet_until
-from alerts.store import AlertsStore, Outgoing
 from errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from alerts.alerts_config import QuietHours, SlackConfig
 from alerts.blocks import RANK
-from alerts.config import QuietHours, SlackConfig
 
 
 def route(cfg: SlackConfig, kind: str, severity: str) -> str:

@@ -22,16 +22,16 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from alerts.alerts_config import AlertsConfig
+from alerts.alerts_store import AlertsStore
 from alerts.am_intake import Intake
 from alerts.am_output import AmOutput
 from alerts.bounded_http import OnRefused
-from alerts.config import AlertsConfig
 from alerts.http_server import SLACK_PATHS, WEBHOOK_PATHS, AlertsServer, Endpoints
 from alerts.interactions import BadRequest, Interactions
 from alerts.notify import Notifier
 from alerts.outbox import LogTransport, OutboxWorker, Transport
 from alerts.slack_client import SlackApi, SocketLink
-from alerts.store import AlertsStore
 from detectors.findings import Finding
 from errors import ConfigError
 from remediations.decision_journal import DecisionJournal
@@ -63,7 +63,7 @@ class AlertsRuntime:
         self.store = store
         self.engine = engine
         self.clock = clock
-        self.astore = AlertsStore(store.engine, store.cluster)
+        self.astore = AlertsStore.on(store)
         self.astore.start_cursor()
         token = config.secret("token")
         self.api: SlackApi | None = None

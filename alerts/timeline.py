@@ -16,8 +16,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from alerts import blocks
-from alerts.config import AlertsConfig
-from alerts.store import AlertsStore
+from alerts.alerts_config import AlertsConfig
+from alerts.alerts_store import AlertsStore
 from database.tables.alerts import MessageRow, PromptRow
 from remediations.store import IncidentRecord, Store
 from remediations.store.records import AuditRecord

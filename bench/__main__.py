@@ -3,7 +3,7 @@
 A benchmark is a module in this package that defines `TITLE: str` and
 `run(runs: int, quick: bool) -> str`, returning its markdown section body (a table and notes).
 The harness prints each body and, unless `--no-write`, replaces that benchmark's section of
-docs/performance.md. Modules without `run` (input generators, this harness) are skipped.
+docs/performance.md. Modules without `run` (input generators, this runner) are skipped.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from pathlib import Path
 from types import ModuleType
 
 import bench
-from bench.report import DOC, write_section
+from bench.performance_doc import DOC, write_section
 
 
 def module_names() -> list[str]:
     return sorted(
         i.name
         for i in pkgutil.iter_modules(bench.__path__)
-        if not i.name.startswith("_") and i.name != "report"
+        if not i.name.startswith("_") and i.name != "performance_doc"
     )
 
 

@@ -1,11 +1,11 @@
 """Benchmark: Slack API calls per incident, and a 500-GPU storm (issue 13: a handful of messages).
 
 Each scenario runs the real engine (SQLite file journal) and the alerts runtime against the local
-Slack Web API server of the tests (slack-sdk's WebClient over HTTP), from the first cycle to the
-last incident resolved, draining the outbox between cycles (simulated time, 2 s per worker pass,
-the default budget of 20 messages per channel per minute). Counted: every Web API call the
-server received, top-level messages (posts outside threads), and the wall time of `on_cycle`
-and of the outbox drain for the opening cycle.
+Slack Web API server the tests use too (harness/slack_server.py; slack-sdk's WebClient over
+HTTP), from the first cycle to the last incident resolved, draining the outbox between cycles
+(simulated time, 2 s per worker pass, the default budget of 20 messages per channel per
+minute). Counted: every Web API call the server received, top-level messages (posts outside
+threads), and the wall time of `on_cycle` and of the outbox drain for the opening cycle.
 
 - single GPU: one critical XID, an approval prompt, a click (through `decide`), resolve;
 - one node: 8 GPUs of one node at once;
@@ -20,13 +20,13 @@ from collections import Counter
 from pathlib import Path
 
 from alerts import AlertsRuntime, parse_alerts_config
-from bench.report import stamp, table
+from bench.performance_doc import stamp, table
 from detectors.findings import Finding, FindingKind, Severity
+from harness.slack_server import SlackServer
 from remediations.decision_journal import RemediationEngine
 from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.alerts.slack_server import SlackServer
 
 TITLE = "Slack alerts: API calls per incident, 500-GPU storm (alerts/)"
 T0 = 1_800_000_000.0

@@ -22,8 +22,8 @@ import numpy as np
 from backtesting.backtest import backtest, step_count
 from backtesting.backtest_sharded import default_shards
 from backtesting.sharded import warmup_seconds
-from bench.backtest import STEP, build_tsdb
-from bench.report import median, missed_by, stamp, table
+from bench.backtest_day import STEP, build_tsdb
+from bench.performance_doc import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
 from lab.local_prometheus import start_prometheus
 from observer.prometheus.collector import PrometheusCollector

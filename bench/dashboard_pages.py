@@ -5,7 +5,7 @@ SQLite file (WAL, as the store opens it) holding: metering's latest state of 10k
 pools and a few live cycles (recorded by the real Meter on the detector benchmark's fleet), a
 month of 5-minute and hourly rollups for the fleet, pool, namespace and team dimensions (copied
 from a recorded bucket) and a day of them for nodes and jobs, 30,000 resolved incidents
-over 30 days plus the engine-written incidents, actions and audit of tests/dashboard_seed (with
+over 30 days plus the engine-written incidents, actions and audit of harness/dashboard_seed.py (with
 its GPU repairs, so Remediation shows Out of service and Fleet counts them). Each
 page is run through Streamlit's AppTest (the script as a browser session runs it, without the
 browser's drawing): *cold* after clearing the query caches (the first visitor after the TTL),
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import insert, select
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from database.tables import metering as mt
@@ -76,7 +76,7 @@ def _history(store: Store, now: float, days: int) -> int:
 
 
 def seed(url: str, n_gpus: int, incidents: int, days: int) -> int:
-    from tests.dashboard_seed import (
+    from harness.dashboard_seed import (
         bulk_incidents,
         seed_cluster,
         seed_fleet,
@@ -121,7 +121,7 @@ def _render(settings: Path, page: str, cold: bool, month: bool) -> float:
 
 
 def run(runs: int, quick: bool) -> str:
-    from tests.dashboard_seed import write_settings
+    from harness.dashboard_seed import write_settings
 
     n_gpus, incidents, days = (1000, 3000, 3) if quick else (10_000, 30_000, 30)
     rows: list[list[object]] = []

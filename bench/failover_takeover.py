@@ -23,15 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
+from harness.failover import DRAIN_CRITICAL, LEASE, failover_config
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict
 from simulator.serve import SimulationHandle, start_simulation
 
 TITLE = "Failover: kill -9 of the leader to new leader and to the resumed drain"
-LEASE = 4.0
 ROOT = Path(__file__).resolve().parents[1]
 FLEET: dict[str, Any] = {
     "name": "failover",
@@ -47,41 +45,11 @@ FLEET: dict[str, Any] = {
     ],
     "faults": [{"kind": "xid48_dbe", "node": "h100-0000", "gpu": 0, "start": "160s"}],
 }  # fmt: skip
-POLICY: dict[str, Any] = {
-    "version": 1,
-    "actuation": "live",
-    "gates": {
-        "blast_radius": {"max_nodes": 4, "max_percent_of_pool": 100},
-        "attempts": {"cooldown": "1m"},
-    },
-    "rules": [
-        {"name": "drain-critical",
-         "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]},
-         "playbook": "drain", "mode": "auto",
-         "params": {"timeout": "10m", "backoff_initial": "4s"}},
-    ],
-}  # fmt: skip
 
 
 def _config(tmp: Path, h: SimulationHandle) -> tuple[Path, str]:
-    assert h.kubeconfig is not None
-    (tmp / "policy.yaml").write_text(yaml.safe_dump(POLICY))
     url = f"sqlite:///{tmp / 'journal.db'}"
-    cfg = {
-        "cluster": h.scenario.cluster,
-        "store_url": url,
-        "kubeconfig": str(h.kubeconfig),
-        "policy": str(tmp / "policy.yaml"),
-        "service": {
-            "interval": h.scenario.scrape_interval / h.clock.speed,
-            "source": {"discovery_url": f"{h.metrics_url}/targets"},
-            "http": {"host": "127.0.0.1", "port": 0},
-            "leader_election": {"enabled": True, "lease_duration": f"{LEASE:.0f}s",
-                                "renew_every": "1s"},
-        },
-    }  # fmt: skip
-    path = tmp / "gpufleet.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path = failover_config(tmp, h, url, [DRAIN_CRITICAL])
     Store.open(url, cluster=h.scenario.cluster).close()  # migrate once, before two processes
     return path, url
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.detectors_cycle import Fleet
+from bench.performance_doc import median, stamp, table
 from bench.remediation_decide import _pg_schema as _postgres  # the same throwaway schema
-from bench.report import median, stamp, table
 from database.tables import metering as t
+from harness.benchmark_fleet import Fleet
 from metering import Meter, fleet_state, usage
 from metering.gpu_columns import gpu_columns
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows

@@ -5,7 +5,7 @@ Issue 3's target: real Prometheus holding a simulated 10k-GPU fleet (1,250 nodes
 
 Per size, untimed: the simulator writes `minutes` of the fleet at 30 s as OpenMetrics (progress
 on stdout), `promtool tsdb create-blocks-from openmetrics` backfills it (done once per bench
-run), and the Debian `prometheus` starts on a free loopback port (tests/prometheus_fixture.py).
+run), and the Debian `prometheus` starts on a free loopback port (lab/local_prometheus.py).
 Timed: `PrometheusCollector.collect(t)` at the end of the window, one warm-up cycle then `runs`
 cycles, each a full cycle (all queries over HTTP, JSON parsing, the snapshot build). At 10k GPUs
 also, untimed for the cycle: each warm query alone (Prometheus CPU s from /proc) and a few warm
@@ -24,7 +24,7 @@ from typing import Any
 
 import requests
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings, plan
 from simulator.engine import FleetSimulator
@@ -176,7 +176,7 @@ def gzip_cycle(url: str, pid: int, at: float | None, runs: int) -> tuple[float, 
 
 
 def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
-    from tests.prometheus_fixture import start_prometheus  # the test fixture's server handling
+    from lab.local_prometheus import start_prometheus  # the server handling the tests use too
 
     sc = fleet_scenario(n_gpus)
     om = tmp / f"fleet-{n_gpus}.om"

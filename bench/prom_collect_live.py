@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.performance_doc import median, stamp, table
 from bench.prom_collect import (
     gzip_cycle,
     per_query,
@@ -30,7 +31,6 @@ from bench.prom_collect import (
     process_cpu,
     wire_bytes,
 )
-from bench.report import median, stamp, table
 from lab.local_prometheus import PrometheusHandle, free_port, require_binaries
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.decision_journal import DecisionJournal

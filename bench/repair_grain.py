@@ -1,7 +1,7 @@
 """Benchmark: healthy GPUs and GPU-hours kept in service per fault, for each repair grain.
 
 Grains (issue 16), each a policy run by the real decision journal and executor through the
-`kubernetes` client against the simulated cluster (tests/k8s_sim_support.py):
+`kubernetes` client against the simulated cluster (harness/k8s_sim.py):
 - GPU: a DRA cluster; `fence_gpu` (DeviceTaintRule, NoExecute) for single-GPU faults;
 - pods on GPU, device plugin healthy: `evict_gpu_pods` (the plugin withdrew the GPU, so the
   node stays schedulable);
@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from detectors.findings import Finding, FindingKind, Severity
+from harness.k8s_sim import Sim, exporter_gpus, running_sim
 from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.policy import policy_from_dict
 from remediations.store import Store
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, exporter_gpus, running_sim
 
 TITLE = "Repair grain: GPU-hours kept in service per fault (remediations/playbooks)"
 GPUS = 8

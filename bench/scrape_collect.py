@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from bench.performance_doc import median, stamp, table
 from bench.prom_collect import fleet_scenario
-from bench.report import median, stamp, table
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
 
 TITLE = "Direct-scrape collection cycle (observer.scrape.collector)"

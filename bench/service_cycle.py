@@ -29,14 +29,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.report import median, missed_by, own_time, stamp, table
+from bench.performance_doc import median, missed_by, own_time, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, scrape_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
 from kube.actuator import KubeActuator
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
-from remediations.cycle import LiveActuator, RemediationCycle
+from remediations.capabilities import LiveActuator
+from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict

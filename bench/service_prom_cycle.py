@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.performance_doc import median, stamp, table
 from bench.prom_collect import STEP, _progress, fleet_scenario
-from bench.report import median, stamp, table
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle, prometheus_source
 from gpufleet.service.actuator import CachedActuator, SnapshotCache
@@ -43,7 +43,7 @@ class _NoActuator:
 
 
 def measure(n_gpus: int, runs: int, tmp: Path) -> list[list[object]]:
-    from tests.prometheus_fixture import start_prometheus
+    from lab.local_prometheus import start_prometheus
 
     sc = fleet_scenario(n_gpus)
     om = tmp / f"fleet-{n_gpus}.om"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from simulator.clock import ManualWall, SimClock
 from simulator.cluster import ClusterOptions, SimCluster
 from simulator.scenario import scenario_from_dict

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._fleet_columns import every_series_identity, fleet_columns
-from bench.report import median, stamp, table
+from bench.performance_doc import median, stamp, table
 from observer.fleet.catalog import METRICS
 from observer.snapshot.builder import SnapshotBuilder
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import stamp, table
+from bench.performance_doc import stamp, table
 
 TITLE = "Lifecycle stateful soak (tests/service/test_lifecycle_stateful.py)"
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
-from sqlalchemy import Engine, column, func, select, table, union
+from sqlalchemy import Engine, func, select, union
 from sqlalchemy.exc import SQLAlchemyError
 
 from database.tables import metering as metering_tables
 from database.tables.journal import ActionRow, AuditRow, EngineStateRow, IncidentRow
+from database.tables.service import JOB_RUNS
 
 INCIDENT_COLUMNS = (
     IncidentRow.id,
@@ -259,20 +260,17 @@ def taken_out(
 
 
 JOB_RUN_COLUMNS = ("job", "kind", "last_fire", "last_finished", "last_ok", "last_outcome")
-_JOB_RUNS = table("service_job_runs", column("cluster"), *(column(c) for c in JOB_RUN_COLUMNS))
-"""The service's run records of its scheduled jobs (written by `gpufleet run`; read by name,
-so the dashboard needs no import of the service)."""
 
 
 def job_runs(engine: Engine, cluster: str | None) -> pd.DataFrame:
     """Each scheduled job's last run: what the service actually runs, next to the policy's
     windows. Empty when no service ever ran on this database."""
-    q = select(_JOB_RUNS.c.cluster, *(_JOB_RUNS.c[c] for c in JOB_RUN_COLUMNS))
+    q = select(JOB_RUNS.c.cluster, *(JOB_RUNS.c[c] for c in JOB_RUN_COLUMNS))
     if cluster is not None:
-        q = q.where(_JOB_RUNS.c.cluster == cluster)
+        q = q.where(JOB_RUNS.c.cluster == cluster)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(q.order_by(_JOB_RUNS.c.job)).all()
+            rows = conn.execute(q.order_by(JOB_RUNS.c.job)).all()
     except SQLAlchemyError:  # no such table: the service never ran here
         return pd.DataFrame(columns=["cluster", *JOB_RUN_COLUMNS])
     return pd.DataFrame([tuple(r) for r in rows], columns=["cluster", *JOB_RUN_COLUMNS])

@@ -4,7 +4,7 @@ dcgm-exporter's shipped field lists leave ECC counters, NVLink error counters an
 (throttle) reasons off (docs: /work/shared/reference/gpu-health-facts.md). A detector whose
 fields are missing must not go silent: it either infers from what is present (SM clocks,
 temperature, power, activity) and says so, or it says that it cannot run and which exporter
-lines would turn its fields on (`observer.fleet.coverage` knows the fields and those lines;
+lines would turn its fields on (`observer.fleet.field_presence` knows the fields and those lines;
 this module knows what each detector reads). `coverage(present)` takes a plain set of field
 (series) names, as the observer finds them, and answers per registered detector;
 `notices(...)` turns the detectors that cannot run into findings (info, kind monitoring_gap:
@@ -23,7 +23,7 @@ from detectors.base import ANY_GPU_SERIES, Needs
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.registry import registry
 from observer.fleet.catalog import canonical_name
-from observer.fleet.coverage import exporter_line
+from observer.fleet.field_presence import exporter_line
 
 
 class Evidence(StrEnum):

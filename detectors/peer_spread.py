@@ -7,6 +7,11 @@ below the median, read backwards, and from it upwards — and the MAD is the mid
 union: a k-th smallest of two sorted lists, found for every group at once by bisection in
 log2(largest group) vectorised steps. Same numbers as the two sorts: m - v is |v - m| exactly
 for v <= m (IEEE subtraction is antisymmetric).
+
+`groups_median_mad` does it for several gauges that share their peer groups (the anomaly
+features: ten gauges, one grouping) from `detectors.signals.sorted_groups`: each group's values
+sorted along a padded row, every gauge at once, instead of an argsort of the fleet per gauge.
+A group's sorted values are all the median and the MAD read, so the numbers are the same.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from detectors.signals import grouped_sorted
+from detectors.signals import grouped_sorted, sorted_groups, sorted_rows_median
 from observer.fleet.model import FloatArray
 
 Ints = npt.NDArray[np.signedinteger[Any]]
@@ -40,6 +45,35 @@ def group_median_mad(
     below = np.bincount(gs[vs < np.repeat(med, counts)], minlength=n_groups)[has]
     lo = _kth(vs, s, below, c - below, m, (c - 1) // 2)
     hi = _kth(vs, s, below, c - below, m, c // 2)
+    mad[has] = (lo + hi) / 2.0
+    return med, mad
+
+
+def groups_median_mad(
+    values: FloatArray, groups: Ints, n_groups: int
+) -> tuple[FloatArray, FloatArray]:
+    """`group_median_mad` of each row of `values` (gauges x GPUs) over the same groups:
+    (gauges, n_groups) medians and MADs, equal to calling it per gauge."""
+    n_vals = values.shape[0]
+    med = np.full((n_vals, n_groups), np.nan)
+    mad = np.full((n_vals, n_groups), np.nan)
+    for gids, block in sorted_groups(values, groups, n_groups):
+        m, d = _sorted_rows_median_mad(block.reshape(-1, block.shape[-1]))
+        med[:, gids] = m.reshape(n_vals, gids.size)
+        mad[:, gids] = d.reshape(n_vals, gids.size)
+    return med, mad
+
+
+def _sorted_rows_median_mad(block: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Median and MAD of each row of `block`, sorted along rows with NaN last (NaN if empty)."""
+    w = block.shape[1]
+    med, c = sorted_rows_median(block)
+    mad = np.full(block.shape[0], np.nan)
+    has = np.flatnonzero(c > 0)
+    c, m = c[has], med[has]
+    below = (block[has] < m[:, None]).sum(axis=1)
+    lo = _kth(block.reshape(-1), has * w, below, c - below, m, (c - 1) // 2)
+    hi = _kth(block.reshape(-1), has * w, below, c - below, m, c // 2)
     mad[has] = (lo + hi) / 2.0
     return med, mad
 

@@ -8,6 +8,7 @@ as pure functions over columns (no loop over GPUs).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,17 +195,61 @@ def grouped_sorted(
     return v[order], gs, counts, starts
 
 
+PADDED_UP_TO = 4096
+"""Groups up to this size are sorted as rows of a padded matrix; larger ones one by one."""
+
+
+def sorted_groups(
+    values: FloatArray, groups: npt.NDArray[np.signedinteger[Any]], n_groups: int
+) -> Iterator[tuple[npt.NDArray[np.intp], FloatArray]]:
+    """Each group's values sorted, for gauges (rows of `values`) that share their groups:
+    (group ids, block of shape (gauges, len(ids), width)) with each group's values along the
+    last axis, NaN and padding (NaN) last; NO_INDEX rows left out, empty groups not given.
+
+    numpy sorts values far faster than it argsorts them (~1.5 against ~6 ms for 100k floats),
+    and a median reads nothing but a group's sorted values: the rows are put in group order
+    once (a radix sort of the group ids), laid out one padded row per group (groups of similar
+    size together, widths in powers of two), and sorted along the rows."""
+    n_vals, n = values.shape
+    member = np.flatnonzero(groups != NO_INDEX)
+    if member.size == 0 or n_groups == 0:
+        return
+    gm = groups[member]
+    keys = gm.astype(np.uint16) if n_groups <= np.iinfo(np.uint16).max else gm
+    rows = member[np.argsort(keys, kind="stable")]  # in group order
+    size = np.bincount(gm, minlength=n_groups)
+    start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    width = 1 << np.ceil(np.log2(np.clip(size, 8, None))).astype(np.int64)
+    width[(size == 0) | (size > PADDED_UP_TO)] = 0
+    padded = np.concatenate((values, np.full((n_vals, 1), np.nan)), axis=1)  # column n: NaN
+    for w in np.unique(width[width > 0]):
+        gids = np.flatnonzero(width == w)
+        sz, j = size[gids][:, None], np.arange(w)[None, :]
+        at = np.where(j < sz, rows[start[gids][:, None] + np.minimum(j, sz - 1)], n)
+        yield gids, np.sort(padded[:, at], axis=-1)
+    for gid in np.flatnonzero(size > PADDED_UP_TO):
+        mine = rows[start[gid] : start[gid] + size[gid]]
+        yield np.array([gid]), np.sort(values[:, mine], axis=-1)[:, None, :]
+
+
+def sorted_rows_median(block: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+    """(median of each row of `block`, sorted along rows with NaN last (NaN if empty), and
+    how many values each row has)."""
+    n_rows, w = block.shape
+    c = w - np.count_nonzero(np.isnan(block), axis=1)
+    med = np.full(n_rows, np.nan)
+    has = np.flatnonzero(c > 0)
+    ch = c[has]
+    med[has] = (block[has, (ch - 1) // 2] + block[has, ch // 2]) / 2.0
+    return med, c
+
+
 def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
-    """Median of `values` per group id (NaN and NO_INDEX rows ignored), by one grouped sort."""
+    """Median of `values` per group id (NaN and NO_INDEX rows ignored), from each group's
+    sorted values (`sorted_groups`)."""
     out = np.full(n_groups, np.nan)
-    grouped = grouped_sorted(values, groups, n_groups)
-    if grouped is None:
-        return out
-    vs, _, counts, starts = grouped
-    has = counts > 0
-    lo = (starts + (counts - 1) // 2)[has]
-    hi = (starts + counts // 2)[has]
-    out[has] = (vs[lo] + vs[hi]) / 2.0
+    for gids, block in sorted_groups(values[None, :], groups, n_groups):
+        out[gids] = sorted_rows_median(block[0])[0]
     return out
 
 

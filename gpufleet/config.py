@@ -18,14 +18,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alerts.config import WEBHOOK_TOKEN_ENV, AlertsConfig, refuse_file_secrets
+from alerts.alerts_config import WEBHOOK_TOKEN_ENV, AlertsConfig, refuse_file_secrets
 from dashboards.settings import DashboardConfig
-from detectors.config import suite_from_section
 from detectors.suite import DetectorSuite
+from detectors.tuning import suite_from_section
 from errors import ConfigError
 from errors.config_files import load_yaml_file, validate
-from gpufleet.service.config import ServiceConfig
-from metering.config import MeteringConfig
+from gpufleet.service.service_config import ServiceConfig
+from metering.metering_config import MeteringConfig
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
 
@@ -50,7 +50,7 @@ class GpufleetConfig(BaseModel):
     """Policy file (relative to this file); `--policy` overrides; none: the shipped default."""
     kubeconfig: str | None = None
     detectors: dict[str, Any] | None = None
-    """The `detectors:` section (enable/disable, parameters), validated by detectors.config."""
+    """The `detectors:` section (enable/disable, parameters), validated by detectors.tuning."""
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     alerts: AlertsConfig = AlertsConfig()

@@ -35,9 +35,9 @@ from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite, SuiteState
 from errors import GpufleetError
 from errors.outages import OutageLog
-from gpufleet.coverage import CoverageReport, coverage_report
+from gpufleet.coverage_report import CoverageReport, coverage_report
 from metering import Meter
-from observer.fleet.coverage import snapshot_fields
+from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.prometheus.collector import PrometheusCollector

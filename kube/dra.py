@@ -31,7 +31,6 @@ from remediations.types import DEVICE_TAINTS_NOT_SERVED
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-GPU_LABEL = "gpufleet.io/gpu"
 EFFECTS = ("None", "NoSchedule", "NoExecute")
 GROUP = "resource.k8s.io"
 RULE_APIS: dict[str, Callable[[client.ApiClient], Any]] = {

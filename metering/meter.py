@@ -1,6 +1,6 @@
 """Recording one cycle: the latest fleet state replaced, this cycle's seconds added to rollups.
 
-`Meter(store, config).record_cycle(snapshot, now, findings)` runs once per live cycle, on the
+`Meter(db, config).record_cycle(snapshot, now, findings)` runs once per live cycle, on the
 leader only; the interval goes to the 5-minute and the hourly rollups alike. Everything is one
 transaction: the cursor (the time of the last recorded cycle, per cluster) is read with a row
 lock, so a standby that takes over continues the accounting exactly where the old leader
@@ -17,13 +17,13 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from database.handle import Database
 from database.tables import metering as t
 from detectors.findings import Finding, FindingKind
-from metering.config import HOUR_SECONDS, MeteringConfig
 from metering.gpu_columns import HEALTH_CODES, GpuColumns, Health, gpu_columns
+from metering.metering_config import HOUR_SECONDS, MeteringConfig
 from metering.rollup import bucket_overlaps, dimension_sums, usage_rows
 from observer.fleet.model import NO_INDEX, FleetSnapshot
-from remediations.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +135,15 @@ def _insert_states(conn: Connection, states: list[dict[str, Any]]) -> None:
 
 
 class Meter:
-    """Records cycles of one cluster (the store's) into the metering tables."""
+    """Records cycles of one cluster (the handle's) into the metering tables."""
 
-    def __init__(self, store: Store, config: MeteringConfig | None = None) -> None:
-        self.store = store
+    def __init__(self, db: Database, config: MeteringConfig | None = None) -> None:
+        self.db = db
         self.config = config or MeteringConfig()
 
     @property
     def cluster(self) -> str:
-        return self.store.cluster
+        return self.db.cluster
 
     def record_cycle(
         self, snapshot: FleetSnapshot, now: float | None = None, findings: Iterable[Finding] = ()
@@ -163,7 +163,7 @@ class Meter:
             for f in findings
             if f.kind is FindingKind.GPU_LOST and f.gpu_uuid and f.gpu_uuid not in present
         }
-        with self.store.engine.begin() as conn:
+        with self.db.begin() as conn:
             last = conn.execute(
                 select(t.cursor.c.taken_at)
                 .where(t.cursor.c.cluster == self.cluster)

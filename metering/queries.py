@@ -1,6 +1,6 @@
 """What the dashboard and the reports read: the latest fleet state and usage over a window.
 
-Every reader takes the store and, optionally, `cluster`: None reads the store's cluster,
+Every reader takes the database handle and, optionally, `cluster`: None reads the handle's cluster,
 `ALL_CLUSTERS` reads every cluster sharing the database (rows say which cluster they are from).
 Usage windows are cut on 5-minute bucket boundaries: `start` is rounded down and `end` up. Past
 `retention_days` only hourly rollups are left: read such windows in whole hours.
@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Table, func, select
 
+from database.handle import Database
 from database.tables import metering as t
-from metering.config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
+from metering.metering_config import BUCKET_SECONDS, HOUR_SECONDS, MeteringConfig
 from metering.rollup import DIMENSIONS
-from remediations.store import Store
 
 ALL_CLUSTERS = "*"
 HOUR = 3600.0
@@ -68,31 +68,31 @@ class Usage:
 
 
 def cluster_filter(
-    store: Store, cluster: str | None, col: ColumnElement[str]
+    db: Database, cluster: str | None, col: ColumnElement[str]
 ) -> list[ColumnElement[bool]]:
     if cluster == ALL_CLUSTERS:
         return []
-    return [col == (store.cluster if cluster is None else cluster)]
+    return [col == (db.cluster if cluster is None else cluster)]
 
 
-def fleet_state(store: Store, cluster: str | None = None) -> list[GpuState]:
+def fleet_state(db: Database, cluster: str | None = None) -> list[GpuState]:
     """The latest recorded state of every GPU, by cluster, node and device."""
     g = t.gpu_state.c
     q = (
         select(t.gpu_state)
-        .where(*cluster_filter(store, cluster, g.cluster))
+        .where(*cluster_filter(db, cluster, g.cluster))
         .order_by(g.cluster, g.node, g.device, g.uuid, g.mig_instance)
     )
-    with store.engine.connect() as conn:
+    with db.connect() as conn:
         return [GpuState(**dict(r._mapping)) for r in conn.execute(q)]
 
 
-def last_cycle(store: Store, cluster: str | None = None) -> float | None:
+def last_cycle(db: Database, cluster: str | None = None) -> float | None:
     """When the newest cycle was recorded (the newest over all clusters for ALL_CLUSTERS)."""
     q = select(func.max(t.cursor.c.taken_at)).where(
-        *cluster_filter(store, cluster, t.cursor.c.cluster)
+        *cluster_filter(db, cluster, t.cursor.c.cluster)
     )
-    with store.engine.connect() as conn:
+    with db.connect() as conn:
         value = conn.execute(q).scalar_one_or_none()
     return None if value is None else float(value)
 
@@ -116,7 +116,7 @@ def _segments(lo: int, hi: int) -> list[tuple[Table, int, int]]:
 
 
 def _usage_query(
-    store: Store,
+    db: Database,
     table: Table,
     lo: int,
     hi: int,
@@ -137,7 +137,7 @@ def _usage_query(
     return (
         select(*groups, *sums)
         .where(
-            *cluster_filter(store, cluster, u.cluster),
+            *cluster_filter(db, cluster, u.cluster),
             u.dimension == by,
             u.bucket >= lo,
             u.bucket < hi,
@@ -147,7 +147,7 @@ def _usage_query(
 
 
 def usage(
-    store: Store,
+    db: Database,
     start: float,
     end: float,
     by: Dimension = "namespace",
@@ -172,8 +172,8 @@ def usage(
         parts = [(table, lo, hi)]
     else:
         parts = _segments(*window_buckets(start, end))
-    queries = [_usage_query(store, tbl, lo, hi, by, cluster, per_bucket) for tbl, lo, hi in parts]
-    with store.engine.connect() as conn:
+    queries = [_usage_query(db, tbl, lo, hi, by, cluster, per_bucket) for tbl, lo, hi in parts]
+    with db.connect() as conn:
         if len(queries) == 1:  # one table: the database sums and sorts
             (q,) = queries
             rows: list[Any] = list(conn.execute(q.order_by(*q.selected_columns[:-4])))

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metering.config import BUCKET_SECONDS
 from metering.gpu_columns import GpuColumns
+from metering.metering_config import BUCKET_SECONDS
 from observer.fleet.model import NO_INDEX, FleetSnapshot, FloatArray, IntArray
 
 DIMENSIONS = ("fleet", "node", "pool", "namespace", "job", "team")

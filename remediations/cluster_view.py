@@ -1,22 +1,20 @@
 """What the remediation engine knows about the cluster when it decides: nodes, pods, jobs.
 
 A compact, frozen view, built from the observer's FleetSnapshot (`from_snapshot`) or by the
-actuator from the live API (`ClusterReader`), so that gates and playbooks plan against data handed
+actuator from the live API (`kube.reader`), so that gates and playbooks plan against data handed
 to them and never fetch it themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from observer.fleet.model import NO_INDEX, FleetSnapshot
+from remediations.cluster_names import GPU_COUNT_LABEL
 from remediations.types import OWNER_ANNOTATION
-
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,15 +188,3 @@ class ClusterView:
             gpus_of_node={n: tuple(u) for n, u in gpus_of_node.items()},
             sharers_of_gpu={u: tuple(k) for u, k in sharers.items()},
         )
-
-
-class ClusterReader(Protocol):
-    """Live reads a playbook's verification needs (the actuator implements it)."""
-
-    def node(self, name: str) -> NodeView | None: ...
-
-    def pods_on_node(self, name: str) -> Sequence[PodView]: ...
-
-    def pods_selected(self, namespace: str, selector: str) -> Sequence[PodView]: ...
-
-    def pod(self, namespace: str, name: str) -> PodView | None: ...

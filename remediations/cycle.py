@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from detectors.findings import Finding
-from remediations.actuator_api import Actuator
+from remediations.capabilities import LiveActuator
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
@@ -34,10 +33,6 @@ class TakeOver:
 
     changes: tuple[IncidentChange, ...]
     claims: tuple[ActionRecord, ...]
-
-
-class LiveActuator(Actuator, Protocol):
-    def cluster_view(self, taken_at: float = 0.0) -> ClusterView: ...
 
 
 class RemediationCycle:

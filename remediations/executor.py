@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from errors import PermanentError, TemporaryError
 from remediations import gates
-from remediations.actuator_api import Actuator, WriteContext
+from remediations.capabilities import Actuator, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import summarize
 from remediations.escalation import escalated_start

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from remediations.actuator_api import FencedGpu
+from remediations.capabilities import FencedGpu
+from remediations.cluster_names import fence_rule_name
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.gates import MARKS
-from remediations.playbooks.fence import fence_rule_name
 from remediations.store import IncidentRecord, Store
 from remediations.types import ACTION_ANNOTATION, QUARANTINE_LABEL, ActionState, IncidentStatus
 from remediations.validation import NEEDS_PERSON, last_change, scope

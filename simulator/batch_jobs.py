@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from simulator import job_pods
 from simulator.kube_api import objects as ko
-from simulator.kube_api.store import ObjectStore
+from simulator.kube_api.object_store import ObjectStore
 from simulator.scenario import DiagResult, Scenario
 
 Obj = dict[str, Any]

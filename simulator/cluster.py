@@ -22,7 +22,7 @@ from simulator.device_health import DevicePlugin, device_faults
 from simulator.disruption import Invalid, TooManyRequests, check_eviction, refresh_pdbs
 from simulator.kube_api import objects as ko
 from simulator.kube_api import pods as kp
-from simulator.kube_api.store import Conflict, ObjectStore
+from simulator.kube_api.object_store import Conflict, ObjectStore
 from simulator.layout import Layout, SimPod, build_layout
 from simulator.node_lifecycle import (
     add_default_tolerations,

@@ -18,7 +18,7 @@ from typing import Any
 from simulator.disruption import TERMINAL
 from simulator.kube_api import objects as ko
 from simulator.kube_api import pods as kp
-from simulator.kube_api.store import ObjectStore
+from simulator.kube_api.object_store import ObjectStore
 from simulator.layout import SimNode, SimPod
 from simulator.scenario import WorkloadKind
 

@@ -13,8 +13,8 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from simulator.kube_api.object_store import ObjectStore
 from simulator.kube_api.objects import GPU
-from simulator.kube_api.store import ObjectStore
 from simulator.layout import Layout
 from simulator.scenario import FaultKind, Scenario
 from simulator.targets import ResolvedFault, resolve_faults

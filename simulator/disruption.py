@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simulator.kube_api.store import ObjectStore
+from simulator.kube_api.object_store import ObjectStore
 
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")

@@ -53,7 +53,7 @@ def dcgm_text(
     `pod_labels="none"`: the exporter's Kubernetes mapping off (no pod labels); `exported`:
     the workload as `exported_*`, as a relabelling proxy would show it. `fields`: only these
     families, as an exporter with that counters file serves them (None: every catalog field
-    and the XID counter; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: the shipped file).
+    and the XID counter; observer.fleet.field_presence.SHIPPED_DEFAULT_FIELDS: the shipped file).
     `exporter`: the version's layout of the XID series (None: `simple`). `instances`: the MIG
     GPUs' instances at the sample's time (simulator.mig_series.instances_at)."""
     exp = exporter if exporter is not None else Exporter()

@@ -20,7 +20,7 @@ from typing import IO
 import numpy as np
 
 from observer.fleet.catalog import METRICS, STEPS_METRIC, XID_COUNT_METRIC, Kind
-from observer.fleet.coverage import SHIPPED_DEFAULT_FIELDS
+from observer.fleet.field_presence import SHIPPED_DEFAULT_FIELDS
 from observer.fleet.model import BoolArray, IntArray
 from simulator import mig_series, vgpu_series
 from simulator.device_health import DeviceFault, device_faults, gpu_allocatable_at, unhealthy_at
@@ -95,7 +95,7 @@ class OpenMetricsWriter:
         `exported` and `none` also give every DCGM and `up` series the exporter pod's own
         target labels, as Prometheus' Kubernetes service discovery does. `shipped_fields_only`:
         only the fields dcgm-exporter's shipped counters file turns on
-        (observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS): no ECC, retired-page or NVLink error
+        (observer.fleet.field_presence.SHIPPED_DEFAULT_FIELDS): no ECC, retired-page or NVLink error
         counters, no throttle reasons."""
         if pod_labels not in POD_LABEL_LAYOUTS:
             raise ValueError(

@@ -23,7 +23,7 @@ from typing import Any
 from simulator.controller import JobController
 from simulator.device_health import DevicePlugin
 from simulator.kube_api import objects as ko
-from simulator.kube_api.store import Expired, ObjectStore
+from simulator.kube_api.object_store import Expired, ObjectStore
 from simulator.layout import Layout
 from simulator.scenario import Scenario
 

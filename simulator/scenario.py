@@ -330,7 +330,7 @@ class Scenario(_Strict):
     """Re-partitioning of MIG GPUs (not a fault: the GPU keeps reporting)."""
     shipped_fields_only: bool = False
     """Write only the fields dcgm-exporter's shipped counters file collects (no ECC, NVLink error
-    counters or clock-event reasons; observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS)."""
+    counters or clock-event reasons; observer.fleet.field_presence.SHIPPED_DEFAULT_FIELDS)."""
     kubernetes_version: Literal["1.34", "1.35", "1.36", "1.37"] = "1.37"
     """The release the simulated API server is (simulator.kube_api.discovery.Profile): its
     `/version` and API versions, DeviceTaintRules at v1 only from 1.37."""

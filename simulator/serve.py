@@ -142,7 +142,7 @@ def start_simulation(
     of its scenario); the cluster is built as it stands at that time. `pod_labels`: the
     exporters' pod-label layout (simulator.series.POD_LABEL_LAYOUTS; `none`: the exporter's
     Kubernetes mapping off). `fields`: the DCGM families the exporters serve (None: all;
-    observer.fleet.coverage.SHIPPED_DEFAULT_FIELDS: dcgm-exporter's shipped counters file).
+    observer.fleet.field_presence.SHIPPED_DEFAULT_FIELDS: dcgm-exporter's shipped counters file).
     `exporter_pods`: `gpu-operator` or `chart` (simulator.exporter_pods) makes each node's
     dcgm-exporter pod reachable at its podIP and named port in that install's layout, for
     discovery by pod labels; None: the exporters only at `/nodes/<node>/metrics`."""

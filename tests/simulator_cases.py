@@ -8,7 +8,7 @@ from simulator.scenario import Scenario, scenario_from_dict
 
 MIN = 60.0
 
-SMALL: dict[str, Any] = {
+EVERY_FAULT_FLEET: dict[str, Any] = {
     "name": "small",
     "seed": 3,
     "cluster": "test",
@@ -75,7 +75,9 @@ SMALL: dict[str, Any] = {
         {"kind": "eval_phase", "job": "default/train", "start": "32m", "end": "34m"},
     ],
 }
+"""Every fault kind and confounder of the simulator on 40 GPUs (3 H100 and 2 A100 nodes) over
+40 minutes: the simulator tests' fleet (`small()` is its Scenario)."""
 
 
 def small() -> Scenario:
-    return scenario_from_dict(SMALL, "small.yaml")
+    return scenario_from_dict(EVERY_FAULT_FLEET, "small.yaml")

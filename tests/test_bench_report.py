@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.__main__ import discover
-from bench.report import table, write_section
+from bench.performance_doc import table, write_section
 
 
 def test_sections_are_replaced_in_place_and_others_kept(tmp_path: Path) -> None:

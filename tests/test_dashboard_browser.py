@@ -19,17 +19,17 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from dashboards.launcher import Dashboard, start
 from dashboards.settings import DashboardConfig, DashboardSettings
-from metering import MeteringConfig
-from remediations.store import Store
-from remediations.types import ActionState
-from tests.browser import CUT_OFF, HAVE_CHROMIUM, chromium, settle
-from tests.dashboard_seed import (
+from harness.dashboard_seed import (
     bulk_incidents,
     seed_cluster,
     seed_fleet,
     seed_repairs,
     seed_straggler,
 )
+from metering import MeteringConfig
+from remediations.store import Store
+from remediations.types import ActionState
+from tests.browser import CUT_OFF, HAVE_CHROMIUM, chromium, settle
 
 PAGES = (
     ("fleet", "Fleet"),

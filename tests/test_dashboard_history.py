@@ -10,11 +10,11 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from dashboards import data, history
+from harness.dashboard_seed import seed_fleet, write_settings
 from remediations.store import IncidentRecord, Store
 from remediations.types import IncidentId, IncidentStatus
 from simulator.layout import gpu_uuid
 from simulator.scenario import Scenario, scenario_from_dict
-from tests.dashboard_seed import seed_fleet, write_settings
 from tests.prometheus_fixture import PrometheusFactory, PrometheusHandle, served_scenario
 from tests.test_cli_detect_backtest_eval import TINY, UNREACHABLE, _xid_gpu
 from tests.test_dashboard_pages import app, texts

@@ -10,8 +10,8 @@ import pytest
 
 import metering
 from dashboards import data
+from harness.dashboard_seed import FLEET_JOB, seed_fleet, seed_straggler, write_settings
 from remediations.store import Store
-from tests.dashboard_seed import FLEET_JOB, seed_fleet, seed_straggler, write_settings
 from tests.test_dashboard_pages import app, texts
 
 JOB = FLEET_JOB

@@ -14,11 +14,7 @@ from dashboards import data
 from dashboards.shell import SETTINGS_KEY
 from detectors.findings import FindingKind, Severity
 from gpufleet.service.job_runs import JobRuns
-from remediations.decision_journal import DecisionJournal
-from remediations.store import Store
-from remediations.types import ActionState
-from remediations.validation import record_diagnosis
-from tests.dashboard_seed import (
+from harness.dashboard_seed import (
     BROKEN,
     HELD,
     REPAIRED,
@@ -27,7 +23,11 @@ from tests.dashboard_seed import (
     seed_repairs,
     write_settings,
 )
-from tests.remediations.fake_cluster import FakeCluster
+from harness.fake_cluster import FakeCluster
+from remediations.decision_journal import DecisionJournal
+from remediations.store import Store
+from remediations.types import ActionState
+from remediations.validation import record_diagnosis
 from tests.remediations.helpers import finding, live_policy
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"

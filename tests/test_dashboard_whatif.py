@@ -11,10 +11,10 @@ import pytest
 
 from dashboards import data
 from dashboards.whatif import SHIPPED, Eta, run
+from harness.dashboard_seed import write_settings
 from lab.suite_eval import SuiteEta
 from remediations.store import Store
 from simulator.scenario import Scenario, scenario_from_dict
-from tests.dashboard_seed import write_settings
 from tests.prometheus_fixture import PrometheusHandle, served_scenario
 from tests.test_cli_detect_backtest_eval import TINY
 from tests.test_dashboard_pages import app, texts

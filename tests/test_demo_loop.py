@@ -1,4 +1,5 @@
-"""`gpufleet demo`'s live loop end to end on a simulated fleet: fault -> finding -> journal ->
+"""The embedded demo (`gpufleet run --embedded`, `gpufleet demo`: gpufleet.demo.embedded) end to
+end on a simulated fleet, cycle by cycle on a manual clock: fault -> finding -> journal ->
 quarantine written through the real Kubernetes client into the simulated cluster; a failed
 collection does not stop the next cycle; the command starts, reports and stops on SIGTERM."""
 
@@ -22,22 +23,42 @@ from detectors.base import Detector, DetectorSpec
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
+from gpufleet.cli import build_parser
+from gpufleet.commands.run import run as run_cli
+from gpufleet.commands.run import run_embedded
+from gpufleet.demo.embedded import Embedded, EmbeddedOptions, assemble
+from gpufleet.demo.files import DemoFiles
 from gpufleet.demo.log import DemoLog
-from gpufleet.demo.loop import DemoFiles, DemoLoop
-from gpufleet.live_cycle import CycleReport
+from gpufleet.live_cycle import CycleReport, LiveCycle
+from harness.k8s_sim import small_scenario
 from remediations.store import AuditRecord, Store
 from remediations.types import QUARANTINE_TAINT, ActionState
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"
 FAULT = {"kind": "xid48_dbe", "node": "h100-0002", "gpu": 1, "start": "3m"}
 
 
-@pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[DemoLoop, ManualWall, list[str]]]:
+@dataclass
+class Demo:
+    """The embedded service over a small simulated fleet on a manual wall clock."""
+
+    embedded: Embedded
+    handle: SimulationHandle
+    wall: ManualWall
+
+    @property
+    def files(self) -> DemoFiles:
+        return self.embedded.files
+
+    @property
+    def cycle(self) -> LiveCycle:
+        return self.embedded.service.p.live
+
+
+def start_demo(tmp_path: Path, lines: list[str], *, shadow: bool = False) -> Demo:
     wall = ManualWall(time.time())
     handle = start_simulation(
         small_scenario(faults=[FAULT]),
@@ -46,24 +67,42 @@ def demo(tmp_path: Path) -> Iterator[tuple[DemoLoop, ManualWall, list[str]]]:
         options=ClusterOptions(startup_seconds=0),
         tick_interval=0.05,
     )
-    lines: list[str] = []
-    loop = DemoLoop(
-        handle, DemoFiles(tmp_path / "wd"), DemoLog(handle.scenario.start, write=lines.append)
-    )
+    opts = EmbeddedOptions(workdir=tmp_path / "wd", prometheus=False, shadow=shadow)
+    log = DemoLog(handle.scenario.start, write=lines.append)
     try:
-        yield loop.start(), wall, lines
-    finally:
-        loop.close()
+        embedded = assemble(handle, opts, clock=handle.clock, log=log)
+    except BaseException:
         handle.stop()
+        raise
+    embedded.service.lead()
+    return Demo(embedded, handle, wall)
 
 
-def step(loop: DemoLoop, wall: ManualWall) -> CycleReport:
-    """One cycle; then wait for the background executor's pass it asked for (its journal rows
-    show up in the next cycle's report, as in the live demo)."""
-    wall.advance(loop.interval)
-    loop.handle.cluster.tick()
-    report = loop.run_once()
-    assert loop.remediation is not None and loop.remediation.settle(30.0)
+def stop_demo(demo: Demo) -> None:
+    try:
+        assert demo.embedded.close() == 0
+    finally:
+        demo.handle.stop()
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[Demo, list[str]]]:
+    lines: list[str] = []
+    d = start_demo(tmp_path, lines)
+    try:
+        yield d, lines
+    finally:
+        stop_demo(d)
+
+
+def step(d: Demo) -> CycleReport:
+    """One service cycle; then wait for the background executor's pass it asked for (its journal
+    rows show up in the next cycle's report, as in the live demo)."""
+    d.wall.advance(d.handle.scenario.scrape_interval)
+    d.handle.cluster.tick()
+    report = d.embedded.service.cycle_now()
+    assert report is not None
+    assert d.embedded.service.settle(30.0)
     return report
 
 
@@ -73,10 +112,10 @@ def _spec(handle: SimulationHandle, node: str) -> dict[str, Any]:
 
 
 def test_fault_becomes_finding_action_and_quarantine(
-    demo: tuple[DemoLoop, ManualWall, list[str]],
+    demo: tuple[Demo, list[str]],
 ) -> None:
-    loop, wall, lines = demo
-    reports = [step(loop, wall) for _ in range(9)]  # to 4.5 min: the fault starts at 3 min
+    loop, lines = demo
+    reports = [step(loop) for _ in range(9)]  # to 4.5 min: the fault starts at 3 min
     assert all(r.ok for r in reports), [r.errors for r in reports]
     assert reports[0].gpus == 32
     started = [f for r in reports for f in r.started]
@@ -102,11 +141,11 @@ def test_fault_becomes_finding_action_and_quarantine(
 
 
 def test_drain_approved_with_the_cli_runs_in_the_next_cycle(
-    demo: tuple[DemoLoop, ManualWall, list[str]],
+    demo: tuple[Demo, list[str]],
 ) -> None:
-    loop, wall, lines = demo
+    loop, lines = demo
     for _ in range(8):
-        step(loop, wall)
+        step(loop)
     assert loop.handle.cluster.get("pods", "ml", "big-worker-0")["spec"]["nodeName"] == "h100-0002"
     store = Store.open(loop.files.store_url, cluster="small")
     try:
@@ -122,7 +161,7 @@ def test_drain_approved_with_the_cli_runs_in_the_next_cycle(
     )
     assert approved.returncode == 0, approved.stderr
     for _ in range(3):
-        step(loop, wall)
+        step(loop)
     text = "\n".join(lines)
     assert f"{drain.id[:8]} drain node/h100-0002: approved by alice" in text
     assert "did evict_pods h100-0002: evicted 1 pod(s)" in text
@@ -131,20 +170,12 @@ def test_drain_approved_with_the_cli_runs_in_the_next_cycle(
 
 
 def test_demo_in_shadow_writes_nothing_and_journals_what_it_would_do(tmp_path: Path) -> None:
-    wall = ManualWall(time.time())
-    handle = start_simulation(
-        small_scenario(faults=[FAULT]),
-        kubeconfig_out=tmp_path / "kc",
-        wall=wall,
-        options=ClusterOptions(startup_seconds=0),
-        tick_interval=0.05,
-    )
     lines: list[str] = []
-    report = DemoLog(handle.scenario.start, write=lines.append)
-    loop = DemoLoop(handle, DemoFiles(tmp_path / "wd"), report, shadow=True).start()
+    loop = start_demo(tmp_path, lines, shadow=True)
+    handle = loop.handle
     try:
         for _ in range(9):
-            step(loop, wall)
+            step(loop)
         assert "actuation: shadow" in loop.files.policy.read_text()
         assert not _spec(handle, "h100-0002").get("unschedulable")
         store = Store.open(loop.files.store_url, cluster="small")
@@ -156,26 +187,24 @@ def test_demo_in_shadow_writes_nothing_and_journals_what_it_would_do(tmp_path: P
         assert states == {"quarantine": ActionState.SHADOW, "drain": ActionState.SHADOW}
         assert any(r.startswith("shadow: would quarantine node/h100-0002") for r in results)
     finally:
-        loop.close()
-        handle.stop()
+        stop_demo(loop)
 
 
 def test_failed_collection_does_not_stop_the_next_cycle(
-    demo: tuple[DemoLoop, ManualWall, list[str]],
+    demo: tuple[Demo, list[str]],
 ) -> None:
-    loop, wall, lines = demo
-    assert loop.cycle is not None
-    assert step(loop, wall).ok
+    loop, lines = demo
+    assert step(loop).ok
     real = loop.cycle.collect
 
     def down() -> object:
         raise TemporaryError("no scrape target answered", source="test")
 
     loop.cycle.collect = down  # type: ignore[assignment]
-    failed = step(loop, wall)
+    failed = step(loop)
     assert [e.stage for e in failed.errors] == ["collect"] and failed.gpus == 0
     loop.cycle.collect = real
-    later = [step(loop, wall) for _ in range(8)]
+    later = [step(loop) for _ in range(8)]
     assert all(r.ok and r.gpus == 32 for r in later)
     assert loop.cycle.failed_cycles == 1
     assert any(f.kind is FindingKind.GPU_XID for f in later[-1].findings)
@@ -196,13 +225,12 @@ def _boom(
 
 
 def test_failing_detector_is_reported_and_the_others_still_act(
-    demo: tuple[DemoLoop, ManualWall, list[str]],
+    demo: tuple[Demo, list[str]],
 ) -> None:
-    loop, wall, lines = demo
-    assert loop.cycle is not None
+    loop, lines = demo
     boom = Detector(DetectorSpec("boom", _NoParams, _boom, (FindingKind.ANOMALY,)), _NoParams())
     loop.cycle.suite = DetectorSuite((*loop.cycle.suite.detectors, boom))
-    reports = [step(loop, wall) for _ in range(9)]
+    reports = [step(loop) for _ in range(9)]
     assert all([e.stage for e in r.errors] == ["detect:boom"] for r in reports)
     assert any(f.kind is FindingKind.GPU_XID for r in reports for f in r.started)
     assert any("did cordon h100-0002" in line for line in lines)
@@ -265,7 +293,8 @@ def test_demo_command_reports_a_finding_and_stops_on_sigterm(tmp_path: Path) -> 
         str(GPUFLEET),
         "demo",
         "--speed",
-        "60",
+        "10",  # the service starts in seconds (cluster claim, dashboard): the XID at 2 min
+        # comes after the first cycle
         "--metrics-port",
         "0",
         "--k8s-port",
@@ -304,3 +333,17 @@ def test_demo_command_reports_a_finding_and_stops_on_sigterm(tmp_path: Path) -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_demo_is_run_embedded_with_the_same_flags() -> None:
+    """`gpufleet demo` is a name for `gpufleet run --embedded`: every flag means the same."""
+    flags = ["--speed", "5", "--shadow", "--no-prometheus", "--workdir", "w", "--warmup", "30",
+             "--metrics-port", "0", "--k8s-port", "0", "--dashboard-port", "-1", "--no-loop",
+             "--identity", "me", "--config", "c.yaml", "--policy", "p.yaml",
+             "--scenario", "s"]  # fmt: skip
+    parser = build_parser()
+    demo = vars(parser.parse_args(["demo", *flags]))
+    run = vars(parser.parse_args(["run", "--embedded", *flags]))
+    assert demo.pop("func") is run_embedded and demo.pop("command") == "demo"
+    assert run.pop("func") is run_cli and run.pop("command") == "run"
+    assert demo == run

@@ -9,11 +9,11 @@ import pytest
 
 from backtesting.episodes import EpisodeTracker
 from detectors.base import DetectorSpec
-from detectors.config import suite_from_section
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.registry import bind, registry
 from detectors.state import align, empty
 from detectors.suite import DetectorSuite
+from detectors.tuning import suite_from_section
 from errors import ConfigError
 from tests.fleet import Fleet
 

@@ -15,9 +15,9 @@ import pytest
 from backtesting.replayer import replay
 from detectors.coverage import Evidence
 from detectors.suite import DetectorSuite
-from gpufleet.coverage import coverage_report
+from gpufleet.coverage_report import coverage_report
 from observer.fleet.catalog import METRICS, XID_COUNT_METRIC
-from observer.fleet.coverage import (
+from observer.fleet.field_presence import (
     CATALOG_FIELDS,
     SHIPPED_DEFAULT_FIELDS,
     exporter_line,

@@ -15,18 +15,18 @@ NOT_SCANNED = {"tests", "bench"}
 ALLOWED: dict[str, int] = {
     # In files other engineers were rewriting during issue 26; split them next.
     "detectors/straggler.py:detect": 73,
-    "gpufleet/commands/run.py:build": 80,
-    "gpufleet/commands/run.py:run_embedded": 89,
     "gpufleet/live_cycle.py:LiveCycle.run_once": 84,
-    "gpufleet/service/jobs/diagnose.py:run_diagnose": 68,
+    "gpufleet/service/assembly.py:build": 80,
     "observer/prometheus/replay/chunk_grids.py:identity": 70,
     "observer/prometheus/replay/chunk_grids.py:increases": 63,
-    "observer/snapshot/builder.py:SnapshotBuilder.build_with_report": 61,
+    "observer/prometheus/replay/range_replay.py:RawReplay.grids": 65,
+    "observer/snapshot/builder.py:SnapshotBuilder._metrics": 67,
     "observer/snapshot/json_dump.py:snapshot_to_dict": 73,
     "observer/snapshot/summary.py:summarize": 65,
     "remediations/cluster_view.py:ClusterView.from_snapshot": 65,
     "remediations/executor.py:Executor._steps": 61,
     "remediations/executor.py:Executor._try_start": 79,
+    "remediations/scheduled/diagnose.py:run_diagnose": 68,
 }
 """`path:qualified name` -> its length in lines when it was allowed."""
 

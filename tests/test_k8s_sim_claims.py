@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.k8s_sim_support import Sim, meta, present, running_sim, spec, status
+from harness.k8s_sim import Sim, meta, present, running_sim, spec, status
 
 
 def _api(sim: Sim) -> client.ApiClient:

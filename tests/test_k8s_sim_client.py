@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from tests.k8s_sim_support import (
-    SMALL,
+from harness.k8s_sim import (
+    KUBE_FLEET,
     Sim,
     labels_of,
     meta,
@@ -484,7 +484,7 @@ def test_late_workload_starts_where_the_layout_put_it(tmp_path: Path) -> None:
             "replicas": 1, "gpus_per_pod": 4, "start": "10m"}  # fmt: skip
     serve_more = {"name": "filler", "kind": "inference", "namespace": "serving", "pool": "h100",
                   "replicas": 1, "gpus_per_pod": 4, "start": "5m"}  # fmt: skip
-    with running_sim(tmp_path, workloads=[*SMALL["workloads"], late, serve_more]) as sim:
+    with running_sim(tmp_path, workloads=[*KUBE_FLEET["workloads"], late, serve_more]) as sim:
         layout = {p.name: (p.node, p.gpu_indices) for p in sim.cluster.layout.pods}
         assert sim.cluster.store.get("pods", "ml", "late-worker-0") is None
         sim.advance(11 * 60)

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from harness.k8s_sim import Sim, meta, name_of, present, running_sim, spec
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, meta, name_of, present, running_sim, spec
 
 
 @pytest.fixture

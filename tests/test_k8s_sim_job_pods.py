@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from harness.k8s_sim import running_sim
 from simulator.job_pods import BACKOFF_LIMIT_REACHED
-from tests.k8s_sim_support import running_sim
 
 NS = "gpufleet"
 

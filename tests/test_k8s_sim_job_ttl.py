@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from tests.k8s_sim_support import running_sim
+from harness.k8s_sim import running_sim
 
 
 def _job(name: str, **spec: Any) -> Any:

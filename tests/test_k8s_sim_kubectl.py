@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s_sim_support import Sim, running_sim
+from harness.k8s_sim import Sim, running_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 pytestmark = [

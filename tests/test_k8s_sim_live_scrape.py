@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from harness.k8s_sim import small_scenario
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 
 pytestmark = [
     pytest.mark.prometheus,

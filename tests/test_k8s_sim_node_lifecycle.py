@@ -10,8 +10,9 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import (
     NOT_READY_TAINT,
@@ -19,7 +20,6 @@ from simulator.node_lifecycle import (
     UNSCHEDULABLE_TAINT,
     WRITER_TAINT,
 )
-from tests.k8s_sim_support import Sim, running_sim
 
 CTX = WriteContext(action_id="a1", incident_id="i1", playbook="quarantine", reason="test")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.k8s_sim_support import Sim, present, running_sim
+from harness.k8s_sim import Sim, present, running_sim
 
 
 @pytest.fixture

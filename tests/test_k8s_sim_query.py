@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from simulator.clock import ManualWall, SimClock
+from simulator.kube_api.object_store import Conflict, Expired, ObjectStore
 from simulator.kube_api.query import (
     BadRequest,
     apply_patch,
     field_matcher,
     label_matcher,
 )
-from simulator.kube_api.store import Conflict, Expired, ObjectStore
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a", "tier": "x"}},

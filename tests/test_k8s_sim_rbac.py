@@ -18,10 +18,10 @@ import pytest
 from kubernetes import client, config
 
 from errors import PermanentError
+from harness.k8s_sim import Sim, deploy_rbac, present, running_sim, status
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
-from tests.k8s_sim_support import Sim, deploy_rbac, present, running_sim, status
 
 SA_USER = "system:serviceaccount:gpufleet:gpufleet"
 KUBECTL = Path(sys.executable).parent / "kubectl"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from harness.k8s_sim import KUBE_FLEET
 from simulator.clock import ManualWall
 from simulator.scenario import scenario_from_dict
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import SMALL
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"
 
@@ -36,7 +36,7 @@ def get(url: str) -> tuple[int, str]:
 @pytest.fixture
 def handle(tmp_path: Path) -> Iterator[tuple[SimulationHandle, ManualWall]]:
     down = {"kind": "exporter_down", "node": "h100-0003", "start": "10m", "end": "20m"}
-    data = {**SMALL, "confounders": [down]}
+    data = {**KUBE_FLEET, "confounders": [down]}
     wall = ManualWall(time.time())
     h = start_simulation(
         scenario_from_dict(data, "serve-test"),

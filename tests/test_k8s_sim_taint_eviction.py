@@ -13,11 +13,11 @@ import pytest
 from kubernetes import client, config
 
 from errors import TemporaryError
+from harness.k8s_sim import Sim, meta, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import Intent
 from simulator.node_lifecycle import NOT_READY_TAINT, UNREACHABLE_TAINT
-from tests.k8s_sim_support import Sim, meta, running_sim
 
 NODE = "h100-0001"
 CTX = WriteContext(action_id="a1", incident_id="i1", playbook="drain", reason="test")

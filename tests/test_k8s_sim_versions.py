@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s_sim_support import present, running_sim, small_scenario
+from harness.k8s_sim import present, running_sim, small_scenario
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 RULE_VERSIONS = {

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from harness.k8s_sim import Sim, running_sim
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.snapshot.builder import SnapshotBuilder
 from observer.snapshot.inputs import GpuColumns
-from tests.k8s_sim_support import Sim, running_sim
 
 FAST = dict(watch_timeout=2, request_timeout=5.0, backoff_initial=0.05, backoff_max=0.5)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpufleet.doctor.check_table import OK, WARN
 from gpufleet.doctor.checks import node_join_check
-from gpufleet.doctor.report import OK, WARN
 from observer.fleet.model import FleetSnapshot, Node, NodeName, Pod
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.kube.exporters import DEFAULT_EXPORTER_SELECTORS

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detectors.config import suite_from_section
+from detectors.tuning import suite_from_section
 from errors import ConfigError
 from lab.simulated import evaluate
 from simulator.engine import FleetSimulator, Sample

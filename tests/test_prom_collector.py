@@ -23,7 +23,7 @@ from tests.prometheus_fixture import (
     start_prometheus,
     write_scenario,
 )
-from tests.simulator_cases import MIN, SMALL, small
+from tests.simulator_cases import EVERY_FAULT_FLEET, MIN, small
 
 pytestmark = [pytest.mark.prometheus]
 IDENTITY_QUERY = r"query=max by \(UUID, GPU_I_ID, GPU_I_PROFILE"
@@ -124,7 +124,7 @@ def test_exporter_down_and_lookback(
 def test_queries_per_cycle_do_not_grow_with_the_fleet(
     prometheus_factory: PrometheusFactory, prom: PrometheusHandle, scenario: Scenario
 ) -> None:
-    big = dict(SMALL, name="bigger", duration="4m", faults=[], confounders=[])
+    big = dict(EVERY_FAULT_FLEET, name="bigger", duration="4m", faults=[], confounders=[])
     big["pools"] = [{"name": "h100", "model": "H100", "nodes": 24}]
     big["workloads"] = [{"name": "train", "kind": "training", "pool": "h100", "replicas": 20}]
     sc_big = scenario_from_dict(big)

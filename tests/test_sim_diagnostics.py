@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.k8s_sim import Sim, running_sim
 from kube.jobs import JobStatus, KubeNodeJobs, api_client
 from simulator.batch_jobs import REPAIR_LABEL
 from simulator.repairs import INDEX_LABEL
-from tests.k8s_sim_support import Sim, running_sim
 
 NS = "gpufleet"
 DBE = ("h100-0003", 0)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from database.tables.journal import Base
+from database.tables import METADATA
 
 connection = context.config.attributes["connection"]
-context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
+context.configure(connection=connection, target_metadata=METADATA, render_as_batch=True)
 with context.begin_transaction():
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(7423001)"))

@@ -1,2 +1,8 @@
-"""SQLAlchemy Core tables, one module per owner; the migrations in `database/migrations` create
-them, and one test compares the migrated schema with these declarations."""
+"""SQLAlchemy Core tables, one module per owner, all on one `METADATA`; the migrations in
+`database/migrations` create them, and `tests/database/test_schema_matches_tables.py` compares
+the migrated schema with `METADATA`."""
+
+from database.tables import alerts, journal, metering, service
+from database.tables.metadata import METADATA
+
+__all__ = ["METADATA", "alerts", "journal", "metering", "service"]

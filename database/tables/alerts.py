@@ -1,7 +1,8 @@
 """The alerts tables (SQLAlchemy models); migration `0003_alerts` creates exactly these.
 
 Kept apart from the journal's models (`database.tables.journal`) because only `alerts/` reads
-them; `tests/alerts/test_store.py` checks that the migrated schema and these models agree.
+them; `tests/database/test_schema_matches_tables.py` checks that the migrated schema
+and these models agree.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 from sqlalchemy import JSON, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from database.tables.metadata import METADATA
+
 
 class AlertsBase(DeclarativeBase):
-    pass
+    metadata = METADATA
 
 
 class OutboxRow(AlertsBase):

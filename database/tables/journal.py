@@ -1,7 +1,8 @@
 """The journal's tables, as SQLAlchemy 2.x declarative models.
 
-The migrations in `migrations/versions` create exactly these tables; `tests/test_store.py` checks
-that the migrated schema and these models agree, so the two cannot drift apart silently.
+The migrations in `database/migrations/versions` create exactly these tables;
+`tests/database/test_schema_matches_tables.py` checks that the migrated schema and these
+models agree, so the two cannot drift apart silently.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from database.tables.metadata import METADATA
+
 
 class Base(DeclarativeBase):
-    pass
+    metadata = METADATA
 
 
 class IncidentRow(Base):

@@ -11,7 +11,8 @@
   windows read hours and only their ragged ends read 5-minute buckets.
 - `metering_reports`: one daily report per cluster and window end, as JSON.
 
-`tests/metering/test_metering_store.py` checks that the migrated schema and these tables agree.
+`tests/database/test_schema_matches_tables.py` checks that the migrated schema and these tables
+agree.
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
-    MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
 )
 
-metadata = MetaData()
+from database.tables.metadata import METADATA
 
 gpu_state = Table(
     "metering_gpu_state",
-    metadata,
+    METADATA,
     Column("cluster", String(128), nullable=False),
     Column("uuid", String(128), nullable=False),
     Column("mig_instance", String(16), nullable=False),
@@ -56,7 +56,7 @@ gpu_state = Table(
 
 cursor = Table(
     "metering_cursor",
-    metadata,
+    METADATA,
     Column("cluster", String(128), primary_key=True),
     Column("taken_at", Float, nullable=False),
     Column("gpus", Integer, nullable=False),
@@ -66,7 +66,7 @@ cursor = Table(
 def _usage_table(name: str) -> Table:
     return Table(
         name,
-        metadata,
+        METADATA,
         Column("cluster", String(128), nullable=False),
         Column("dimension", String(16), nullable=False),
         Column("bucket", Integer, nullable=False),
@@ -88,7 +88,7 @@ usage_hourly = _usage_table("metering_usage_hourly")
 
 reports = Table(
     "metering_reports",
-    metadata,
+    METADATA,
     Column("cluster", String(128), nullable=False),
     Column("end", Integer, nullable=False),
     Column("start", Integer, nullable=False),

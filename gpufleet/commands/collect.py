@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from errors import GpufleetError, TemporaryError
-from gpufleet.coverage import coverage_report
-from observer.fleet.coverage import snapshot_fields
+from gpufleet.coverage_report import coverage_report
+from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
 from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP
 from observer.snapshot.json_dump import snapshot_to_dict

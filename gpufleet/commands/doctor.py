@@ -13,8 +13,8 @@ import logging
 from typing import Any
 
 from gpufleet.config import add_arguments, load_all
+from gpufleet.doctor.check_table import FAIL, table
 from gpufleet.doctor.checks import run_checks
-from gpufleet.doctor.report import FAIL, table
 
 
 def register(sub: Any) -> None:

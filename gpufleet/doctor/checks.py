@@ -11,15 +11,16 @@ import urllib.request
 from collections.abc import Iterable
 
 from alerts.slack_client import SlackApi
-from database.engine import make_engine, schema_revisions
+from database.engine import schema_revisions
+from database.handle import Database
 from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
-from gpufleet.coverage import coverage_report
+from gpufleet.coverage_report import coverage_report
+from gpufleet.doctor.check_table import FAIL, OK, SKIP, WARN, Check
 from gpufleet.doctor.kube_checks import kubernetes_checks
-from gpufleet.doctor.report import FAIL, OK, SKIP, WARN, Check
 from gpufleet.service.cluster_claim import recorded
 from gpufleet.service.sources import prom_settings
-from observer.fleet.coverage import snapshot_fields
+from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.snapshot import unjoined_gpus
@@ -116,11 +117,11 @@ def node_join_check(snap: FleetSnapshot) -> Check:
 
 
 def store_check(cfg: GpufleetConfig) -> list[Check]:
-    engine = make_engine(cfg.store_url)
+    db = Database.open(cfg.store_url, cfg.cluster, migrate=False)
     where = cfg.store_url.split("@")[-1]  # never a password
     try:
-        current, head = schema_revisions(engine)
-        owner = recorded(engine, cfg.cluster) if current == head else None
+        current, head = schema_revisions(db.engine)
+        owner = recorded(db) if current == head else None
     except Exception as exc:
         return [
             Check(
@@ -131,7 +132,7 @@ def store_check(cfg: GpufleetConfig) -> list[Check]:
             )
         ]
     finally:
-        engine.dispose()
+        db.close()
     if current != head:
         return [
             Check(

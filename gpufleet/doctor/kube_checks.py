@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from errors import GpufleetError
 from gpufleet.config import GpufleetConfig
+from gpufleet.doctor.check_table import FAIL, OK, WARN, Check
 from gpufleet.doctor.kube_access import Access, AccessUnknown, KubeAccess
-from gpufleet.doctor.report import FAIL, OK, WARN, Check
 from kube.identity import cluster_uid
 from kube.jobs import api_client
 from remediations.policy import Policy

@@ -16,12 +16,18 @@ from dataclasses import replace
 
 from gpufleet.service.telemetry import Telemetry
 from observer.fleet.model import FleetSnapshot
-from remediations.actuator_api import FencedGpu, FencedGpuReader, WriteContext
+from remediations.capabilities import (
+    DeviceTaintDiscovery,
+    DeviceTaintReader,
+    FencedGpu,
+    FencedGpuReader,
+    JobOutcome,
+    LiveActuator,
+    NodeJobReader,
+    RuleView,
+    WriteContext,
+)
 from remediations.cluster_view import ClusterView, NodeView, PodView
-from remediations.cycle import LiveActuator
-from remediations.playbooks.base import RuleView
-from remediations.playbooks.fence import DeviceTaintDiscovery, DeviceTaintReader
-from remediations.playbooks.reset import JobOutcome, NodeJobReader
 from remediations.types import Intent
 
 

@@ -12,22 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Column, Engine, Float, MetaData, String, Table, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
+from database.handle import Database
+from database.tables.service import CLUSTER_IDENTITY
 from errors import PermanentError
-
-_META = MetaData()
-CLUSTER_IDENTITY = Table(
-    "cluster_identity",
-    _META,
-    Column("cluster", String(128), primary_key=True),
-    Column("kube_system_uid", String(64), nullable=False),
-    Column("api_server", String(512), nullable=False, server_default=""),
-    Column("recorded_at", Float, nullable=False),
-    Column("recorded_by", String(253), nullable=False, server_default=""),
-)
-"""Mirrors database/migrations/versions/0005_cluster_identity.py (a test checks)."""
 
 
 class ClusterMismatch(PermanentError):
@@ -43,22 +33,22 @@ class ClusterIdentity:
     recorded_by: str
 
 
-def recorded(engine: Engine, cluster: str) -> ClusterIdentity | None:
-    q = select(CLUSTER_IDENTITY).where(CLUSTER_IDENTITY.c.cluster == cluster)
-    with engine.connect() as conn:
+def recorded(db: Database) -> ClusterIdentity | None:
+    """The Kubernetes cluster the handle's cluster name is recorded for, if any."""
+    q = select(CLUSTER_IDENTITY).where(CLUSTER_IDENTITY.c.cluster == db.cluster)
+    with db.connect() as conn:
         row = conn.execute(q).mappings().first()
     if row is None:
         return None
     return ClusterIdentity(**{k: row[k] for k in ClusterIdentity.__dataclass_fields__})
 
 
-def claim_cluster(
-    engine: Engine, cluster: str, uid: str, api_server: str, by: str, now: float
-) -> ClusterIdentity:
-    """Record `cluster` as the cluster whose kube-system UID is `uid`, or check that it is;
-    ClusterMismatch when the name is recorded for another UID."""
+def claim_cluster(db: Database, uid: str, api_server: str, by: str, now: float) -> ClusterIdentity:
+    """Record the handle's cluster name as the cluster whose kube-system UID is `uid`, or check
+    that it is; ClusterMismatch when the name is recorded for another UID."""
+    cluster = db.cluster
     for _ in range(2):  # a second replica may insert between our read and our insert
-        found = recorded(engine, cluster)
+        found = recorded(db)
         if found is not None:
             if found.kube_system_uid != uid:
                 raise ClusterMismatch(
@@ -73,7 +63,7 @@ def claim_cluster(
             return found
         row = ClusterIdentity(cluster, uid, api_server[:512], now, by[:253])
         try:
-            with engine.begin() as conn:
+            with db.begin() as conn:
                 conn.execute(insert(CLUSTER_IDENTITY).values(**_values(row)))
             return row
         except IntegrityError:

@@ -1,62 +1,20 @@
-"""What a scheduled job is handed: the journal, the live remediation loop, the cluster, clocks.
-
-Jobs act only through the remediation engine's public parts (its policy gates, the journal, the
-runner that executes approved actions through the one actuator) and through adapters for the
-few Kubernetes objects the service itself owns (diagnostic Jobs, through
-kube.jobs), so every job goes through the same gates and journal as the live cycle.
-"""
+"""What the service hands its scheduled jobs: the remediation jobs' context
+(remediations.scheduled.context) plus the config sections only the service knows (metering's,
+for the daily report)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from metering import MeteringConfig
-from remediations.actuator_api import NodeJobs
-from remediations.cycle import RemediationCycle
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """One run of a scheduled entry: which fire time it serves, with its validated params."""
-
-    name: str
-    kind: str
-    fire: float
-    """The scheduled (wall-clock) time this run belongs to."""
-    params: BaseModel
-    wall_now: float
-    """Wall-clock time the run started (windows and grace are judged in wall time)."""
-    now: float
-    """The service clock for journal rows (scenario time in the embedded demo)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    ok: bool
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
 
 
 @dataclass
-class JobContext:
-    loop: RemediationCycle
-    clock: Callable[[], float]
-    """The service clock (journal times)."""
-    diagnostics: NodeJobs | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    """Held by the live cycle and by every job while it decides and acts: never interleaved."""
-    sleep: Callable[[float], bool] = field(default=lambda s: False)
-    """Wait up to s wall seconds; True when the service is stopping (the job should return)."""
+class ServiceJobContext(JobContext):
     metering: MeteringConfig | None = None
     """Prices, retention and labels for the daily report (the config's `metering:` section)."""
-    gpu_holders: Callable[[], Mapping[str, str] | None] | None = None
-    """GPU UUID -> the pod holding it, from the latest snapshot (dcgm-exporter's attribution);
-    None, or a None answer: unknown (the diagnostic job then leaves fenced GPUs alone)."""
 
 
-JobFunction = Callable[[JobContext, JobRequest], JobOutcome]
+JobFunction = Callable[[ServiceJobContext, JobRequest], JobOutcome]

@@ -1,4 +1,4 @@
-"""Run records of scheduled jobs in the store (table `service_job_runs`, migration 0004_service).
+"""Run records of scheduled jobs in the database (table `service_job_runs`, migration 0004_service).
 
 `claim(job, fire)` is the exactly-once point: it records `fire` as the job's last scheduled fire
 only if the stored one is older, in one statement, so of two processes (or a scheduler firing and
@@ -9,39 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Engine,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-_META = MetaData()
-JOB_RUNS = Table(
-    "service_job_runs",
-    _META,
-    Column("cluster", String(128), primary_key=True),
-    Column("job", String(63), primary_key=True),
-    Column("kind", String(64), nullable=False),
-    Column("last_fire", Float, nullable=False),
-    Column("last_started", Float, nullable=True),
-    Column("last_finished", Float, nullable=True),
-    Column("last_ok", Boolean, nullable=True),
-    Column("last_outcome", Text, nullable=False, server_default=""),
-    Column("last_owner", String(253), nullable=False, server_default=""),
-    Column("runs", Integer, nullable=False, server_default="0"),
-    Column("misses", Integer, nullable=False, server_default="0"),
-)
-"""Mirrors database/migrations/versions/0004_service.py (a test checks they agree)."""
+from database.handle import Database
+from database.tables.service import JOB_RUNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +30,12 @@ class JobRun:
     misses: int
 
 
-class JobRuns:
-    """One cluster's scheduled-job records on the store's database engine."""
-
-    def __init__(self, engine: Engine, cluster: str) -> None:
-        self.engine = engine
-        self.cluster = cluster
+class JobRuns(Database):
+    """One cluster's scheduled-job records (`JobRuns.on(journal)`: the journal's database)."""
 
     def get(self, job: str) -> JobRun | None:
         q = select(JOB_RUNS).where(JOB_RUNS.c.cluster == self.cluster, JOB_RUNS.c.job == job)
-        with self.engine.connect() as conn:
+        with self.connect() as conn:
             row = conn.execute(q).mappings().first()
         if row is None:
             return None
@@ -75,7 +43,7 @@ class JobRuns:
 
     def all(self) -> list[JobRun]:
         q = select(JOB_RUNS).where(JOB_RUNS.c.cluster == self.cluster).order_by(JOB_RUNS.c.job)
-        with self.engine.connect() as conn:
+        with self.connect() as conn:
             rows = conn.execute(q).mappings().all()
         return [JobRun(**{k: r[k] for k in JobRun.__dataclass_fields__}) for r in rows]
 
@@ -96,14 +64,14 @@ class JobRuns:
             "last_outcome": "running",
             "last_owner": owner,
         }
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             res = conn.execute(
                 update(JOB_RUNS).where(where).values(runs=JOB_RUNS.c.runs + 1, **values)
             )
             if res.rowcount == 1:
                 return True
         try:
-            with self.engine.begin() as conn:
+            with self.begin() as conn:
                 conn.execute(
                     insert(JOB_RUNS).values(cluster=self.cluster, job=job, runs=1, **values)
                 )
@@ -117,7 +85,7 @@ class JobRuns:
             & (JOB_RUNS.c.job == job)
             & (JOB_RUNS.c.last_fire == fire)
         )
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             conn.execute(
                 update(JOB_RUNS)
                 .where(where)
@@ -129,7 +97,7 @@ class JobRuns:
         if not self.claim(job, kind, fire, owner, now):
             return False
         where = (JOB_RUNS.c.cluster == self.cluster) & (JOB_RUNS.c.job == job)
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             conn.execute(
                 update(JOB_RUNS)
                 .where(where)

@@ -20,19 +20,20 @@ from typing import Any
 
 from alerts import AlertsRuntime
 from gpufleet.live_cycle import CycleReport, LiveCycle
-from gpufleet.service.config import ScheduleEntry, ServiceConfig
-from gpufleet.service.context import JobContext, JobOutcome
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.http import HealthServer
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.schedule import ScheduledJobs
 from gpufleet.service.scheduler import ServiceScheduler
+from gpufleet.service.service_config import ScheduleEntry, ServiceConfig
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
-from remediations.actuator_api import NodeJobs
+from remediations.capabilities import NodeJobs
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle, TakeOver
 from remediations.incidents import Change, IncidentChange
+from remediations.scheduled.context import JobOutcome
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, Verdict
 
@@ -76,7 +77,7 @@ class Service:
         self.cfg = parts.cfg
         self.t = parts.telemetry
         self.halt = parts.halt
-        self.ctx = JobContext(
+        self.ctx = ServiceJobContext(
             parts.loop,
             parts.clock,
             parts.diagnostics,
@@ -86,7 +87,7 @@ class Service:
         )
         self.jobs = ScheduledJobs(
             self.ctx,
-            JobRuns(parts.store.engine, parts.store.cluster),
+            JobRuns.on(parts.store),
             parts.identity,
             on_outcome=self._job_outcome,
         )
@@ -229,13 +230,18 @@ class Service:
             self._inflight -= 1
 
     def _cycle(self) -> None:
+        self.cycle_now()
+
+    def cycle_now(self) -> CycleReport | None:
+        """One cycle, as the scheduler runs it each interval: the leader collects, detects and
+        decides; a standby only observes. The leader's report (None otherwise, or on failure)."""
         if not self._enter():
             if not self.halt.is_set():
                 self._observe()
-            return
+            return None
         if not self.warm_up():
             self._leave()
-            return
+            return None
         try:
             with self.t.span("cycle") as span, self.ctx.lock:
                 report = self.p.live.run_once(self.p.clock())
@@ -245,10 +251,16 @@ class Service:
             self.p.on_report(report)
             if self.p.alerts is not None:
                 self.p.alerts.on_cycle(report, report.now)
+            return report
         except Exception as exc:
             self.outages.exception("cycle", exc)
+            return None
         finally:
             self._leave()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the background executor's pending pass (True: idle)."""
+        return self.p.loop.settle(timeout)
 
     def _observe(self) -> None:
         """A standby's cycle: collect and detect without acting, so the detectors' history
@@ -387,13 +399,19 @@ class Service:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> Service:
-        self.http.start()
+    def lead(self) -> Service:
+        """Take leadership as a process without election does at start: the HTTP server and
+        the scheduler stay off (tests and scripts then run `cycle_now()` on their own clock)."""
         if self.p.elector is not None:
             self.p.elector.on_change = self._leadership
             self.p.elector.start()
         else:
             self._leadership(True)
+        return self
+
+    def start(self) -> Service:
+        self.http.start()
+        self.lead()
         self.scheduler.start(self.p.first_cycle_in)
         return self
 

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from gpufleet.service.config import ScheduleEntry
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS
+from gpufleet.service.service_config import ScheduleEntry
+from remediations.scheduled.context import JobOutcome, JobRequest
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class JobStats:
 class ScheduledJobs:
     def __init__(
         self,
-        ctx: JobContext,
+        ctx: ServiceJobContext,
         runs: JobRuns,
         owner: str,
         *,

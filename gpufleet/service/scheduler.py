@@ -22,7 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from gpufleet.service.config import ScheduleEntry
+from gpufleet.service.service_config import ScheduleEntry
 
 log = logging.getLogger(__name__)
 CYCLE_JOB = "cycle"

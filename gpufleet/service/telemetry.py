@@ -24,7 +24,7 @@ from opentelemetry.trace import Span
 from prometheus_client import CollectorRegistry, generate_latest
 
 from detectors.coverage import Evidence
-from gpufleet.service.config import TelemetryConfig
+from gpufleet.service.service_config import TelemetryConfig
 
 COVERAGE_STATES = tuple(e.value for e in Evidence)
 """The gauge's `state` label values: full, reduced, cannot_run."""

@@ -71,6 +71,7 @@ from observer.snapshot.gpu_rows import NO_HOSTNAME, GpuRows, resolve_gpu_rows
 from observer.snapshot.gpu_sharing import SharedPod, shared_pods
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS, JobIdentity
+from observer.snapshot.metric_grid import MetricGrid, place
 from observer.snapshot.node_join import join_hostnames
 from observer.snapshot.pod_assignment import (
     PodAssignment,
@@ -78,6 +79,7 @@ from observer.snapshot.pod_assignment import (
     PodLabels,
     attribute_by_node,
 )
+from observer.snapshot.structure import Structure, StructureCache
 from observer.snapshot.telemetry_health import newest_per_node, telemetry_health
 
 
@@ -109,9 +111,13 @@ class SnapshotBuilder:
     """Reuse the last pod/job assignment when its inputs repeat (observer.snapshot.pod_assignment);
     collectors running cycles in time order set it, one-off builds need not."""
 
+    structure_cache: StructureCache | None = field(default=None, compare=False, repr=False)
+    """Reuse the last GPU order, nodes, pods and jobs when the same identity columns and equal
+    records come again (observer.snapshot.structure: a replay's steps between changes)."""
+
     def with_pod_cache(self) -> SnapshotBuilder:
-        """This builder with a fresh pod-assignment cache of its own."""
-        return replace(self, pod_cache=PodAssignmentCache())
+        """This builder with fresh pod-assignment and structure caches of its own."""
+        return replace(self, pod_cache=PodAssignmentCache(), structure_cache=StructureCache())
 
     def build(
         self,
@@ -147,32 +153,29 @@ class SnapshotBuilder:
         steps: PodSeries | None = None,
         exporters: ExporterHealth | None = None,
         events: Iterable[Event] = (),
+        grid: MetricGrid | None = None,
     ) -> tuple[FleetSnapshot, BuildReport]:
+        """`grid`: more metrics, many families at once (observer.snapshot.metric_grid), after
+        `metrics`' families."""
         node_list = list(nodes)
         pod_list = list(pods)
-        extra_nodes: set[str] = set()
+        extra_nodes: frozenset[str] = frozenset()
         if exporters is not None:
-            extra_nodes = set(exporters.up) | set(exporters.last_scrape)
-        hosts = {str(h) for h in np.unique(gpus.hostname).tolist()} | extra_nodes
-        join = join_hostnames(hosts, [str(n.name) for n in node_list], pod_list)
-        if exporters is not None and any(k != v for k, v in join.items()):
-            exporters = _rename_exporters(exporters, join)
-            extra_nodes = {join.get(k, k) for k in extra_nodes}
-        rows = resolve_gpu_rows(gpus, node_list, extra_nodes, join)
-        columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics)
-        labels = attribute_by_node(rows.pod_labels(), pod_list)  # no pod labels: by node
-        sharing = shared_pods(rows)  # time-sliced GPUs' other pods (virtual-GPU series)
-        pod_records, jobs, pod_index, synthesised = (
-            self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
-            if self.pod_cache is not None and not sharing
-            else self._pods(labels, pod_list, sharing)
-        )
-        shared = _shared_positions(sharing, pod_records)
-        pod_job = np.array([p.job_index for p in pod_records] + [NO_INDEX], dtype=np.int32)
-        table = rows.table(pod_index, readonly(pod_job[pod_index]))
+            extra_nodes = frozenset(exporters.up) | frozenset(exporters.last_scrape)
+
+        def build() -> Structure:
+            return self._structure(gpus, node_list, pod_list, extra_nodes)
+
+        cache = self.structure_cache
+        st = build() if cache is None else cache.structure(gpus, node_list, pod_list,
+                                                           extra_nodes, build)  # fmt: skip
+        if exporters is not None and any(k != v for k, v in st.join.items()):
+            exporters = _rename_exporters(exporters, st.join)
+        rows, table, pod_records, jobs = st.rows, st.table, st.pods, st.jobs
+        columns, dup_series, unknown_series, gpu_newest = self._metrics(rows, metrics, grid)
         node_newest = newest_per_node(gpu_newest, table.node_index, len(rows.nodes))
         telemetry = telemetry_health(taken_at, [n.name for n in rows.nodes], node_newest, exporters)
-        job_steps, job_steps_inc = _job_steps(steps, pod_records, jobs, pod_job)
+        job_steps, job_steps_inc = _job_steps(steps, pod_records, jobs, st.pod_job)
         snapshot = FleetSnapshot(
             taken_at=float(taken_at),
             nodes=rows.nodes,
@@ -185,7 +188,7 @@ class SnapshotBuilder:
             telemetry=telemetry,
             events=tuple(sorted(events, key=lambda e: e.time)),
             cluster=self.cluster,
-            shared_pods=shared,
+            shared_pods=st.shared,
         )
         report = BuildReport(
             identity_rows=len(gpus),
@@ -194,12 +197,36 @@ class SnapshotBuilder:
             duplicate_series=MappingProxyType(dup_series),
             unknown_series=MappingProxyType(unknown_series),
             nodes_not_in_kubernetes=tuple(n.name for n in rows.nodes if not n.in_kubernetes),
-            pods_from_gpu_labels=synthesised,
+            pods_from_gpu_labels=st.synthesised,
         )
         return snapshot, report
 
+    def _structure(
+        self, gpus: GpuColumns, node_list: list[Node], pod_list: list[Pod],
+        extra_nodes: frozenset[str],
+    ) -> Structure:  # fmt: skip
+        """Who is where: GPU order and nodes (hostnames joined), pods, jobs, the GPU table."""
+        hosts = {str(h) for h in np.unique(gpus.hostname).tolist()} | extra_nodes
+        join = join_hostnames(hosts, [str(n.name) for n in node_list], pod_list)
+        extra = {join.get(k, k) for k in extra_nodes} if join else set(extra_nodes)
+        rows = resolve_gpu_rows(gpus, node_list, extra, join)
+        labels = attribute_by_node(rows.pod_labels(), pod_list)  # no pod labels: by node
+        sharing = shared_pods(rows)  # time-sliced GPUs' other pods (virtual-GPU series)
+        pod_records, jobs, pod_index, synthesised = (
+            self.pod_cache.assign(pod_list, labels, lambda: self._pods(labels, pod_list))
+            if self.pod_cache is not None and not sharing
+            else self._pods(labels, pod_list, sharing)
+        )
+        shared = _shared_positions(sharing, pod_records)
+        pod_job = np.array([p.job_index for p in pod_records] + [NO_INDEX], dtype=np.int32)
+        table = rows.table(pod_index, readonly(pod_job[pod_index]))
+        return Structure(join, rows, pod_records, jobs, synthesised, shared, pod_job, table)
+
     def _metrics(
-        self, rows: GpuRows, metrics: Mapping[str, MetricSeries | Sequence[MetricSeries]]
+        self,
+        rows: GpuRows,
+        metrics: Mapping[str, MetricSeries | Sequence[MetricSeries]],
+        grid: MetricGrid | None = None,
     ) -> tuple[dict[str, MetricColumn], dict[str, int], dict[str, int], np.ndarray]:
         grouped: dict[str, list[MetricSeries]] = {}
         for name, series in metrics.items():
@@ -210,6 +237,14 @@ class SnapshotBuilder:
         dups: dict[str, int] = {}
         unknown: dict[str, int] = {}
         newest = np.full(g, np.nan)
+        placed = None
+        if grid is not None:
+            names = [canonical_name(n) for n in grid.names]
+            if len(set(names)) == len(names) and not set(names) & set(grouped):
+                placed = place(grid, rows.row_to_gpu(), g)
+            if placed is None:  # the general path decides (module doc of metric_grid)
+                for name, one in grid.series().items():
+                    grouped.setdefault(canonical_name(name), []).append(one)
         for name, parts in grouped.items():
             if not parts:
                 continue
@@ -234,6 +269,19 @@ class SnapshotBuilder:
                 span = _scatter(g, at, spans[keep])
             columns[name] = MetricColumn(value, stamp, increase, window, span)
             np.fmax(newest, stamp, out=newest)
+        if grid is not None and placed is not None:
+            for f in np.flatnonzero(grid.given).tolist():
+                name = canonical_name(grid.names[f])
+                counted = bool(grid.has_increase[f])
+                stamp = readonly(placed.timestamp[f])
+                columns[name] = MetricColumn(
+                    readonly(placed.value[f]), stamp,
+                    readonly(placed.increase[f]) if counted else None, float(grid.window[f]),
+                    readonly(placed.span[f]) if counted and grid.has_span[f] else None,
+                )  # fmt: skip
+                if placed.unknown[f]:
+                    unknown[name] = int(placed.unknown[f])
+                np.fmax(newest, stamp, out=newest)
         if self.fill_catalog:
             nan = readonly(np.full(g, np.nan))
             for spec in METRICS:

@@ -30,6 +30,9 @@ NO_HOSTNAME = "<no-hostname>"
 """Node name for GPUs whose series carry neither `Hostname` nor `hostname` (not a valid
 Kubernetes name, so it cannot collide with a real node)."""
 
+SEEN_KEYS = 32
+"""Key columns whose positions one `GpuRows` remembers (one per metric's series order)."""
+
 
 @dataclass(slots=True)
 class GpuRows:
@@ -92,6 +95,8 @@ class GpuRows:
             if same_keys(keys, seen_keys):
                 return seen_pos
         pos = self._block_lookup(keys)
+        if len(self._seen) >= SEEN_KEYS:  # rows reused by a structure cache meet many
+            self._seen.clear()
         self._seen.append((keys, pos))
         return pos
 

@@ -12,28 +12,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_names import GUARD_OP
+from remediations.cluster_view import ClusterView
 from remediations.types import IncidentId, Intent
-
-
-class RuleView(Protocol):
-    """A DeviceTaintRule as playbooks read it (kube.dra.TaintRuleView)."""
-
-    @property
-    def effect(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-    @property
-    def ours(self) -> bool: ...
-    @property
-    def device(self) -> str | None: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
 
 
 class BaseParams(BaseModel):
@@ -137,11 +124,6 @@ def gpu_of(subject: Subject, view: ClusterView) -> tuple[str, str] | NoPlan:
     if not subject.gpu_uuid:
         return NoPlan(f"{subject.kind} incident names no GPU: act on the node instead")
     return node, subject.gpu_uuid
-
-
-GUARD_OP = "cordon_unless_withdrawn"
-"""Cordon the node unless the device plugin already withdrew exactly one GPU (decided at pin):
-the pods-on-GPU grain's guard, also fence_gpu's fallback where no DeviceTaintRules are served."""
 
 
 def guard_unverified(i: Intent, reader: ClusterReader) -> Verification | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView, PodView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_rules import evictable
+from remediations.cluster_view import ClusterView, PodView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -37,14 +39,6 @@ class DrainParams(BaseParams):
     """Evict pods without a controller (kubectl --force); they will not come back."""
     skip_namespaces: list[str] = Field(default_factory=list)
     uncordon_on_failure: bool = False
-
-
-def evictable(p: PodView, include_unmanaged: bool, skip: frozenset[str] = frozenset()) -> bool:
-    if p.mirror or p.owner_kind == "DaemonSet" or p.phase in ("Succeeded", "Failed"):
-        return False
-    if p.namespace in skip:
-        return False
-    return include_unmanaged or p.owner_kind is not None
 
 
 def evict_args(params: DrainParams, job: str | None = None) -> dict[str, object]:

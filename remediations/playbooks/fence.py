@@ -8,24 +8,24 @@ hold it, `None` only records the taint (the API's own dry run). The node stays s
 rule's name derives from the GPU UUID, so a retry finds it, and undoing deletes only a rule that
 carries gpufleet's managed-by label. Under `actuation: shadow` nothing is written at all.
 Where the cluster serves no DeviceTaintRules (1.34-1.36 without the DRADeviceTaints gate) the
-step is pinned to the pods-on-GPU grain's guard instead (`kube_actuator.fence_fallback`).
+step is pinned to the pods-on-GPU grain's guard instead (`kube.pinning.fence_fallback`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from pydantic import Field
 
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader, DeviceTaintReader
+from remediations.cluster_names import GUARD_OP, fence_rule_name
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
-    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
-    RuleView,
     Subject,
     Verification,
     VerifyStatus,
@@ -40,23 +40,6 @@ from remediations.types import (
 )
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
-
-
-def fence_rule_name(gpu_uuid: str) -> str:
-    """gpufleet's DeviceTaintRule name for one GPU: a DNS subdomain derived from its UUID."""
-    return "gpufleet-" + gpu_uuid.lower().replace("_", "-")[:50]
-
-
-@runtime_checkable
-class DeviceTaintDiscovery(Protocol):
-    def device_taints_served(self) -> bool | None:
-        """Whether the cluster serves DeviceTaintRules (None: could not tell)."""
-        ...
-
-
-@runtime_checkable
-class DeviceTaintReader(Protocol):
-    def device_taint_rule(self, name: str) -> RuleView | None: ...
 
 
 class FenceParams(BaseParams):

@@ -20,21 +20,22 @@ node needs a reboot) get no plan here: that is `drain`'s grain.
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView, NodeView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_names import GUARD_OP
+from remediations.cluster_rules import evictable
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
-    GUARD_OP,
     BaseParams,
     NoPlan,
     Plan,
     Playbook,
-    RuleView,
     Subject,
     Verification,
     VerifyStatus,
     gpu_of,
     guard_unverified,
 )
-from remediations.playbooks.drain import DrainParams, drain_verify, evict_args, evictable
+from remediations.playbooks.drain import DrainParams, drain_verify, evict_args
 from remediations.types import Intent
 
 NODE_LEVEL_KINDS = frozenset({"gpu_lost", "monitoring_gap"})
@@ -48,38 +49,6 @@ class GpuDrainParams(DrainParams):
     keep_schedulable: bool = True
     """Leave the node schedulable for its other GPUs when the device plugin has withdrawn the
     faulty one (allocatable = capacity - 1); False: always cordon, as `drain` does."""
-
-
-def keep_schedulable(node: NodeView, fence: RuleView | None = None) -> tuple[bool, str]:
-    """(may the node stay schedulable, why), from gpufleet's DeviceTaintRule for the GPU on a
-    DRA node (`fence`), else the node's live capacity and allocatable GPUs.
-
-    The node object shows counts, not which card was withdrawn: one withdrawn GPU is taken to
-    be the faulty one (the XID that raised this incident is the one the plugin saw)."""
-    if fence is not None and fence.ours and fence.effect in ("NoSchedule", "NoExecute"):
-        return True, (
-            f"gpufleet's DeviceTaintRule fences the GPU ({fence.effect}): no new claim gets "
-            "it, the node stays schedulable for the others"
-        )
-    cap, alloc = node.gpu_capacity, node.gpu_allocatable
-    if cap is None or alloc is None:
-        return False, "the node reports no nvidia.com/gpu capacity: cordoned"
-    withdrawn = cap - alloc
-    if withdrawn <= 0:
-        return False, (
-            f"allocatable nvidia.com/gpu {alloc} = capacity {cap}: the device plugin has not "
-            "marked the GPU Unhealthy (health checks off, e.g. DP_DISABLE_HEALTHCHECKS, or not "
-            "yet seen), so the kubelet could hand it to the next pod: cordoned"
-        )
-    if withdrawn > 1:
-        return False, (
-            f"allocatable nvidia.com/gpu {alloc} of capacity {cap}: {withdrawn} GPUs withdrawn, "
-            "more than this one is bad (node-level): cordoned"
-        )
-    return True, (
-        f"allocatable nvidia.com/gpu {alloc} of capacity {cap}: the device plugin withdrew "
-        f"the faulty GPU, the node stays schedulable for the other {alloc}"
-    )
 
 
 class EvictGpuPods(Playbook):

@@ -6,7 +6,8 @@ incident annotations, so the node's state says why and who from `kubectl describ
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,

@@ -26,8 +26,10 @@ from typing import Literal
 from pydantic import Field
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView, NodeView
-from remediations.kube_names import job_name
+from remediations.capabilities import ClusterReader
+from remediations.cluster_names import REPAIR_LABEL, job_name
+from remediations.cluster_rules import reboot_times
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -39,11 +41,7 @@ from remediations.playbooks.base import (
     node_of,
     node_target,
 )
-from remediations.playbooks.reset import REPAIR_LABEL
-from remediations.types import JOBS_NAMESPACE, REBOOT_ANNOTATION, REBOOTS_ANNOTATION, Intent
-
-KEEP_REBOOTS = 10
-"""Reboot times kept in `gpufleet.io/reboots` (newest last)."""
+from remediations.types import JOBS_NAMESPACE, REBOOT_ANNOTATION, Intent
 
 
 class RebootParams(BaseParams):
@@ -66,17 +64,6 @@ class RebootParams(BaseParams):
     host_path: str = "/var/run"
 
 
-def reboot_times(node: NodeView) -> list[float]:
-    raw = node.annotations.get(REBOOTS_ANNOTATION, "")
-    out = []
-    for part in raw.split(","):
-        try:
-            out.append(float(part))
-        except ValueError:
-            continue
-    return out
-
-
 def rebooting(view: ClusterView, besides: str) -> list[str]:
     """Nodes holding a reboot slot (carrying the marker), other than `besides`."""
     return sorted(
@@ -89,11 +76,6 @@ def rebooting(view: ClusterView, besides: str) -> list[str]:
 def reboot_job_name(node: str, incident_id: str, taken_at: float) -> str:
     """A DNS-1123 label from the node and the planning moment, valid for any node name."""
     return job_name("gpufleet-reboot", node, incident_id, node, taken_at, limit=30)
-
-
-def marker_boot_id(value: str) -> str:
-    """The boot id a marker was written against (`<action id>:<boot id>`)."""
-    return value.rsplit(":", 1)[-1]
 
 
 class RebootNode(Playbook):

@@ -10,7 +10,8 @@ plans it; it follows a diagnostic's verdict only.
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import BaseParams, NoPlan, Plan, Playbook, Subject, Verification
 from remediations.playbooks.fence import FenceGpu
 from remediations.playbooks.node_state import node_verify

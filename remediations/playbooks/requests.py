@@ -8,7 +8,8 @@ and cooldown gates stop a reset/reboot loop (#1543).
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,

@@ -16,12 +16,12 @@ killed mid-step finds the same Job instead of resetting twice.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from pydantic import Field, field_validator
 
 from observer.fleet.units import Duration
-from remediations.cluster_view import ClusterReader, ClusterView
+from remediations.capabilities import ClusterReader, NodeJobReader
+from remediations.cluster_names import INDEX_LABEL, REPAIR_LABEL, UUID_LABEL
+from remediations.cluster_view import ClusterView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,
@@ -34,26 +34,8 @@ from remediations.playbooks.base import (
 )
 from remediations.types import JOBS_NAMESPACE, Intent, stable_id
 
-REPAIR_LABEL = "gpufleet.io/repair"
-"""On every repair Job gpufleet creates: what it does (`reset-gpu`, `reboot-sentinel`)."""
-UUID_LABEL = "gpufleet.io/gpu-uuid"
-INDEX_LABEL = "gpufleet.io/gpu-index"
 FREE_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases have exited: they hold no GPU."""
-
-
-class JobOutcome(Protocol):
-    @property
-    def outcome(self) -> str | None: ...
-    @property
-    def detail(self) -> str: ...
-
-
-@runtime_checkable
-class NodeJobReader(Protocol):
-    """Reads a repair Job's outcome (the actuator implements it)."""
-
-    def node_job(self, namespace: str, name: str) -> JobOutcome | None: ...
 
 
 def reset_job_name(gpu_uuid: str, incident_id: str, taken_at: float) -> str:

@@ -7,7 +7,8 @@ deletes the replacement of a pod it already restarted: exactly once, even for St
 
 from __future__ import annotations
 
-from remediations.cluster_view import ClusterReader, ClusterView, PodView
+from remediations.capabilities import ClusterReader
+from remediations.cluster_view import ClusterView, PodView
 from remediations.playbooks.base import (
     BaseParams,
     NoPlan,

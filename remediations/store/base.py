@@ -1,4 +1,4 @@
-"""The store's common part: one database (by URL), one cluster's rows, the append-only audit.
+"""The store's common part: one cluster's handle on the database, the append-only audit.
 
 Audit rows are written in the same transaction as the change they record; `audit` appends one
 on its own.
@@ -7,12 +7,12 @@ on its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from database.engine import make_engine, upgrade
+from database.handle import Database
 from database.tables.journal import AuditRow
 from remediations.store.convert import audit_record
 from remediations.store.records import (
@@ -23,22 +23,8 @@ from remediations.types import (
 )
 
 
-class StoreBase:
+class StoreBase(Database):
     """One cluster's view of the journal database (many clusters may share one PostgreSQL)."""
-
-    def __init__(self, engine: Engine, cluster: str = "default") -> None:
-        self.engine = engine
-        self.cluster = cluster
-
-    @classmethod
-    def open(cls, url: str, cluster: str = "default", migrate: bool = True) -> Self:
-        engine = make_engine(url)
-        if migrate:
-            upgrade(engine)
-        return cls(engine, cluster)
-
-    def close(self) -> None:
-        self.engine.dispose()
 
     # ---- audit -------------------------------------------------------------------------------
 

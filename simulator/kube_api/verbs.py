@@ -23,6 +23,7 @@ from simulator.kube_api import discovery as disc
 from simulator.kube_api import tables as tables
 from simulator.kube_api import validation
 from simulator.kube_api.faults import status_body
+from simulator.kube_api.object_store import Conflict
 from simulator.kube_api.query import (
     BadRequest,
     apply_patch,
@@ -30,7 +31,6 @@ from simulator.kube_api.query import (
     field_matcher,
     label_matcher,
 )
-from simulator.kube_api.store import Conflict
 from simulator.kube_api.watch import decorate, watch_events
 
 Obj = dict[str, Any]

@@ -16,8 +16,8 @@ from typing import Any
 from simulator.kube_api.conversion import to_version
 from simulator.kube_api.discovery import Resource
 from simulator.kube_api.faults import status_body
+from simulator.kube_api.object_store import Expired, ObjectStore, WatchEvent
 from simulator.kube_api.query import field_matcher, label_matcher
-from simulator.kube_api.store import Expired, ObjectStore, WatchEvent
 
 Obj = dict[str, Any]
 DEFAULT_TIMEOUT = 1800.0

@@ -18,11 +18,11 @@ import pytest
 
 from alerts import AlertsRuntime, parse_alerts_config
 from detectors.findings import Finding, FindingKind, Severity
+from harness.slack_server import SlackServer
 from remediations.decision_journal import DecisionJournal
 from remediations.decisions import CycleResult
 from remediations.policy import Policy, load_policy
 from remediations.store import Store
-from tests.alerts.slack_server import SlackServer
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 APPROVER = "U0ALICE"

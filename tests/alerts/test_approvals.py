@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from harness.slack_server import SlackServer
 from remediations.types import ActionState
 from tests.alerts.conftest import (
     APPROVER,
@@ -23,7 +24,6 @@ from tests.alerts.conftest import (
     slash_body,
     xid,
 )
-from tests.alerts.slack_server import SlackServer
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from alerts.store import AlertsStore
+from alerts.alerts_store import AlertsStore
 from database.tables.alerts import CursorRow
 from remediations.store import Store
 from tests.remediations.conftest import pg_url

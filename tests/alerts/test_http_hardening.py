@@ -186,7 +186,7 @@ def test_a_body_over_the_cap_is_refused_before_it_is_read(listeners: Listeners) 
 
 
 def test_refused_requests_are_counted_in_the_services_metrics() -> None:
-    from gpufleet.service.config import TelemetryConfig
+    from gpufleet.service.service_config import TelemetryConfig
     from gpufleet.service.telemetry import Telemetry
 
     t = Telemetry(TelemetryConfig(), "test")

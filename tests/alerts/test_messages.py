@@ -8,22 +8,12 @@ import logging
 import pytest
 
 from alerts.outbox import LogTransport
-from database.tables.alerts import AlertsBase
 from detectors.findings import Severity
+from harness.slack_server import SlackServer
 from remediations.store import Store
 from tests.alerts.conftest import Rig, alerts_config, xid
-from tests.alerts.slack_server import SlackServer
 
 T0 = 1_800_000_000.0
-
-
-def test_migrated_schema_matches_models(journal: Store) -> None:
-    from sqlalchemy import inspect
-
-    insp = inspect(journal.engine)
-    for table in AlertsBase.metadata.sorted_tables:
-        cols = {c["name"] for c in insp.get_columns(table.name)}
-        assert cols == {c.name for c in table.columns}, table.name
 
 
 def test_one_message_per_node_updated_in_place_with_channel_ids(rig, slack: SlackServer) -> None:

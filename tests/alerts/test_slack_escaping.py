@@ -9,8 +9,8 @@ from typing import Any
 
 from alerts.am_output import rfc3339
 from alerts.blocks import esc
+from harness.slack_server import SlackServer
 from tests.alerts.conftest import Rig
-from tests.alerts.slack_server import SlackServer
 
 HOSTILE = "<!channel> look & act: <https://evil.example/run|runbook>"
 

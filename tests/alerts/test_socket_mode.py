@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
+from harness.slack_server import SlackServer
 from remediations.types import ActionState
 from tests.alerts.conftest import APPROVER, Rig, xid
-from tests.alerts.slack_server import SlackServer
 from tests.alerts.socket_server import SocketModeServer
 
 

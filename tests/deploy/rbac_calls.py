@@ -19,7 +19,8 @@ import kubernetes.client
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
-    "errors", "observer", "detectors", "remediations", "evaluation", "simulator", "alerts",
+    "errors", "database", "observer", "detectors", "remediations", "kube", "backtesting", "lab",
+    "simulator", "alerts",
     "dashboards", "metering", "gpufleet",
 )  # fmt: skip
 GROUPS = {

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.k8s_sim import small_scenario
 from remediations.store import Store
 from remediations.types import ActionState
 from simulator.serve import SimulationHandle, start_simulation
 from tests.deploy.test_manifests import render
-from tests.k8s_sim_support import small_scenario
 from tests.live_prometheus import scraping_prometheus, wait_for_series
 from tests.prometheus_fixture import PrometheusHandle
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from gpufleet.config import load_config
-from gpufleet.service.jobs.diagnose import DiagnoseParams
 from kube.jobs import job_body
 from remediations.policy import load_policy
+from remediations.scheduled.diagnose import DiagnoseParams
 from remediations.types import JOBS_NAMESPACE
 from tests.deploy.rbac_calls import ROOT, Rule, code_rules
 

@@ -23,8 +23,9 @@ import traceback
 from typing import Any
 
 from detectors.findings import Finding, FindingKind, Severity
-from kube.actuator import BLOCKED, KubeActuator
-from remediations.actuator_api import WriteContext
+from kube.actuator import KubeActuator
+from kube.evictions import BLOCKED, PodEvictions
+from remediations.capabilities import WriteContext
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.store import Store
@@ -71,16 +72,22 @@ class CrashingStore(Store):
         return out
 
 
+class CrashingEvictions(PodEvictions):
+    def evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> str:
+        out = super().evict(ns, name, uid, grace, ctx)
+        crash_point(f"after evicting {ns}/{name} ({'429' if out == BLOCKED else 'ok'})")
+        return out
+
+
 class CrashingActuator(KubeActuator):
+    def __init__(self, api: Any, **kw: Any) -> None:
+        super().__init__(api, **kw)
+        self.writer.evictions = CrashingEvictions(self.core, **kw)
+
     def apply(self, intent: Intent, ctx: WriteContext) -> str:
         crash_point(f"before {intent.op}")
         out = super().apply(intent, ctx)
         crash_point(f"after {intent.op}")
-        return out
-
-    def _evict(self, ns: str, name: str, uid: str, grace: int | None, ctx: WriteContext) -> str:
-        out = super()._evict(ns, name, uid, grace, ctx)
-        crash_point(f"after evicting {ns}/{name} ({'429' if out == BLOCKED else 'ok'})")
         return out
 
 

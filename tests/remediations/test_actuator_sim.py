@@ -1,6 +1,6 @@
 """Every playbook through the real `kubernetes` client against the simulator's Kubernetes API.
 
-The small simulated fleet (tests/k8s_sim_support.py): h100-0000 runs `ml/train` (2 ranks, PDB
+The small simulated fleet (harness/k8s_sim.py): h100-0000 runs `ml/train` (2 ranks, PDB
 maxUnavailable 1), h100-0001 `serving/serve` (2 pods), h100-0002 `ml/big` (1 rank x 8 GPUs),
 h100-0003 is empty; every node runs the DaemonSet pods. The simulator's wall clock is manual:
 the actuator's back-off sleeps advance it, so PDB retries happen in simulated time.
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
+from harness.k8s_sim import Sim, annotations_of, labels_of, present, running_sim, spec
 from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
@@ -31,7 +32,6 @@ from remediations.types import (
     ActionState,
 )
 from remediations.validation import record_diagnosis
-from tests.k8s_sim_support import Sim, annotations_of, labels_of, present, running_sim, spec
 from tests.remediations.helpers import finding as _finding
 from tests.remediations.helpers import live_policy
 
@@ -208,7 +208,7 @@ def test_uncordon_leaves_a_persons_cordon_alone(
     res = eng.cycle([finding(node="h100-0001")], actuator.cluster_view(T0), T0)
     assert "not changed by gpufleet" in res.decisions[0].reasons[0]
     # ... and the actuator refuses too, should an uncordon intent ever reach it
-    from remediations.actuator_api import WriteContext
+    from remediations.capabilities import WriteContext
     from remediations.types import Intent
 
     msg = actuator.apply(

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from errors import TemporaryError
+from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.k8s_sim_support import Sim, running_sim
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

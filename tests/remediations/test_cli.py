@@ -10,10 +10,10 @@ import pytest
 
 from detectors.findings import FindingKind, Severity
 from gpufleet.cli import main
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 

@@ -4,12 +4,12 @@ most await approval, and the circuit breaker counts hardware faults only."""
 from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal
 from remediations.decisions import COLD_START
 from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

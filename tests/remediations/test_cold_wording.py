@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from detectors.findings import Finding
 from detectors.signals import XID
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal
 from remediations.store import Store
 from tests.detector_replay import all_findings, replay, steps
 from tests.fleet import Fleet
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import live_policy
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.k8s_sim import small_scenario
 from remediations.store import Store
 from remediations.types import ActionState
 from simulator.cluster import ClusterOptions
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "h100-0000"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from detectors.findings import FindingKind, Severity
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal, ShadowReplay
 from remediations.executor import Executor
 from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

@@ -14,11 +14,21 @@ import pytest
 from kubernetes import client
 
 from detectors.findings import Finding, FindingKind, Severity
+from harness.k8s_sim import (
+    Sim,
+    annotations_of,
+    labels_of,
+    meta,
+    name_of,
+    present,
+    running_sim,
+    spec,
+)
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
+from remediations.cluster_names import fence_rule_name
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.playbooks.fence import fence_rule_name
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import (
@@ -29,16 +39,6 @@ from remediations.types import (
     Intent,
 )
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import (
-    Sim,
-    annotations_of,
-    labels_of,
-    meta,
-    name_of,
-    present,
-    running_sim,
-    spec,
-)
 from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0

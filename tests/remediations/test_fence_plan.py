@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 import pytest
 
 from errors import ConfigError
+from remediations.cluster_names import fence_rule_name
 from remediations.cluster_view import ClusterView, NodeView, PodView
 from remediations.playbooks import PLAYBOOKS, NoPlan, Plan, Subject, VerifyStatus
-from remediations.playbooks.fence import FenceParams, fence_rule_name
+from remediations.playbooks.fence import FenceParams
 from remediations.policy import policy_from_dict
 from remediations.types import IncidentId, Intent
 

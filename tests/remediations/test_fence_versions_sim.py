@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness.k8s_sim import running_sim
 from kube.actuator import KubeActuator
+from remediations.cluster_names import GUARD_OP, fence_rule_name
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
-from remediations.playbooks.base import GUARD_OP
-from remediations.playbooks.fence import fence_rule_name
 from remediations.store import ActionRecord, Store
 from remediations.types import DEVICE_TAINTS_NOT_SERVED as NOT_SERVED
 from remediations.types import ActionState, Verdict
-from tests.k8s_sim_support import running_sim
 from tests.remediations.helpers import live_policy
 from tests.remediations.test_fence_gpu_sim import BAD, NODE, T0, _rules, _run, xid48
 

@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
+from harness.k8s_sim import Sim, exporter_gpus, running_sim
 from kube.actuator import KubeActuator
+from remediations.cluster_rules import keep_schedulable
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.playbooks import PLAYBOOKS, NoPlan, Subject
-from remediations.playbooks.gpu_drain import keep_schedulable
 from remediations.policy import Policy, policy_from_dict
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState, IncidentId
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, exporter_gpus, running_sim
 from tests.remediations.helpers import live_policy
 
 NODE = "h100-0001"

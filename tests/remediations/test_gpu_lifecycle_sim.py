@@ -34,22 +34,22 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.context import JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
+from harness.k8s_sim import meta, name_of, present, small_scenario, spec
+from harness.live_policy import live_policy_dict
 from observer.scrape.collector import ScrapeSettings
 from observer.scrape.exposition import parse_page
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.policy import policy_from_dict
+from remediations.scheduled.context import JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from remediations.store import AuditRecord, Store
 from simulator.clock import ManualWall
 from simulator.cluster import ClusterOptions
 from simulator.layout import gpu_uuid
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import meta, name_of, present, small_scenario, spec
-from tests.service.policies import live_policy_dict
 
 NODE = "h100-0001"
 BAD = gpu_uuid("small", NODE, 0)

@@ -9,11 +9,11 @@ first incident must not expire an action the second still needs.
 from __future__ import annotations
 
 from detectors.findings import Finding, FindingKind
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal, ShadowReplay
 from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState, Verdict
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.k8s_sim_support import Sim, running_sim
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from detectors.findings import Finding, FindingKind, Severity
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import live_policy
 
 T0 = 1_700_000_000.0

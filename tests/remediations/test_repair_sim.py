@@ -18,8 +18,9 @@ import pytest
 from detectors.findings import Finding, FindingKind, Severity
 from errors import PermanentError, TemporaryError
 from gpufleet.service.actuator import CachedActuator
+from harness.k8s_sim import Sim, running_sim
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
@@ -34,7 +35,6 @@ from remediations.types import (
     Intent,
 )
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, running_sim
 from tests.remediations.helpers import live_policy
 
 FAULTY = ("h100-0002", 0)
@@ -321,8 +321,8 @@ def test_a_repair_clears_the_xid_gauge_in_the_metrics() -> None:
     """What `simulator.serve` wires: a successful reset ends the GPU's fault in the metrics.
     Shown on the `simple` layout, whose gauge shows only the active fault (the 4.x gauge is
     sticky: a reset does not clear it, below)."""
+    from harness.k8s_sim import small_scenario
     from simulator.engine import FleetSimulator
-    from tests.k8s_sim_support import small_scenario
 
     fault = [{"kind": "xid48_dbe", "node": "h100-0002", "gpu": 0, "start": 0}]
     sc = small_scenario(faults=fault, exporter={"version": "simple"})

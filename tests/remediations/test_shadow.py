@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
+from harness.fake_cluster import FakeCluster
+from harness.k8s_sim import Sim, running_sim, spec
 from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal
@@ -22,8 +24,6 @@ from remediations.policy import DEFAULT_POLICY, Policy, load_policy, policy_from
 from remediations.store import Store
 from remediations.types import ActionState, Actuation
 from simulator.kube_api.faults import FaultRule
-from tests.k8s_sim_support import Sim, running_sim, spec
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

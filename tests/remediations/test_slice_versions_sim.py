@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from harness.k8s_sim import running_sim
 from kube.actuator import KubeActuator
-from remediations.playbooks.fence import fence_rule_name
+from remediations.cluster_names import fence_rule_name
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.k8s_sim_support import running_sim
 from tests.remediations.helpers import live_policy
 from tests.remediations.test_fence_gpu_sim import BAD, NODE, _rules, _run, xid48
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from detectors.findings import Finding
+from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal
 from remediations.incidents import Change
 from remediations.store import Store
 from remediations.validation import record_diagnosis
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
+from harness.k8s_sim import Sim, running_sim, spec
 from kube.actuator import KubeActuator
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.types import QUARANTINE_TAINT, Intent
 from simulator.node_lifecycle import UNREACHABLE_TAINT
-from tests.k8s_sim_support import Sim, running_sim, spec
 
 NODE = "h100-0003"
 OTHER = {"key": "example.com/kernel-deadlock", "effect": "NoSchedule"}

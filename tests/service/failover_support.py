@@ -1,7 +1,8 @@
 """What the two-process failover tests share: the small fleet at speed 8 behind its
-PodDisruptionBudget, a config for two `gpufleet run` replicas with leader election on one
-journal, the pair of processes, and the checks every failover must pass (no incident opened
-twice, each announced once, each Kubernetes write done once).
+PodDisruptionBudget, the pair of `gpufleet run` replicas (their config, leader election on one
+journal, is harness/failover.py, which the failover benchmark starts too), and the checks every
+failover must pass (no incident opened twice, each announced once, each Kubernetes write done
+once).
 
 Kept short for CI: the fleet's clock is held at scenario second `OFFSET` (pods already
 running) until both replicas serve and one leads, so a fault's scenario time counts from then,
@@ -18,26 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from alerts.store import AlertsStore
+from alerts.alerts_store import AlertsStore
+from harness.k8s_sim import small_scenario
+from harness.live_policy import QUARANTINE_CRITICAL
 from remediations.store import AuditRecord, Store
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 from tests.service.procs import Proc, wait_for
 
-LEASE = 4.0
 SPEED = 8.0
 OFFSET = 60.0
 """Scenario seconds elapsed when the replicas are up (the fleet's pods are running by then)."""
-DRAIN_CRITICAL: dict[str, Any] = {
-    "name": "drain-critical",
-    "match": {"kinds": ["gpu_xid", "gpu_memory"], "severities": ["critical"]},
-    "playbook": "drain",
-    "mode": "auto",
-    "params": {"timeout": "10m", "backoff_initial": "4s"},
-}
 QUARANTINE = QUARANTINE_CRITICAL
 
 
@@ -71,32 +62,6 @@ def start_fleet(
     return start_simulation(
         sc, speed=SPEED, kubeconfig_out=tmp / "kubeconfig", wall=wall, start_offset=OFFSET
     )
-
-
-def failover_config(
-    tmp: Path, h: SimulationHandle, store_url: str, rules: Sequence[dict[str, Any]]
-) -> Path:
-    """Two replicas' config: a live policy of `rules`, the simulator's exporters and API,
-    leader election on a 4-s Lease renewed every second, the journal at `store_url`."""
-    assert h.kubeconfig is not None
-    policy = live_policy_dict(list(rules))
-    (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
-    cfg = {
-        "cluster": h.scenario.cluster,
-        "store_url": store_url,
-        "kubeconfig": str(h.kubeconfig),
-        "policy": str(tmp / "policy.yaml"),
-        "service": {
-            "interval": h.scenario.scrape_interval / h.clock.speed,
-            "source": {"discovery_url": f"{h.metrics_url}/targets"},
-            "http": {"host": "127.0.0.1", "port": 0},
-            "leader_election": {"enabled": True, "lease_duration": f"{LEASE:.0f}s",
-                                "renew_every": "1s"},
-        },
-    }  # fmt: skip
-    path = tmp / "gpufleet.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 @contextmanager

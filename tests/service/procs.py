@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy_dict
 from remediations.store import Store
 from simulator.serve import SimulationHandle
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
+from harness.k8s_sim import small_scenario
+from harness.live_policy import live_policy
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store
 from remediations.types import ActionState
 from simulator.cluster import ClusterOptions
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
-from tests.service.policies import live_policy
 from tests.service.procs import wait_for
 
 SPEED = 10.0

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import inspect
 
 from gpufleet.cli import main
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.cluster_claim import CLUSTER_IDENTITY, recorded
+from gpufleet.service.assembly import build
+from gpufleet.service.cluster_claim import recorded
+from harness.k8s_sim import running_sim
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import load_policy
 from remediations.store import Store
-from tests.k8s_sim_support import running_sim
 
 pytestmark = pytest.mark.slow
 
@@ -48,9 +47,7 @@ def test_a_cluster_name_belongs_to_one_cluster(
             close()
         parts.telemetry.close()
         store = Store.open(store_url, cluster="default")
-        cols = {c["name"] for c in inspect(store.engine).get_columns("cluster_identity")}
-        assert cols == {c.name for c in CLUSTER_IDENTITY.columns}
-        first = recorded(store.engine, "default")
+        first = recorded(store)
         store.close()
         assert first is not None and first.kube_system_uid == east_uid
         assert first.recorded_by == "east-0"
@@ -68,6 +65,6 @@ def test_a_cluster_name_belongs_to_one_cluster(
         assert f"{f}: cluster:" in err and "belongs to another Kubernetes cluster" in err
         assert east_uid in err and west_uid in err and "own `cluster:` name" in err
         store = Store.open(store_url, cluster="default")
-        assert recorded(store.engine, "default") == first  # nothing changed
+        assert recorded(store) == first  # nothing changed
         assert store.audit_log() == []  # and nothing ran
         store.close()

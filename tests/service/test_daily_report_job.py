@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.service.config import ScheduleEntry
-from gpufleet.service.context import JobContext
+from gpufleet.service.context import ServiceJobContext
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.schedule import ScheduledJobs
+from gpufleet.service.service_config import ScheduleEntry
+from harness.fake_cluster import FakeCluster
 from metering import Meter, MeteringConfig, reports
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
 from remediations.store import Store
 from tests.metering.support import T0, fleet, snapshot
-from tests.remediations.fake_cluster import FakeCluster
 
 DAY = 86_400.0
 
@@ -45,7 +45,7 @@ def test_scheduled_daily_report_writes_the_days_report_once(store: Store) -> Non
     meter.record_cycle(snapshot(f, T0 + 630))
     wall = [T0 + DAY + 300]  # 00:05 the next day, when the cron below fires
     loop = RemediationCycle(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
-    ctx = JobContext(loop, clock=lambda: wall[0], metering=prices)
+    ctx = ServiceJobContext(loop, clock=lambda: wall[0], metering=prices)
     jobs = ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), "a", wall=lambda: wall[0])
     entry = ScheduleEntry(name="daily", kind="daily_report", cron="5 0 * * *")
 
@@ -78,7 +78,7 @@ def test_a_report_of_the_last_24_hours_covers_a_fleet_younger_than_a_day(store: 
     meter.record_cycle(snapshot(f, T0 + 630))
     wall = [T0 + 3600.0]
     loop = RemediationCycle(load_policy(), store, _Cluster({"p": 1}), "a", started_at=T0)
-    ctx = JobContext(loop, clock=lambda: wall[0], metering=MeteringConfig())
+    ctx = ServiceJobContext(loop, clock=lambda: wall[0], metering=MeteringConfig())
     jobs = ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), "a", wall=lambda: wall[0])
     entry = ScheduleEntry(
         name="demo-daily", kind="daily_report", cron="*/4 * * * *", params={"covers": "last_24h"}

@@ -42,7 +42,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from gpufleet.cli import main
-from gpufleet.commands.run import DEMO_CONFIG
+from gpufleet.demo.embedded import DEMO_CONFIG
 from remediations.store import ActionRecord, Store
 from remediations.types import ActionState
 from simulator.scenario import LIVE_DEMO_SCENARIO

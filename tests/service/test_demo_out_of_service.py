@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client, config
 
 from dashboards import data
-from gpufleet.commands.run import DEMO_CONFIG
+from gpufleet.demo.embedded import DEMO_CONFIG
 from remediations.store import Store
 from simulator.scenario import LIVE_DEMO_SCENARIO
 from tests.service.demo_proc import GPUFLEET, reader, wait_for

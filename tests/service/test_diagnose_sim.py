@@ -15,19 +15,19 @@ from typing import Any
 
 import pytest
 
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
-from gpufleet.service.jobs.gated import execute, plan_for, propose
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import live_policy, live_policy_dict
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.holds import holds, owner
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.policy import Policy, policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from remediations.scheduled.gated import execute, plan_for, propose
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL, QUARANTINE_TAINT, IncidentId
-from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import live_policy, live_policy_dict
 
 
 def service_policy() -> Policy:

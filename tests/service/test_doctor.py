@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from gpufleet.cli import main
+from harness.k8s_sim import small_scenario
+from harness.slack_server import SlackServer
 from simulator.serve import SimulationHandle, start_simulation
 from tests.alerts.alertmanager_fixture import Alertmanager, alertmanager, available
-from tests.alerts.slack_server import SlackServer
-from tests.k8s_sim_support import small_scenario
 from tests.live_prometheus import scraping_prometheus, wait_for_series
 from tests.prometheus_fixture import PrometheusHandle
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpufleet.config import GpufleetConfig
+from gpufleet.doctor.check_table import OK, WARN
 from gpufleet.doctor.kube_checks import kubernetes_checks
-from gpufleet.doctor.report import OK, WARN
+from harness.k8s_sim import running_sim
 from remediations.policy import policy_from_dict
-from tests.k8s_sim_support import running_sim
 
 FENCE_POLICY = policy_from_dict(
     {

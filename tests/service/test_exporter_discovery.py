@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.sources import source_settings
+from harness.k8s_sim import small_scenario
 from observer.kube.collector import KubeCollector, KubeSettings
 from observer.kube.exporters import DEFAULT_EXPORTER_SELECTORS, exporter_urls
 from remediations.policy import load_policy
 from remediations.store import Store
 from simulator.serve import start_simulation
-from tests.k8s_sim_support import small_scenario
 
 
 def _pod(ns: str, labels: dict[str, str], ports: list[dict[str, Any]], ip: str | None = "10.1.2.3",

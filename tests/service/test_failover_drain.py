@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.failover import DRAIN_CRITICAL, failover_config
 from remediations.store import Store
 from simulator.serve import SimulationHandle
 from tests.remediations.conftest import pg_url
 from tests.service.failover_support import (
-    DRAIN_CRITICAL,
     assert_each_incident_once,
     audit_has,
-    failover_config,
     replicas,
     start_fleet,
     writes,

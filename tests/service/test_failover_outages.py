@@ -24,17 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.failover import DRAIN_CRITICAL, LEASE, failover_config
 from remediations.store import Store
 from remediations.types import ActionState, IncidentStatus
 from simulator.serve import SimulationHandle
 from tests.remediations.conftest import pg_url
 from tests.service.failover_support import (
-    DRAIN_CRITICAL,
-    LEASE,
     QUARANTINE,
     assert_each_incident_once,
     audit_has,
-    failover_config,
     leader_of,
     replicas,
     start_fleet,

@@ -8,13 +8,13 @@ import threading
 import time
 from pathlib import Path
 
-from gpufleet.service.jobs.gated import execute, plan_for, propose
+from harness.live_policy import live_policy
 from remediations.cycle import RemediationCycle
 from remediations.executor import Executor
 from remediations.playbooks import PLAYBOOKS, Subject
+from remediations.scheduled.gated import execute, plan_for, propose
 from remediations.store import Store
 from remediations.types import ActionState, IncidentId
-from tests.service.policies import live_policy
 from tests.service.test_schedule import _Cluster
 
 

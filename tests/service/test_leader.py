@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.service.leader import LeaderElector
+from harness.k8s_sim import Sim, running_sim
 from kube.jobs import api_client
 from kube.lease import KubeLeaseClient
-from tests.k8s_sim_support import Sim, running_sim
 
 
 @pytest.fixture

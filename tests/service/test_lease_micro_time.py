@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.k8s_sim import Sim, running_sim
 from kube.jobs import api_client
 from kube.lease import KubeLeaseClient, LeaseState
-from tests.k8s_sim_support import Sim, running_sim
 
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 

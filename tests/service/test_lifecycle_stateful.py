@@ -55,20 +55,20 @@ from hypothesis.stateful import (
 )
 
 from detectors.findings import Finding, FindingKind, Severity
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy_dict
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.holds import ORPHAN, holds, owner
 from remediations.policy import Policy, policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from remediations.store import Store
 from remediations.types import ACTION_ANNOTATION, ActionState
 from remediations.validation import DIAGNOSTIC, NEEDS_PERSON, RETURN_PLAYBOOKS, scope
 from simulator.layout import gpu_uuid
 from simulator.scenario import DiagResult
-from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 
 NODES = ("h100-0001", "h100-0003")
 EXAMPLES = int(os.environ.get("GPUFLEET_STATEFUL_EXAMPLES", "4"))

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from errors import TemporaryError
-from gpufleet.commands.run import _sleeper
-from remediations.actuator_api import WriteContext
+from gpufleet.service.assembly import _sleeper
+from harness.fake_cluster import FakeCluster
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.store import Store
 from remediations.types import ActionState, Intent
-from tests.remediations.fake_cluster import FakeCluster
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.maintenance import MaintenanceParams, run_maintenance
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy_dict
 from kube.actuator import KubeActuator
 from remediations.cycle import RemediationCycle
 from remediations.decisions import SHADOW_EXECUTE
 from remediations.policy import policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.maintenance import MaintenanceParams, run_maintenance
 from remediations.store import Store
 from remediations.types import ActionState
-from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 from tests.service.test_diagnose_sim import service_policy
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
-from gpufleet.service.config import ServiceConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
+from gpufleet.service.service_config import ServiceConfig
+from harness.k8s_sim import small_scenario
 from observer.scrape.collector import ScrapeSettings
 from remediations.store import Store
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 from tests.service.procs import wait_for
 from tests.service.test_diagnose_sim import service_policy
 

@@ -17,14 +17,15 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from alerts import AlertsRuntime
-from alerts.config import parse_alerts_config
-from alerts.store import AlertsStore
+from alerts.alerts_config import parse_alerts_config
+from alerts.alerts_store import AlertsStore
 from database.tables.alerts import AmOutputRow
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from errors.outages import OutageLog
 from gpufleet.live_cycle import LiveCycle
+from harness.fake_cluster import FakeCluster
 from metering import Meter, usage
 from observer.fleet.model import FleetSnapshot
 from remediations.cluster_view import ClusterView
@@ -34,7 +35,6 @@ from remediations.policy import load_policy
 from remediations.store import Store
 from remediations.types import IncidentStatus
 from tests.metering.support import T0, fleet, snapshot
-from tests.remediations.fake_cluster import FakeCluster
 
 CAUSE = "cannot list scrape targets at http://127.0.0.1:9/targets: connection refused"
 OUTAGE_CYCLES = 6

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from gpufleet.service.config import TelemetryConfig
+from gpufleet.service.service_config import TelemetryConfig
 from gpufleet.service.telemetry import Telemetry
 
 

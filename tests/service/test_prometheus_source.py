@@ -22,8 +22,8 @@ import yaml
 
 from errors import PermanentError
 from gpufleet.cli import main
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.assembly import build
 from gpufleet.service.source_config import PrometheusSource
 from gpufleet.service.sources import prom_settings, source_settings
 from observer.prometheus.collector import PrometheusCollector

@@ -14,9 +14,9 @@ import pytest
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from gpufleet.live_cycle import LiveCycle
-from gpufleet.service.config import ServiceConfig, TelemetryConfig
 from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.runtime import Service, ServiceParts
+from gpufleet.service.service_config import ServiceConfig, TelemetryConfig
 from gpufleet.service.telemetry import Telemetry
 from observer.fleet.model import FleetSnapshot
 from remediations.cycle import RemediationCycle

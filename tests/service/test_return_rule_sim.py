@@ -22,18 +22,18 @@ from typing import Any
 import pytest
 
 from detectors.findings import Finding, FindingKind, Severity
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy_dict
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
 from remediations.cycle import RemediationCycle
 from remediations.policy import policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL, ActionState, IncidentStatus
 from remediations.validation import record_diagnosis
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy_dict
 
 NODE = "h100-0001"
 BAD = gpu_uuid("small", NODE, 2)

@@ -16,19 +16,19 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gpufleet.commands.run import build
 from gpufleet.config import GpufleetConfig
 from gpufleet.live_cycle import CycleReport
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL
+from gpufleet.service.assembly import build
 from gpufleet.service.runtime import Service
+from harness.k8s_sim import small_scenario
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy
+from harness.slack_server import SlackServer
 from observer.scrape.collector import ScrapeSettings
 from remediations.policy import Policy
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL
 from remediations.store import Store
 from remediations.types import QUARANTINE_LABEL
 from simulator.serve import SimulationHandle, start_simulation
-from tests.alerts.slack_server import SlackServer
-from tests.k8s_sim_support import small_scenario
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy
 from tests.service.procs import wait_for
 
 pytestmark = pytest.mark.slow

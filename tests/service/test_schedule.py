@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import inspect
 
-from gpufleet.service.config import ScheduleEntry
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.job_runs import JOB_RUNS, JobRuns
+from gpufleet.service.context import ServiceJobContext
+from gpufleet.service.job_runs import JobRuns
 from gpufleet.service.registry import JOB_KINDS, JobKind
 from gpufleet.service.schedule import ScheduledJobs, latest_fire
+from gpufleet.service.service_config import ScheduleEntry
+from harness.fake_cluster import FakeCluster
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.policy import load_policy
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
 from remediations.store import Store
-from tests.remediations.fake_cluster import FakeCluster
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a Thursday
 RAN: list[tuple[str, float]] = []
@@ -57,17 +57,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _jobs(store: Store, wall: list[float], owner: str = "a") -> ScheduledJobs:
     loop = RemediationCycle(load_policy(), store, _Cluster({"p": 2}), owner, started_at=T0)
-    ctx = JobContext(loop, clock=lambda: wall[0])
+    ctx = ServiceJobContext(loop, clock=lambda: wall[0])
     return ScheduledJobs(ctx, JobRuns(store.engine, store.cluster), owner, wall=lambda: wall[0])
 
 
 def _entry(grace: float = 600.0) -> ScheduleEntry:
     return ScheduleEntry(name="hourly", kind="count", cron="0 * * * *", misfire_grace=grace)
-
-
-def test_migration_creates_the_table_the_code_uses(store: Store) -> None:
-    cols = {c["name"] for c in inspect(store.engine).get_columns("service_job_runs")}
-    assert cols == {c.name for c in JOB_RUNS.columns}
 
 
 def test_latest_fire_reads_cron_in_its_time_zone() -> None:

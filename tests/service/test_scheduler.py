@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from gpufleet.service.config import ScheduleEntry
 from gpufleet.service.scheduler import CYCLE_JOB, ServiceScheduler, schedule_job_id
+from gpufleet.service.service_config import ScheduleEntry
 
 
 def test_overrunning_cycle_never_piles_up() -> None:

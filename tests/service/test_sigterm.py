@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.k8s_sim import small_scenario
 from remediations.store import Store
 from simulator.serve import SimulationHandle, start_simulation
-from tests.k8s_sim_support import small_scenario
 from tests.service.procs import Proc, wait_for, write_config
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from alerts import AlertsRuntime
-from alerts.config import parse_alerts_config
-from alerts.store import AlertsStore
+from alerts.alerts_config import parse_alerts_config
+from alerts.alerts_store import AlertsStore
 from database.tables.alerts import AmOutputRow
 from detectors.findings import FindingKind
 from detectors.suite import DetectorSuite

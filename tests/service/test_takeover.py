@@ -18,15 +18,18 @@ import pytest
 import yaml
 
 from alerts import AlertsRuntime
-from alerts.config import parse_alerts_config
+from alerts.alerts_config import parse_alerts_config
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.signals import XID
 from detectors.suite import DetectorSuite
 from gpufleet.live_cycle import LiveCycle
-from gpufleet.service.config import ServiceConfig, TelemetryConfig
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import Service, ServiceParts
+from gpufleet.service.service_config import ServiceConfig, TelemetryConfig
 from gpufleet.service.telemetry import Telemetry
+from harness.fake_cluster import FakeCluster, FNode
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import QUARANTINE_CRITICAL, live_policy
 from kube.jobs import api_client
 from kube.lease import KubeLeaseClient
 from remediations.cluster_view import ClusterView
@@ -35,9 +38,6 @@ from remediations.policy import load_policy
 from remediations.store import IncidentRecord, NewAction, Store
 from remediations.types import ActionState, IncidentId, IncidentStatus, Mode, Verdict
 from tests.fleet import Fleet
-from tests.k8s_sim_support import Sim, running_sim
-from tests.remediations.fake_cluster import FakeCluster, FNode
-from tests.service.policies import QUARANTINE_CRITICAL, live_policy
 from tests.service.procs import wait_for
 from tests.snapshot_fixtures import two_node_fleet
 
@@ -124,7 +124,7 @@ def _replica(
 
 
 def _opened_messages(store: Store) -> int:
-    from alerts.store import AlertsStore
+    from alerts.alerts_store import AlertsStore
 
     rows = AlertsStore(store.engine, store.cluster).outbox()
     return sum(json.dumps(r.payload).count("opened (critical)") for r in rows)

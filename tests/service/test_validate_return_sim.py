@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
-from gpufleet.service.jobs.gated import execute, plan_for, propose
+from harness.k8s_sim import Sim, running_sim
+from harness.live_policy import live_policy
 from kube.actuator import KubeActuator
 from kube.jobs import KubeNodeJobs, api_client
+from remediations.cluster_names import fence_rule_name
 from remediations.cycle import RemediationCycle
 from remediations.playbooks import PLAYBOOKS, Subject
-from remediations.playbooks.fence import fence_rule_name
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import REPLACEMENT_LABEL, DiagnoseParams, run_diagnose
+from remediations.scheduled.gated import execute, plan_for, propose
 from remediations.store import ActionRecord
 from remediations.types import ActionState, IncidentId
 from remediations.validation import record_diagnosis
 from simulator.layout import gpu_uuid
-from tests.k8s_sim_support import Sim, running_sim
-from tests.service.policies import live_policy
 
 NODE = "h100-0003"
 GOOD = gpu_uuid("small", NODE, 2)

@@ -4,8 +4,7 @@ Revision ID: 0002_metering
 Revises: 0001
 
 The tables are declared again in `database/tables/metering.py`;
-`tests/metering/test_metering_store.py`
-compares the two.
+`tests/metering/test_metering_store.py` compares the two.
 """
 
 from __future__ import annotations

@@ -206,7 +206,8 @@ def values(
     """Family -> (keys x steps) value, each GPU's newest pod's series only (max over the
     series of one pod, as `max by (__name__, UUID, GPU_I_ID, pod)`); `key`: series_keys."""
     names = [m.get("__name__", "") for m in block.labels]
-    fam_code, fams_l = codes([canonical_name(n) for n in names])
+    canonical = {n: canonical_name(n) for n in set(names)}  # a few names, many series
+    fam_code, fams_l = codes(list(map(canonical.__getitem__, names)))
     fams = [str(f) for f in fams_l]
     ok = np.flatnonzero(key >= 0)
     key = key[ok]

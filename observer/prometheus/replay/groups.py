@@ -16,9 +16,10 @@ from observer.fleet.model import FloatArray
 
 def codes(values: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]]:
     """(code per value, distinct values in first-seen order)."""
-    index: dict[Hashable, int] = {}
-    out = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int64, len(values))
-    return out, list(index)
+    distinct = list(dict.fromkeys(values))  # first-seen order, hashed in C
+    index = {v: i for i, v in enumerate(distinct)}
+    out = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
+    return out, distinct
 
 
 def reduce_rows(grid: FloatArray, group: np.ndarray, n_groups: int, how: str) -> FloatArray:

@@ -51,6 +51,7 @@ from observer.prometheus.replay.chunk_grids import (
 )
 from observer.prometheus.replay.matrix import RawBlock, carry
 from observer.prometheus.replay.step_grid import newest
+from observer.prometheus.replay.step_metrics import step_metrics
 from observer.prometheus.replay.steps import Chunk, Selected
 from observer.prometheus.replay.workers import WorkerPool, fetch_block
 from observer.snapshot.cycle_stats import QueryStat
@@ -254,6 +255,10 @@ class RawReplay:
         present = f.families or frozenset()
         sparse_ok = f.blocks.get("raw:sparse") is not None
         incs, spans = increases(dcgm, ident, timing, keys, vals, present, sparse_ok, memory)
+        xid_grids = None if xid is None else xid_counts(xid.block, xid.grid, ident)
+        complete = frozenset(f for f in SPARSE_COUNTERS if f in present and sparse_ok)
+        metrics = step_metrics(ident, dict(vals), dict(incs), dict(spans), xid_grids, missing,
+                               complete, self.s.window)  # fmt: skip
         return Chunk(
             timing=timing,
             ident=ident,
@@ -262,7 +267,7 @@ class RawReplay:
             increases=incs,
             spans=spans,
             missing=missing,
-            xid=None if xid is None else xid_counts(xid.block, xid.grid, ident),
+            xid=xid_grids,
             steps=None if steps is None else pod_steps(steps.block, steps.grid, timing),
             up=small("raw:up"),
             kube=kube_main,
@@ -271,6 +276,7 @@ class RawReplay:
             sparse_ok=sparse_ok,
             problems=f.problems,
             interval=interval,
+            metrics=metrics,
         )
 
 

@@ -12,16 +12,16 @@ values change from one step to the next.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from observer.fleet.catalog import XID_COUNT_METRIC
 from observer.fleet.model import FleetSnapshot, FloatArray, Node, Pod
 from observer.prometheus.assemble import interval_from
 from observer.prometheus.parse import exporter_up, pod_nodes
-from observer.prometheus.plan import SPARSE_COUNTERS, PromSettings, counter_families
+from observer.prometheus.plan import PromSettings, counter_families
 from observer.prometheus.replay.chunk_grids import (
     Identity,
     PodSteps,
@@ -31,8 +31,9 @@ from observer.prometheus.replay.chunk_grids import (
 )
 from observer.prometheus.replay.matrix import RawBlock
 from observer.prometheus.replay.step_grid import IndexGrid
+from observer.prometheus.replay.step_metrics import StepMetrics
 from observer.snapshot.builder import BuildReport, SnapshotBuilder
-from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
+from observer.snapshot.inputs import ExporterHealth, GpuColumns, PodSeries
 from observer.snapshot.kube_records import records_from_series
 
 COUNTERS = frozenset(counter_families())
@@ -67,6 +68,8 @@ class Chunk:
     sparse_ok: bool
     problems: Sequence[str]
     interval: float | None
+    metrics: StepMetrics
+    """The metric answers of every step (from values, increases, spans and xid)."""
 
 
 @dataclass(slots=True)
@@ -77,6 +80,13 @@ class KubeCache:
     records: tuple[list[Node], list[Pod]] = field(default_factory=lambda: ([], []))
     up_key: tuple[object, ...] = ()
     up: dict[str, bool] = field(default_factory=dict)
+    rows: np.ndarray | None = None
+    """The identity rows of the previous step, and their label columns (handed to the
+    builder again while they stay the same: observer.snapshot.structure)."""
+    gpus: GpuColumns | None = None
+    known_from: tuple[object, object] = (None, None)
+    """The (gpus, kube key) objects `known` was made from."""
+    known: frozenset[str] = frozenset()
 
 
 def take_rows(cols: GpuColumns, rows: np.ndarray, stamp: FloatArray) -> GpuColumns:
@@ -117,21 +127,28 @@ def build_step(
     rows = np.concatenate([cur_rows, ident.vanished_row[van_keys, k]])
     n_cur = cur_rows.shape[0]
     stamp_rows = np.concatenate([ident.row_stamp[cur_rows, k], np.full(van_keys.shape[0], np.nan)])
-    gpus = take_rows(c.gpu_rows, rows, stamp_rows)
+    if cache.gpus is not None and cache.rows is not None and np.array_equal(rows, cache.rows):
+        gpus = dataclasses.replace(cache.gpus, timestamp=stamp_rows)
+    else:
+        gpus = take_rows(c.gpu_rows, rows, stamp_rows)
+        cache.rows, cache.gpus = rows, gpus
     key_row = np.full(len(ident.keys), -1, dtype=np.int64)
     key_row[van_keys] = n_cur + np.arange(van_keys.shape[0])
     key_row[ident.row_key[cur_rows]] = np.arange(n_cur)
-    stamp = ident.key_stamp[:, k]
-    current = ~np.isnan(stamp)
-    metrics = _metrics(c, k, s, key_row, stamp, current)
+    grid = c.metrics.at(k, key_row)
     nodes, pods = _kube(c, k, s, cache)
-    known = {h for h in gpus.hostname.tolist() if h} | {str(n.name) for n in nodes}
+    made_from = cache.known_from
+    if made_from[0] is not cache.gpus or made_from[1] is not cache.key:  # hosts or nodes moved
+        cache.known = frozenset({h for h in gpus.hostname.tolist() if h}
+                                | {str(n.name) for n in nodes})  # fmt: skip
+        cache.known_from = (cache.gpus, cache.key)
+    known = cache.known
     up: dict[str, bool] = {}
     if c.up is not None:
-        up_key = (*signature(c.up.block, c.up.grid, k), frozenset(known), cache.key)
+        up_key = (*signature(c.up.block, c.up.grid, k), known, cache.key)
         if up_key != cache.up_key:  # cache.key: the pods (an exporter pod may name the node)
             up_now = present_vector(c.up.block, c.up.grid, k)
-            cache.up, _ = exporter_up(up_now, known, pod_nodes(pods))
+            cache.up, _ = exporter_up(up_now, set(known), pod_nodes(pods))
             cache.up_key = up_key
         up = cache.up
     last = ident.node_last[:, k]
@@ -145,66 +162,9 @@ def build_step(
         degraded_reason="; ".join(c.problems),
     )
     return builder.build_with_report(
-        t, gpus, metrics, nodes=nodes, pods=pods, steps=_pod_series(c.steps, k, t),
-        exporters=exporters,
+        t, gpus, {}, nodes=nodes, pods=pods, steps=_pod_series(c.steps, k, t),
+        exporters=exporters, grid=grid,
     )  # fmt: skip
-
-
-def _series(
-    value: FloatArray, pick: np.ndarray, key_row: np.ndarray, stamp: FloatArray,
-    increase: FloatArray | None = None, window: float = 0.0, span: FloatArray | None = None,
-) -> MetricSeries:  # fmt: skip
-    sel = pick & (key_row >= 0)
-    return MetricSeries(
-        value[sel], stamp[sel], row=key_row[sel],
-        increase=None if increase is None else increase[sel], window_seconds=window,
-        span=None if span is None else span[sel],
-    )  # fmt: skip
-
-
-def _metrics(
-    c: Chunk, k: int, s: PromSettings, key_row: np.ndarray, stamp: FloatArray, current: np.ndarray
-) -> dict[str, MetricSeries]:
-    out: dict[str, MetricSeries] = {}
-    for fam, grid in c.values.items():
-        col = grid[:, k]
-        has = ~np.isnan(col)
-        if fam in COUNTERS:
-            continue
-        if has.any():
-            out[fam] = _series(col, has, key_row, stamp)
-    for fam in COUNTERS:
-        if fam in c.missing:
-            continue
-        grid_v = c.values.get(fam)
-        col = grid_v[:, k] if grid_v is not None else np.full(len(stamp), np.nan)
-        has = ~np.isnan(col)
-        value_given = bool(has.any())
-        if fam in SPARSE_COUNTERS and fam in c.present and c.sparse_ok:
-            col = np.where(current & ~has, 0.0, col)
-            has = has | current
-            value_given = True
-        grid_i = c.increases.get(fam)
-        inc = grid_i[:, k] if grid_i is not None else np.full(len(stamp), np.nan)
-        grid_s = c.spans.get(fam)
-        span = grid_s[:, k] if grid_s is not None else None
-        has_inc = ~np.isnan(inc)
-        inc_given = bool(has_inc.any())
-        if value_given and inc_given:
-            out[fam] = _series(col, has, key_row, stamp, inc, s.window, span)
-        elif value_given:
-            out[fam] = _series(col, has, key_row, stamp)
-        elif inc_given:
-            out[fam] = _series(np.full(len(col), np.nan), has_inc, key_row, stamp, inc, s.window,
-                               span)  # fmt: skip
-    for name, grid in (c.xid or {}).items():
-        col = grid[:, k]
-        if name == XID_COUNT_METRIC:  # dcgm-exporter's zero series may be absent: 0, not NaN
-            col = np.where(current & np.isnan(col), 0.0, col)
-        elif bool(np.isnan(col).all()):
-            continue  # a code no GPU counts at this step has no column (as an instant cycle)
-        out[name] = _series(col, ~np.isnan(col), key_row, stamp)
-    return out
 
 
 def _pod_series(steps: PodSteps | None, k: int, t: float) -> PodSeries | None:

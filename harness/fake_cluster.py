@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from errors import PermanentError
-from remediations.actuator_api import WriteContext
+from remediations.capabilities import WriteContext
 from remediations.cluster_view import ClusterView, JobView, NodeView, PodView
 from remediations.types import OWNER_ANNOTATION, Intent
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from remediations.actuator_api import FencedGpu
+from remediations.capabilities import FencedGpu
+from remediations.cluster_names import fence_rule_name, label_value
+from remediations.cluster_names import job_name as job_name_of
 from remediations.cluster_view import ClusterView, NodeView
 from remediations.holds import marked_by_us, orphans
-from remediations.kube_names import job_name as job_name_of
-from remediations.kube_names import label_value
 from remediations.playbooks import Plan
-from remediations.playbooks.fence import fence_rule_name
 from remediations.playbooks.replacement import NAME as MARK
 from remediations.store import Store
 from remediations.types import (

@@ -23,20 +23,21 @@ from typing import Any
 
 from dashboards.settings import DashboardConfig, DashboardSettings
 from detectors.findings import Finding, FindingKind, Severity
-from gpufleet.service.context import JobContext, JobRequest
-from gpufleet.service.jobs.diagnose import DiagnoseParams, run_diagnose
-from gpufleet.service.jobs.diagnose_targets import DIAG_GPU_LABEL
+from harness.benchmark_fleet import Fleet
+from harness.fake_cluster import FakeCluster
 from metering import Meter
 from observer.fleet.model import frozen_map
-from remediations.actuator_api import FencedGpu, WriteContext
+from remediations.capabilities import FencedGpu, WriteContext
 from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle
 from remediations.decision_journal import DecisionJournal
 from remediations.executor import Executor
 from remediations.policy import Policy, load_policy, policy_from_dict
+from remediations.scheduled.context import JobContext, JobRequest
+from remediations.scheduled.diagnose import DiagnoseParams, run_diagnose
+from remediations.scheduled.diagnose_targets import DIAG_GPU_LABEL
 from remediations.store import IncidentRecord, Store
 from remediations.types import ACTION_ANNOTATION, Actuation, IncidentId, IncidentStatus, Intent
-from tests.remediations.fake_cluster import FakeCluster
 
 PROTECTED = {"gpufleet.io/protected": "true"}
 
@@ -290,11 +291,9 @@ def write_settings(path: Path, url: str, cluster: str, **dashboard: object) -> P
 def seed_fleet(
     store: Store, n_gpus: int, cycles: int = 4, step: float = 300.0, now: float | None = None
 ) -> None:
-    """Metering's latest state and rollups for the benchmark fleet (bench.detectors_cycle):
+    """Metering's latest state and rollups for the benchmark fleet (harness.benchmark_fleet):
     `n_gpus` GPUs in four node pools, teams on every pod, `cycles` cycles `step` apart ending
     now, recorded by the real `Meter`."""
-    from bench.detectors_cycle import Fleet
-
     t = time.time() if now is None else now
     fleet = Fleet(n_gpus)
     quarter = max(1, len(fleet.nodes) // 4)

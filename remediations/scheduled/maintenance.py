@@ -15,11 +15,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from detectors.findings import FindingKind
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.jobs.gated import execute, in_shadow, plan_for, propose
 from observer.fleet.units import Duration
 from remediations.playbooks import PLAYBOOKS, Subject
 from remediations.playbooks.drain import DrainParams
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
+from remediations.scheduled.gated import execute, in_shadow, plan_for, propose
 
 HARDWARE = [
     FindingKind.GPU_XID,

@@ -32,8 +32,8 @@ from typing import Any
 from backtesting.backtest import backtest, step_count
 from backtesting.backtest_sharded import backtest_sharded, default_shards, shards_worth
 from backtesting.sharded import warmup_seconds
+from bench.performance_doc import median, missed_by, stamp, table
 from bench.prom_collect import fleet_scenario, process_cpu
-from bench.report import median, missed_by, stamp, table
 from detectors.suite import DetectorSuite
 from lab.local_prometheus import backfill, start_prometheus
 from observer.prometheus.collector import PrometheusCollector
@@ -184,8 +184,9 @@ def run(runs: int = 7, quick: bool = False) -> str:
         f"range-selector reads each; only the first, short one not read ahead), "
         f"{p.get('grids', 0):.1f} s "
         f"turning chunks into (GPU x step) grids, {p.get('steps', 0):.1f} s building "
-        f"{seq['steps']:,} snapshots (observer.snapshot.builder; pods and jobs rebuilt only "
-        f"when they change), the rest in the replay loop — then {seq['detectors']:.1f} s in the "
+        f"{seq['steps']:,} snapshots (observer.snapshot.builder; GPU order, nodes, pods and "
+        f"jobs rebuilt only when they change, every family's columns placed from one "
+        f"MetricGrid per step), the rest in the replay loop — then {seq['detectors']:.1f} s in the "
         f"detectors and {seq['decide']:.1f} s in the dry-run engine (in-memory SQLite journal; "
         f"cluster view rebuilt only when the cluster changes). CPU: Prometheus "
         f"{seq['prom_cpu']:.0f} s, the backtest process {seq['client_cpu']:.0f} s, its sample "

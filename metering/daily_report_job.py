@@ -11,8 +11,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from metering import daily_job, window_label
+from metering.daily_report import daily_job, window_label
+from metering.metering_config import MeteringConfig
+from remediations.scheduled.context import JobOutcome, JobRequest
+from remediations.store import Store
 
 
 class ReportParams(BaseModel):
@@ -33,12 +35,13 @@ class ReportParams(BaseModel):
         return v
 
 
-def run_daily_report(ctx: JobContext, req: JobRequest) -> JobOutcome:
+def run_daily_report(store: Store, config: MeteringConfig | None, req: JobRequest) -> JobOutcome:
+    """One run for `req` (its params a ReportParams), with the config's metering section."""
     params = req.params
     assert isinstance(params, ReportParams)
     report = daily_job(
-        ctx.loop.engine.store,
-        ctx.metering,
+        store,
+        config,
         now=req.now,
         tz=params.timezone,
         last_24h=params.covers == "last_24h",

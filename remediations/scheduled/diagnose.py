@@ -29,8 +29,12 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from errors import GpufleetError
-from gpufleet.service.context import JobContext, JobOutcome, JobRequest
-from gpufleet.service.jobs.diagnose_targets import (
+from observer.fleet.units import Duration
+from remediations import gates
+from remediations.capabilities import FencedGpuReader, JobReasons, NodeJobs
+from remediations.repeats import lemon
+from remediations.scheduled.context import JobContext, JobOutcome, JobRequest
+from remediations.scheduled.diagnose_targets import (
     DIAG_NODE_LABEL,
     REPLACEMENT_LABEL,
     Target,
@@ -39,11 +43,7 @@ from gpufleet.service.jobs.diagnose_targets import (
     node_targets,
     since,
 )
-from gpufleet.service.jobs.gated import execute, in_shadow, propose
-from observer.fleet.units import Duration
-from remediations import gates
-from remediations.actuator_api import FencedGpuReader, JobReasons, NodeJobs
-from remediations.repeats import lemon
+from remediations.scheduled.gated import execute, in_shadow, propose
 from remediations.store import Store
 from remediations.types import JOBS_NAMESPACE, stable_id
 from remediations.validation import NEEDS_PERSON, current_verdict, in_flight, record_diagnosis

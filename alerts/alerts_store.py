@@ -1,6 +1,6 @@
-"""The alerts part of the store: the outbox, messages and their incidents, approval prompts,
-the audit cursor and seen signed requests. Same database as the journal (the `Store`'s engine),
-so an outgoing message is committed before anything sends it and survives a restart.
+"""The alerts' tables: the outbox, messages and their incidents, approval prompts, the audit
+cursor and seen signed requests. The same database as the journal, so an outgoing message is
+committed before anything sends it and survives a restart.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from database.handle import Database
 from database.tables.alerts import (
     CursorRow,
     MemberRow,
@@ -73,10 +74,8 @@ def _message(r: MessageRow) -> Message:
     return Message(r.id, r.group_key, r.channel, r.channel_id, r.ts, r.status)
 
 
-class AlertsStore:
-    def __init__(self, engine: Engine, cluster: str) -> None:
-        self.engine = engine
-        self.cluster = cluster
+class AlertsStore(Database):
+    """One cluster's alerts tables (`AlertsStore.on(journal)`: the journal's database)."""
 
     # ---- outbox ------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from simulator.kube_api.rbac import Rbac
 from simulator.kube_api.server import KubeApiServer
 from simulator.scenario import Scenario, scenario_from_dict
 
-SMALL: dict[str, Any] = {
+KUBE_FLEET: dict[str, Any] = {
     "name": "k8s-small",
     "seed": 1,
     "cluster": "small",
@@ -43,11 +43,12 @@ SMALL: dict[str, Any] = {
          "gpus_per_pod": 8, "job_label": "jobset.sigs.k8s.io/jobset-name"},
     ],
 }  # fmt: skip
+"""The fleet behind the simulated Kubernetes API (the module docstring says where each pod runs)."""
 
 
 def small_scenario(**extra: Any) -> Scenario:
     """The small fleet, with extra top-level fields (e.g. `faults=[...]`)."""
-    return scenario_from_dict({**SMALL, **extra}, "k8s-small")
+    return scenario_from_dict({**KUBE_FLEET, **extra}, "k8s-small")
 
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"

@@ -1,7 +1,7 @@
 """Field coverage for people: the observer's field presence beside the detectors' evidence.
 
-The composition of `observer.fleet.coverage` (which fields are present, the dcgm-exporter lines
-for the missing ones) and `detectors.coverage` (what each detector then runs on), for
+The composition of `observer.fleet.field_presence` (which fields are present, the dcgm-exporter
+lines for the missing ones) and `detectors.coverage` (what each detector then runs on), for
 `gpufleet collect --summary` and the service's log, telemetry and /readyz.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from detectors.coverage import NEEDS, DetectorCoverage, Evidence, coverage, describe, fields_read
-from observer.fleet.coverage import CATALOG_FIELDS, FieldPresence, field_presence
+from observer.fleet.field_presence import CATALOG_FIELDS, FieldPresence, field_presence
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.service.jobs.diagnose_targets import job_name
-from remediations.kube_names import label_value
+from remediations.cluster_names import label_value
 from remediations.playbooks.reboot import reboot_job_name
+from remediations.scheduled.diagnose_targets import job_name
 from simulator.kube_api import names, validation
 
 octet = st.integers(0, 255).map(str)

@@ -1,7 +1,7 @@
 """The daily report: GPU-hours allocated vs busy by namespace, idle waste in GPU-hours and money,
-and the incidents and actions of the day; written to the store for Slack and the dashboard.
+and the incidents and actions of the day; written to the database for Slack and the dashboard.
 
-`daily_report(store, end=...)` covers [end - 24 h, end) and replaces any report of the same
+`daily_report(db, end=...)` covers [end - 24 h, end) and replaces any report of the same
 cluster and end (running the job twice writes one report). Numbers come from the same rollups
 the dashboard reads, so the two always agree.
 """
@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from database.handle import Database
 from database.tables import metering as t
-from database.tables.journal import IncidentRow
-from metering.config import BUCKET_SECONDS, MeteringConfig
+from database.tables.journal import ActionRow, IncidentRow
+from metering.metering_config import BUCKET_SECONDS, MeteringConfig
 from metering.queries import Totals, cluster_filter, totals, usage, window_buckets
 from metering.retention import prune
-from remediations.store import Store
 
 DAY = 86400.0
 MAX_LISTED_INCIDENTS = 50
@@ -92,8 +92,8 @@ class DailyReport:
         )
 
 
-def _namespaces(store: Store, start: float, end: float, cfg: MeteringConfig) -> list[NamespaceLine]:
-    rows = usage(store, start, end, by="namespace")
+def _namespaces(db: Database, start: float, end: float, cfg: MeteringConfig) -> list[NamespaceLine]:
+    rows = usage(db, start, end, by="namespace")
     by_ns: dict[str, list[Any]] = {}
     for r in rows:
         by_ns.setdefault(r.key, []).append(r)
@@ -114,20 +114,31 @@ def _namespaces(store: Store, start: float, end: float, cfg: MeteringConfig) -> 
     return lines
 
 
-def _incidents(store: Store, start: float, end: float) -> list[IncidentLine]:
+def _incidents(db: Database, start: float, end: float) -> list[IncidentLine]:
     r = IncidentRow
     q = select(r.id, r.kind, r.severity, r.status, r.node, r.job, r.summary, r.opened_at).where(
-        r.cluster == store.cluster, r.opened_at >= start, r.opened_at < end
+        r.cluster == db.cluster, r.opened_at >= start, r.opened_at < end
     )
-    with store.engine.connect() as conn:
+    with db.connect() as conn:
         lines = [IncidentLine(*row) for row in conn.execute(q)]
     rank = {"critical": 0, "warning": 1, "info": 2}
     lines.sort(key=lambda x: (rank.get(x.severity, 3), x.opened_at, x.id))
     return lines
 
 
+def _actions(db: Database, start: float, end: float) -> list[tuple[str, str]]:
+    """(playbook, state) of each action created in [start, end) and updated since `start` (what
+    the journal's `actions(since=start)` lists), oldest first."""
+    a = ActionRow
+    q = select(a.playbook, a.state).where(
+        a.cluster == db.cluster, a.created_at >= start, a.created_at < end, a.updated_at >= start
+    )
+    with db.connect() as conn:
+        return [(p, st) for p, st in conn.execute(q.order_by(a.created_at, a.id))]
+
+
 def daily_report(
-    store: Store,
+    db: Database,
     *,
     end: float,
     config: MeteringConfig | None = None,
@@ -137,31 +148,30 @@ def daily_report(
     """The report of [end - 24 h, end), written to `metering_reports` unless `save=False`."""
     cfg = config or MeteringConfig()
     lo, hi = window_buckets(end - DAY, end)
-    incidents = _incidents(store, lo, hi)
-    actions = [a for a in store.actions(since=lo) if lo <= a.created_at < hi]
+    incidents = _incidents(db, lo, hi)
     by_playbook: dict[str, Counter[str]] = {}
-    for a in actions:
-        by_playbook.setdefault(a.playbook, Counter())[a.state.value] += 1
+    for playbook, state in _actions(db, lo, hi):
+        by_playbook.setdefault(playbook, Counter())[state] += 1
     report = DailyReport(
-        cluster=store.cluster,
+        cluster=db.cluster,
         start=lo,
         end=hi,
         created_at=time.time() if now is None else now,
         currency=cfg.currency,
-        namespaces=tuple(_namespaces(store, lo, hi, cfg)),
-        totals=totals(usage(store, lo, hi, by="fleet"), cfg),
+        namespaces=tuple(_namespaces(db, lo, hi, cfg)),
+        totals=totals(usage(db, lo, hi, by="fleet"), cfg),
         incidents_opened=len(incidents),
         incidents_by_kind=dict(Counter(i.kind for i in incidents)),
         incidents=tuple(incidents[:MAX_LISTED_INCIDENTS]),
         actions_by_playbook={k: dict(v) for k, v in sorted(by_playbook.items())},
     )
     if save:
-        save_report(store, report)
+        save_report(db, report)
     return report
 
 
-def save_report(store: Store, report: DailyReport) -> None:
-    mod: Any = postgresql if store.engine.dialect.name == "postgresql" else sqlite
+def save_report(db: Database, report: DailyReport) -> None:
+    mod: Any = postgresql if db.dialect == "postgresql" else sqlite
     stmt = mod.insert(t.reports).values(
         cluster=report.cluster,
         end=report.end,
@@ -173,20 +183,20 @@ def save_report(store: Store, report: DailyReport) -> None:
         index_elements=["cluster", "end"],
         set_={c: stmt.excluded[c] for c in ("start", "created_at", "body")},
     )
-    with store.engine.begin() as conn:
+    with db.begin() as conn:
         conn.execute(stmt)
 
 
 def reports(
-    store: Store, since: float | None = None, cluster: str | None = None
+    db: Database, since: float | None = None, cluster: str | None = None
 ) -> list[DailyReport]:
-    """Saved reports (newest first) of the store's cluster, of `cluster`, or of every cluster
+    """Saved reports (newest first) of the handle's cluster, of `cluster`, or of every cluster
     (`ALL_CLUSTERS`)."""
     c = t.reports.c
-    q = select(c.body).where(*cluster_filter(store, cluster, c.cluster))
+    q = select(c.body).where(*cluster_filter(db, cluster, c.cluster))
     if since is not None:
         q = q.where(c.end > since)
-    with store.engine.connect() as conn:
+    with db.connect() as conn:
         return [DailyReport.from_json(b) for (b,) in conn.execute(q.order_by(c.end.desc()))]
 
 
@@ -197,7 +207,7 @@ def last_midnight(now: float, tz: str = "UTC") -> float:
 
 
 def daily_job(
-    store: Store,
+    db: Database,
     config: MeteringConfig | None = None,
     *,
     now: float,
@@ -205,11 +215,11 @@ def daily_job(
     last_24h: bool = False,
 ) -> DailyReport:
     """The scheduled daily job in one call: the report of the day that ended at the last
-    midnight in `tz` (or, `last_24h`, of the 24 hours up to `now`), written to the store, then
+    midnight in `tz` (or, `last_24h`, of the 24 hours up to `now`), written to the database, then
     `prune`. Running it twice on the same day rewrites the same report."""
     end = now - now % BUCKET_SECONDS if last_24h else last_midnight(now, tz)
-    report = daily_report(store, end=end, config=config, now=now)
-    prune(store, now, config)
+    report = daily_report(db, end=end, config=config, now=now)
+    prune(db, now, config)
     return report
 
 

@@ -1,1 +1,0 @@
-"""Scheduled job kinds (registered in gpufleet.service.registry)."""

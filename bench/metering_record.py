@@ -125,6 +125,32 @@ def measure(url: str, n_gpus: int, runs: int) -> dict[str, float]:
         store.close()
 
 
+def _cycle_row(name: str, n_gpus: int, m: dict[str, float]) -> list[object]:
+    """One store's record_cycle line: wall and CPU seconds, rows written, two reads."""
+    return [
+        name,
+        f"{n_gpus:,}",
+        f"**{m['wall']:.3f}**",
+        f"{m['min']:.3f}–{m['max']:.3f}",
+        f"{m['cpu']:.3f}",
+        f"{n_gpus:,} + {int(m['rows']):,}",
+        f"{m['state']:.3f}",
+        f"{m['usage']:.3f}",
+    ]
+
+
+def _month_row(name: str, q: dict[str, float]) -> list[object]:
+    """One store's line for a month of rollups: rows, and seconds per dashboard read."""
+    return [
+        name,
+        f"{int(q['rows']):,}",
+        f"{q['job']:.3f}",
+        f"{q['namespace']:.3f}",
+        f"{q['node']:.3f}",
+        f"{q['series']:.3f}",
+    ]
+
+
 def run(runs: int, quick: bool) -> str:
     n_gpus = 1000 if quick else 10_000
     results: list[list[object]] = []
@@ -137,28 +163,8 @@ def run(runs: int, quick: bool) -> str:
                 continue
             m = measure(url, n_gpus, runs)
             q = month_queries(url, n_gpus)
-            month.append(
-                [
-                    name,
-                    f"{int(q['rows']):,}",
-                    f"{q['job']:.3f}",
-                    f"{q['namespace']:.3f}",
-                    f"{q['node']:.3f}",
-                    f"{q['series']:.3f}",
-                ]
-            )
-            results.append(
-                [
-                    name,
-                    f"{n_gpus:,}",
-                    f"**{m['wall']:.3f}**",
-                    f"{m['min']:.3f}–{m['max']:.3f}",
-                    f"{m['cpu']:.3f}",
-                    f"{n_gpus:,} + {int(m['rows']):,}",
-                    f"{m['state']:.3f}",
-                    f"{m['usage']:.3f}",
-                ]
-            )
+            month.append(_month_row(name, q))
+            results.append(_cycle_row(name, n_gpus, m))
     header = [
         "store",
         "GPUs",

@@ -209,6 +209,61 @@ def ingest(prom: PrometheusHandle, n_targets: int, window: float) -> dict[str, f
     return {"ingest_s": time.monotonic() - began, "rounds": rounds}
 
 
+def _serve_fleet(
+    scenario: Path, work: Path, n_gpus: int, procs: list[Any]
+) -> tuple[Any, Path, int]:
+    """Start the simulator serving the fleet (added to `procs` at once, so it is stopped
+    whatever fails next) and write its targets for Prometheus' file_sd."""
+    t0 = time.perf_counter()
+    sim, sim_url = start_simulator(scenario, work / "simulator.log")
+    procs.append(sim)
+    targets = work / "targets.json"
+    targets.write_bytes(_get(f"{sim_url}/targets?format=file_sd", 30))
+    n_targets = len(json.loads(targets.read_text()))
+    print(f"   {n_gpus:,} GPUs: simulator up in {time.perf_counter() - t0:.0f} s, "
+          f"{n_targets} targets", flush=True)  # fmt: skip
+    return sim, targets, n_targets
+
+
+def _idle_cpu(prom_pid: int, sim_pid: int) -> tuple[float, float]:
+    """Prometheus' and the simulator's CPU while only ingesting (no queries), over one scrape
+    interval."""
+    p0, s0 = process_cpu(prom_pid), process_cpu(sim_pid)
+    time.sleep(SCRAPE_INTERVAL)
+    ingest_cpu = (process_cpu(prom_pid) - p0) / SCRAPE_INTERVAL
+    sim_cpu_idle = (process_cpu(sim_pid) - s0) / SCRAPE_INTERVAL
+    return ingest_cpu, sim_cpu_idle
+
+
+def _warm_cycles(
+    c: PrometheusCollector, prom_pid: int, sim_pid: int, runs: int
+) -> tuple[list[Any], list[float], list[float], list[float]]:
+    """`runs` timed cycles: their results, and the CPU each took in Prometheus, this process
+    (the collector) and the simulator."""
+    results: list[Any] = []
+    prom_cpu: list[float] = []
+    client_cpu: list[float] = []
+    sim_cpu: list[float] = []
+    for i in range(runs):
+        p0, c0, s0 = (process_cpu(prom_pid), time.process_time(), process_cpu(sim_pid))
+        results.append(c.collect())
+        prom_cpu.append(process_cpu(prom_pid) - p0)
+        client_cpu.append(time.process_time() - c0)
+        sim_cpu.append(process_cpu(sim_pid) - s0)
+        print(f"   warm cycle {i + 1}/{runs}: {results[-1].stats.seconds:.2f} s",
+              flush=True)  # fmt: skip
+    return results, prom_cpu, client_cpu, sim_cpu
+
+
+def _stop_all(procs: list[Any]) -> None:
+    """Stop what `measure` started, last started first."""
+    for p in reversed(procs):
+        if isinstance(p, PrometheusHandle):
+            p.stop()
+        else:
+            _stop(p)
+
+
 def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
     work = tmp / f"live-{n_gpus}"
     work.mkdir()
@@ -216,44 +271,20 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
     scenario.write_text(json.dumps(scenario_doc(n_gpus), indent=1))  # JSON is YAML
     procs: list[Any] = []
     try:
-        t0 = time.perf_counter()
-        sim, sim_url = start_simulator(scenario, work / "simulator.log")
-        procs.append(sim)
-        targets = work / "targets.json"
-        targets.write_bytes(_get(f"{sim_url}/targets?format=file_sd", 30))
-        n_targets = len(json.loads(targets.read_text()))
-        print(f"   {n_gpus:,} GPUs: simulator up in {time.perf_counter() - t0:.0f} s, "
-              f"{n_targets} targets", flush=True)  # fmt: skip
+        sim, targets, n_targets = _serve_fleet(scenario, work, n_gpus, procs)
         prom = start_live_prometheus(targets, work)
         procs.append(prom)
         settings = PromSettings(prom.url, timeout=30.0)
         ing = ingest(prom, n_targets, settings.window)
-        # Prometheus' CPU while only ingesting (no queries), over one scrape interval
-        p0, s0 = process_cpu(prom.process.pid), process_cpu(sim.pid)
-        time.sleep(SCRAPE_INTERVAL)
-        ingest_cpu = (process_cpu(prom.process.pid) - p0) / SCRAPE_INTERVAL
-        sim_cpu_idle = (process_cpu(sim.pid) - s0) / SCRAPE_INTERVAL
-        results: list[Any] = []
-        prom_cpu: list[float] = []
-        client_cpu: list[float] = []
-        sim_cpu: list[float] = []
+        ingest_cpu, sim_cpu_idle = _idle_cpu(prom.process.pid, sim.pid)
         with PrometheusCollector(settings) as c:
             t0 = time.perf_counter()
             cold = c.collect()
             cold_s = time.perf_counter() - t0
             print(f"   cold cycle {cold.stats.seconds:.2f} s", flush=True)
-            for i in range(runs):
-                p0, c0, s0 = (
-                    process_cpu(prom.process.pid),
-                    time.process_time(),
-                    process_cpu(sim.pid),
-                )
-                results.append(c.collect())
-                prom_cpu.append(process_cpu(prom.process.pid) - p0)
-                client_cpu.append(time.process_time() - c0)
-                sim_cpu.append(process_cpu(sim.pid) - s0)
-                print(f"   warm cycle {i + 1}/{runs}: {results[-1].stats.seconds:.2f} s",
-                      flush=True)  # fmt: skip
+            results, prom_cpu, client_cpu, sim_cpu = _warm_cycles(
+                c, prom.process.pid, sim.pid, runs
+            )
         wire, body = wire_bytes(prom.url, time.time(), settings)
         detail: dict[str, Any] = {}
         if n_gpus == max(SIZES):
@@ -264,11 +295,7 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
         blocks = own_metric(prom, "prometheus_tsdb_blocks_loaded")
         dur = _scalar(prom, 'max(max_over_time(scrape_duration_seconds{job="dcgm-exporter"}[5m]))')
     finally:
-        for p in reversed(procs):
-            if isinstance(p, PrometheusHandle):
-                p.stop()
-            else:
-                _stop(p)
+        _stop_all(procs)
     r = results[-1]
     return {
         "gpus": len(r.snapshot.gpus),
@@ -299,6 +326,35 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
     }
 
 
+def _row(r: dict[str, Any]) -> list[object]:
+    """One fleet size's line of the table."""
+    q = r["slowest_query"]
+    return [
+        f"{r['gpus']:,}", f"{r['nodes']:,}", f"{r['pods']:,}", f"{r['jobs']:,}",
+        f"{len(r['queries'])} ({r['cold_queries']} cold)", f"**{median(r['times']):.2f}**",
+        f"{min(r['times']):.2f}–{max(r['times']):.2f}", f"{r['cold']:.2f}",
+        f"{r['prom_cpu']:.2f} + {r['client_cpu']:.2f}", f"{r['sim_cpu']:.2f}",
+        f"{q.name} {q.seconds:.2f}", f"{r['series']:,}",
+        f"{r['bytes_body'] / 1e6:.2f}", f"{r['bytes_wire'] / 1e6:.2f}",
+        f"{r['head_series']:,.0f}", f"{r['rounds']:.0f}",
+    ]  # fmt: skip
+
+
+def _where_the_time_goes(big: dict[str, Any]) -> str:
+    """CPU in Prometheus and the collector per warm cycle at 10k GPUs, each query alone, gzip."""
+    g_time, g_prom, g_client = big["gzip"]
+    solo = sum(r["cpu"] for r in big["per_query"])
+    floor = (big["prom_cpu"] + big["client_cpu"]) / 2
+    return (
+        f"Where the time goes at 10k GPUs: {big['prom_cpu']:.2f} CPU s in Prometheus "
+        f"(including its ingest during the cycle) and {big['client_cpu']:.2f} in the "
+        f"collector per warm cycle: a floor of {floor:.2f} s on 2 cores. Each warm query "
+        f"alone (table below) cost Prometheus {solo:.2f} CPU s in all. With gzip "
+        f"(`compress=True`, requests' default before) a warm cycle took {g_time:.2f} s and "
+        f"{g_prom:.2f} + {g_client:.2f} CPU s."
+    )
+
+
 def run(runs: int = 7, quick: bool = False) -> str:
     out: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-prom-live-") as tmp:
@@ -307,16 +363,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
             out[n] = measure(n, runs, Path(tmp))
     rows = []
     for r in out.values():
-        q = r["slowest_query"]
-        rows.append([
-            f"{r['gpus']:,}", f"{r['nodes']:,}", f"{r['pods']:,}", f"{r['jobs']:,}",
-            f"{len(r['queries'])} ({r['cold_queries']} cold)", f"**{median(r['times']):.2f}**",
-            f"{min(r['times']):.2f}–{max(r['times']):.2f}", f"{r['cold']:.2f}",
-            f"{r['prom_cpu']:.2f} + {r['client_cpu']:.2f}", f"{r['sim_cpu']:.2f}",
-            f"{q.name} {q.seconds:.2f}", f"{r['series']:,}",
-            f"{r['bytes_body'] / 1e6:.2f}", f"{r['bytes_wire'] / 1e6:.2f}",
-            f"{r['head_series']:,.0f}", f"{r['rounds']:.0f}",
-        ])  # fmt: skip
+        rows.append(_row(r))
     header = ["GPUs", "nodes", "pods", "jobs", "queries/cycle", f"median cycle s ({runs} warm)",
               "min–max s", "cold cycle s", "CPU s per cycle: Prometheus + collector",
               "simulator CPU s in the cycle", "slowest query s", "series returned",
@@ -335,17 +382,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
             f"{TARGET_SECONDS:.0f} s; the cold cycle {big['cold']:.2f} s)."
         )
     if big is not None and "per_query" in big:
-        g_time, g_prom, g_client = big["gzip"]
-        solo = sum(r["cpu"] for r in big["per_query"])
-        floor = (big["prom_cpu"] + big["client_cpu"]) / 2
-        lines.append(
-            f"Where the time goes at 10k GPUs: {big['prom_cpu']:.2f} CPU s in Prometheus "
-            f"(including its ingest during the cycle) and {big['client_cpu']:.2f} in the "
-            f"collector per warm cycle: a floor of {floor:.2f} s on 2 cores. Each warm query "
-            f"alone (table below) cost Prometheus {solo:.2f} CPU s in all. With gzip "
-            f"(`compress=True`, requests' default before) a warm cycle took {g_time:.2f} s and "
-            f"{g_prom:.2f} + {g_client:.2f} CPU s."
-        )
+        lines.append(_where_the_time_goes(big))
     for n, r in out.items():
         problems = "; ".join(r["problems"]) or "none"
         lines.append(

@@ -103,28 +103,27 @@ def _time(fn: Callable[[], object], runs: int) -> list[float]:
     return out
 
 
+def _row(name: str, times: list[float], note: str) -> list[object]:
+    """One case's line: median, min and max in ms, and whether the median meets the target."""
+    m = median(times)
+    ok = "yes" if m <= TARGET_SECONDS else "NO"
+    return [
+        name,
+        f"{m * 1000:.0f} ms",
+        f"{min(times) * 1000:.0f} ms",
+        f"{max(times) * 1000:.0f} ms",
+        ok,
+        note,
+    ]
+
+
 def run(runs: int = 7, quick: bool = False) -> str:
     n_nodes, n_findings = (2_000, 2_000) if quick else (12_500, 10_000)
     view = fleet(n_nodes)
     policy = load_policy()
     cycles = [findings(view, n_findings, T0 + 30 * c) for c in range(3)]
     names = ["first cycle", "second cycle", "steady cycle"]
-    rows = []
-
-    def row(name: str, times: list[float], note: str) -> None:
-        m = median(times)
-        ok = "yes" if m <= TARGET_SECONDS else "NO"
-        rows.append(
-            [
-                name,
-                f"{m * 1000:.0f} ms",
-                f"{min(times) * 1000:.0f} ms",
-                f"{max(times) * 1000:.0f} ms",
-                ok,
-                note,
-            ]
-        )
-
+    rows: list[list[object]] = []
     # the journal and memory each pure `decide` starts from: what the engine had at that cycle
     store = Store.open("sqlite://", cluster="bench")
     eng = DecisionJournal(policy, store, started_at=T0 - 60)
@@ -137,11 +136,8 @@ def run(runs: int = 7, quick: bool = False) -> str:
     for name, (fs, now, mem, state, journal) in zip(names, inputs, strict=True):
         res = decide(policy, fs, view, now, mem, state, journal)
         times = _time(functools.partial(decide, policy, fs, view, now, mem, state, journal), runs)
-        row(
-            f"decide, {name}",
-            times,
-            f"{len(res.changes)} incident changes, {len(res.decisions)} decisions",
-        )
+        note = f"{len(res.changes)} incident changes, {len(res.decisions)} decisions"
+        rows.append(_row(f"decide, {name}", times, note))
 
     with tempfile.TemporaryDirectory() as tmp, _pg_schema() as pg:
         stores = [("SQLite in memory", "sqlite://"), ("SQLite file", f"sqlite:///{Path(tmp)}/j")]
@@ -159,7 +155,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
                     per[c] += _time(functools.partial(eng.cycle, fs, view, T0 + 30 * c), 1)
                 store.close()
             for name, times in zip(names, per, strict=True):
-                row(f"engine.cycle, {name} ({label})", times, "decide + journal")
+                rows.append(_row(f"engine.cycle, {name} ({label})", times, "decide + journal"))
     head = ["case", "median", "min", "max", f"<= {TARGET_SECONDS:g} s", "notes"]
     return (
         f"{stamp()}\n\n{n_findings:,} findings per cycle on {n_nodes:,} GPU nodes "

@@ -95,16 +95,7 @@ def worker(n_gpus: int, runs: int, every_series: bool = False) -> dict[str, Any]
     peak_rss = None
     if hwm_reset and hwm is not None and rss_before is not None:
         peak_rss = (hwm - rss_before) * 1024
-    shape = {
-        "gpus": len(snap.gpus),
-        "nodes": len(snap.nodes),
-        "pods": len(snap.pods),
-        "jobs": len(snap.jobs),
-        "metrics": len(snap.metrics),
-        "series_in": sum(len(s) for s in fleet.metrics.values()),
-        "identity_rows": len(gpus),
-        "unknown_series": sum(report.unknown_series.values()),
-    }
+    shape = _shape(snap, report, fleet, len(gpus))
     del snap, report
     times = []
     for _ in range(runs):
@@ -145,36 +136,23 @@ def _mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / MIB:,.0f}"
 
 
-def run(runs: int = 7, quick: bool = False) -> str:
-    rows = []
-    results = {}
-    cases = [(n, False) for n in (QUICK_SIZES if quick else SIZES)]
-    cases += [(n, True) for n in (QUICK_SIZES[-1:] if quick else SIZES[-2:])]
-    for n, every in cases:
-        print(
-            f"   {n:,} GPUs{' (identity rows from every series)' if every else ''} ...", flush=True
-        )
-        r = _measure(n, runs, every)
-        if not every:
-            results[n] = r
-        rows.append(
-            [
-                f"{r['gpus']:,}",
-                f"{r['nodes']:,}",
-                f"{r['pods']:,}",
-                f"{r['jobs']:,}",
-                f"{r['series_in']:,}",
-                f"{r['identity_rows']:,}" + (" (every series)" if every else ""),
-                f"**{median(r['times']) * 1000:,.0f}**",
-                f"{min(r['times']) * 1000:,.0f}–{max(r['times']) * 1000:,.0f}",
-                f"{r['cold'] * 1000:,.0f}",
-                _mib(r["peak_rss_bytes"]),
-                _mib(r["tracemalloc_peak_bytes"]),
-                _mib(r["retained_bytes"]),
-                _mib(r["process_max_rss_bytes"]),
-            ]
-        )
-    header = [
+def _shape(snap: Any, report: Any, fleet: Any, identity_rows: int) -> dict[str, int]:
+    """What went in and came out of a build, to print beside its time."""
+    return {
+        "gpus": len(snap.gpus),
+        "nodes": len(snap.nodes),
+        "pods": len(snap.pods),
+        "jobs": len(snap.jobs),
+        "metrics": len(snap.metrics),
+        "series_in": sum(len(s) for s in fleet.metrics.values()),
+        "identity_rows": identity_rows,
+        "unknown_series": sum(report.unknown_series.values()),
+    }
+
+
+def _header(runs: int) -> list[str]:
+    """The table's columns: the fleet's shape, build times, memory."""
+    return [
         "GPUs",
         "nodes",
         "pods",
@@ -189,7 +167,41 @@ def run(runs: int = 7, quick: bool = False) -> str:
         "snapshot retained MiB",
         "process max RSS MiB (incl. inputs)",
     ]
-    lines = [stamp(), "", table(header, rows), ""]
+
+
+def _row(r: dict[str, Any], every: bool) -> list[object]:
+    """One fleet size's line of the table."""
+    return [
+        f"{r['gpus']:,}",
+        f"{r['nodes']:,}",
+        f"{r['pods']:,}",
+        f"{r['jobs']:,}",
+        f"{r['series_in']:,}",
+        f"{r['identity_rows']:,}" + (" (every series)" if every else ""),
+        f"**{median(r['times']) * 1000:,.0f}**",
+        f"{min(r['times']) * 1000:,.0f}–{max(r['times']) * 1000:,.0f}",
+        f"{r['cold'] * 1000:,.0f}",
+        _mib(r["peak_rss_bytes"]),
+        _mib(r["tracemalloc_peak_bytes"]),
+        _mib(r["retained_bytes"]),
+        _mib(r["process_max_rss_bytes"]),
+    ]
+
+
+def run(runs: int = 7, quick: bool = False) -> str:
+    rows = []
+    results = {}
+    cases = [(n, False) for n in (QUICK_SIZES if quick else SIZES)]
+    cases += [(n, True) for n in (QUICK_SIZES[-1:] if quick else SIZES[-2:])]
+    for n, every in cases:
+        print(
+            f"   {n:,} GPUs{' (identity rows from every series)' if every else ''} ...", flush=True
+        )
+        r = _measure(n, runs, every)
+        if not every:
+            results[n] = r
+        rows.append(_row(r, every))
+    lines = [stamp(), "", table(_header(runs), rows), ""]
     big = results.get(100_000)
     if big is not None:
         t = median(big["times"])

@@ -71,18 +71,7 @@ def detect(
     for i in np.flatnonzero(active):
         node = node_name(snapshot, int(g.node_index[i]))
         ctx = gpu_context(snapshot, int(i))
-        links = [
-            s
-            for s, bad in (("NVLink CRC errors", crc_bad[i]), ("PCIe replays", pcie_bad[i]))
-            if bad
-        ]
-        what = " and ".join(links) or "link errors (subsiding)"
-        action = (
-            "check the NVLink/NVSwitch path (nvidia-smi nvlink -e), reseat or RMA; "
-            "drain the node if a job on it slows or hangs"
-            if crc_bad[i]
-            else "check the PCIe riser, slot and link width/speed; drain the node before reseating"
-        )
+        what, action = _what_and_action(bool(crc_bad[i]), bool(pcie_bad[i]))
         findings.append(
             Finding(
                 kind=FindingKind.GPU_INTERCONNECT,
@@ -104,6 +93,19 @@ def detect(
             )
         )
     return findings, State(cur.replace(acc=acc, onset=onset), now)
+
+
+def _what_and_action(crc_bad: bool, pcie_bad: bool) -> tuple[str, str]:
+    """Which links err (a subsiding episode names none), and what to check for them."""
+    links = [s for s, bad in (("NVLink CRC errors", crc_bad), ("PCIe replays", pcie_bad)) if bad]
+    what = " and ".join(links) or "link errors (subsiding)"
+    action = (
+        "check the NVLink/NVSwitch path (nvidia-smi nvlink -e), reseat or RMA; "
+        "drain the node if a job on it slows or hangs"
+        if crc_bad
+        else "check the PCIe riser, slot and link width/speed; drain the node before reseating"
+    )
+    return what, action
 
 
 NEEDS = Needs(

@@ -288,13 +288,11 @@ def _departed_findings(
     return findings, gone
 
 
-def detect(
-    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
-) -> tuple[list[Finding], State]:
-    g = snapshot.gpus
-    keys = gpu_keys(snapshot)
-    view = telemetry_view(snapshot, now, params.node_fresh_intervals, params.fleet_fraction)
-    interval = view.interval
+def _gone_since(
+    state: State | None, keys: np.ndarray, now: float, params: Params
+) -> KeyedArrays | None:
+    """GPUs gone from the snapshot (kept until forgotten), updated only when the fleet's
+    membership changed or some are still remembered."""
     prev_gpus = state.gpus if state else None
     membership_changed = prev_gpus is not None and not (
         prev_gpus.keys is keys
@@ -305,6 +303,48 @@ def detect(
         gone = _departed(
             prev_gpus if membership_changed else None, keys, gone, now, params.forget_after_seconds
         )
+    return gone
+
+
+def _withdrawn(
+    snapshot: FleetSnapshot, cur: KeyedArrays, last: np.ndarray, lost: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU its node's count of GPUs the device plugin withdrew, now and as of the GPU's
+    newest sample: the plugin reacts to the XID at once, a scrape or two before the GPU counts
+    as silent, so only a new sample moves the base."""
+    g = snapshot.gpus
+    has_node = g.node_index >= 0
+    wd_node = np.array(
+        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
+        + [np.nan],
+        dtype=np.float64,
+    )
+    wd_now = wd_node[np.where(has_node, g.node_index, len(snapshot.nodes))]
+    with np.errstate(invalid="ignore"):
+        new_sample = (last > cur["last"]) | (np.isnan(cur["last"]) & np.isfinite(last))
+    wd_base = np.where(~lost.astype(bool) & new_sample, wd_now, cur["wd_base"])
+    return wd_now, wd_base
+
+
+def _without_repartitioned(gone: KeyedArrays, uuid: np.ndarray, silent: np.ndarray) -> KeyedArrays:
+    """Drop MIG instances a re-partition removed: their GPU still reports, nothing was lost."""
+    mig_gone = np.array(["/" in str(k) for k in gone.keys], dtype=bool)
+    if not mig_gone.any():
+        return gone
+    reporting = set(uuid[~silent].tolist())
+    keep = ~(mig_gone & np.array([str(k).split("/")[0] in reporting for k in gone.keys]))
+    return KeyedArrays(gone.keys[keep], MappingProxyType({c: gone[c][keep] for c in gone.cols}))
+
+
+def detect(
+    snapshot: FleetSnapshot, state: State | None, now: float, params: Params
+) -> tuple[list[Finding], State]:
+    g = snapshot.gpus
+    keys = gpu_keys(snapshot)
+    view = telemetry_view(snapshot, now, params.node_fresh_intervals, params.fleet_fraction)
+    interval = view.interval
+    prev_gpus = state.gpus if state else None
+    gone = _gone_since(state, keys, now, params)
     cur = align(prev_gpus, keys, _GPU_SPEC)
 
     # Evidence: each GPU's node, sample age, XID 79, and whether its node reports.
@@ -326,43 +366,19 @@ def detect(
     judged_lost = ~view.fleet_gap & ((silent & node_reports & ~repartitioned) | xid79)
     lost = judged_lost | (was_lost & (view.fleet_gap | ~node_reports) & ~repartitioned)
     onset = np.where(lost, np.fmin(cur["onset"], now), np.nan)
-    wd_node = np.array(
-        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
-        + [np.nan],
-        dtype=np.float64,
-    )
-    wd_now = wd_node[np.where(has_node, g.node_index, len(snapshot.nodes))]
-    # The node's withdrawn count as of the GPU's newest sample: the device plugin reacts to the
-    # XID at once, a scrape or two before the GPU counts as silent, so only a new sample moves it.
-    with np.errstate(invalid="ignore"):
-        new_sample = (last > cur["last"]) | (np.isnan(cur["last"]) & np.isfinite(last))
-    wd_base = np.where(~lost.astype(bool) & new_sample, wd_now, cur["wd_base"])
+    wd_now, wd_base = _withdrawn(snapshot, cur, last, lost)
     withdrew = _plugin_withdrew(snapshot, lost, wd_now, wd_base, xid, gone)
 
     findings = [
         _present_finding(
-            snapshot,
-            int(i),
-            node_of[i],
-            float(view.gpu_age[i]),
-            bool(xid79[i]),
-            bool(xid_pre[i]),
-            float(onset[i]),
-            now,
-            interval,
-            params,
+            snapshot, int(i), node_of[i], float(view.gpu_age[i]), bool(xid79[i]),
+            bool(xid_pre[i]), float(onset[i]), now, interval, params,
             _allocatable(snapshot, int(i)) if withdrew[i] else None,
         )
         for i in np.flatnonzero(lost)
-    ]
+    ]  # fmt: skip
     if gone is not None and len(gone):
-        mig_gone = np.array(["/" in str(k) for k in gone.keys], dtype=bool)
-        if mig_gone.any():  # an instance a re-partition removed: its GPU still reports
-            reporting = set(g.uuid[~silent].tolist())
-            keep = ~(mig_gone & np.array([str(k).split("/")[0] in reporting for k in gone.keys]))
-            gone = KeyedArrays(
-                gone.keys[keep], MappingProxyType({c: gone[c][keep] for c in gone.cols})
-            )
+        gone = _without_repartitioned(gone, g.uuid, silent)
         departed, gone = _departed_findings(
             snapshot, gone, view.node_up, view.fleet_gap, now, interval, params
         )

@@ -92,28 +92,10 @@ def detect(
         if util is not None
         else np.zeros(n, dtype=bool)
     )
-    bits = np.zeros(n, dtype=np.int64)
-    has_bits = np.zeros(n, dtype=bool)
-    if reasons is not None:
-        has_bits = ~np.isnan(reasons)
-        bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
+    bits, has_bits = _reason_bits(reasons, n)
     harmful = bits & int(HARMFUL_CLOCK_EVENTS)
-    flagged = harmful != 0
-    baseline = np.full(n, np.nan)
-    slow = np.zeros(n, dtype=bool)
-    if clock is not None:
-        peers = np.where(busy & ~np.isnan(clock), g.model_index, -1).astype(np.int32)
-        n_models = len(g.models)
-        counts = np.bincount(peers[peers >= 0], minlength=n_models)
-        med = group_median(clock, peers, n_models)
-        med = np.where(counts >= params.min_peers, med, np.nan)
-        baseline = med[np.clip(g.model_index, 0, max(n_models - 1, 0))] if n_models else baseline
-        with np.errstate(invalid="ignore"):
-            slow = busy & ~has_bits & (clock < (1.0 - params.clock_drop) * baseline)
-            slow &= _hot(temp, peers, g.model_index, n_models, params) | (
-                clock < (1.0 - params.brake_drop) * baseline
-            )
-    flagged |= slow
+    baseline, slow = _slow_clocks(snapshot, busy, has_bits, clock, temp, params)
+    flagged = (harmful != 0) | slow
     acc = persist(cur["acc"], flagged, dt, params.min_seconds)
     active = hysteresis(acc, ~np.isnan(cur["onset"]), params.min_seconds)
     onset = np.where(active, np.fmin(cur["onset"], now - acc.astype(np.float64)), np.nan)
@@ -123,15 +105,7 @@ def detect(
         names = [r.name or "" for r in ClockEventReason if int(r) & int(harmful[i])]
         ctx = gpu_context(snapshot, int(i))
         node = node_name(snapshot, int(g.node_index[i]))
-        if names:
-            what = "/".join(names)
-            action = next(
-                (_ACTIONS[r] for r in _ACTIONS if int(r) & int(harmful[i])),
-                _ACTIONS[ClockEventReason.HW_SLOWDOWN],
-            )
-        else:
-            what = "SM clock below its model's busy peers"
-            action = "check cooling and power; run DCGM diag level 2 on the GPU"
+        what, action = _cause(names, int(harmful[i]))
         findings.append(
             Finding(
                 kind=FindingKind.GPU_THROTTLE,
@@ -237,6 +211,58 @@ def _hot(
     with np.errstate(invalid="ignore"):
         hot: BoolArray = temp >= base + params.hot_margin_c
     return hot
+
+
+def _reason_bits(reasons: FloatArray | None, n: int) -> tuple[np.ndarray, BoolArray]:
+    """The clock-event reason bits per GPU, and where the exporter reported them at all."""
+    bits = np.zeros(n, dtype=np.int64)
+    has_bits = np.zeros(n, dtype=bool)
+    if reasons is not None:
+        has_bits = ~np.isnan(reasons)
+        bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
+    return bits, has_bits
+
+
+def _slow_clocks(
+    snapshot: FleetSnapshot,
+    busy: BoolArray,
+    has_bits: BoolArray,
+    clock: FloatArray | None,
+    temp: FloatArray | None,
+    params: Params,
+) -> tuple[FloatArray, BoolArray]:
+    """Without reason bits, a busy GPU's SM clock well below its model's busy median, hot or
+    braked, is throttled; returns that median per GPU (NaN: too few peers) and the slow GPUs."""
+    g = snapshot.gpus
+    n = len(g)
+    baseline = np.full(n, np.nan)
+    slow = np.zeros(n, dtype=bool)
+    if clock is not None:
+        peers = np.where(busy & ~np.isnan(clock), g.model_index, -1).astype(np.int32)
+        n_models = len(g.models)
+        counts = np.bincount(peers[peers >= 0], minlength=n_models)
+        med = group_median(clock, peers, n_models)
+        med = np.where(counts >= params.min_peers, med, np.nan)
+        baseline = med[np.clip(g.model_index, 0, max(n_models - 1, 0))] if n_models else baseline
+        with np.errstate(invalid="ignore"):
+            slow = busy & ~has_bits & (clock < (1.0 - params.clock_drop) * baseline)
+            slow &= _hot(temp, peers, g.model_index, n_models, params) | (
+                clock < (1.0 - params.brake_drop) * baseline
+            )
+    return baseline, slow
+
+
+def _cause(names: list[str], harmful: int) -> tuple[str, str]:
+    """What slowed the GPU (its harmful reason bits, else the slow clock) and what to check."""
+    if names:
+        action = next(
+            (_ACTIONS[r] for r in _ACTIONS if int(r) & harmful),
+            _ACTIONS[ClockEventReason.HW_SLOWDOWN],
+        )
+        return "/".join(names), action
+    return "SM clock below its model's busy peers", (
+        "check cooling and power; run DCGM diag level 2 on the GPU"
+    )
 
 
 NEEDS = Needs(

@@ -11,6 +11,7 @@ unless they repeat.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -160,7 +161,6 @@ def _code_counts(
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
-    g = snapshot.gpus
     interval = scrape_interval(snapshot)
     max_age = params.max_age_intervals * interval
     keys = gpu_keys(snapshot)
@@ -179,6 +179,46 @@ def detect(
     # and a change of the last-XID gauge. A gauge value unchanged since the last look (or since
     # the exporter restarted, which empties it) is not new evidence.
     counts, total = _code_counts(snapshot, now, max_age, gauge)
+    prev_total = cur["count"]
+    new, seen_happen, cols = _count_rises(cur, counts, total, prev_codes, n)
+    seen_happen |= _gauge_changes(gauge, prev_gauge, known, nonzero, new, n)
+    ep = _episodes(cur, new, counts, nonzero, seen_happen, now, params, n)
+    # Without the per-code count, a follower in the gauge may hide the XID it followed: the
+    # finding says so (the leading ECC XIDs also show in gpu_memory's remapped-row counters).
+    gauge_only = total is None
+    instances = _mig_instances(snapshot, ep.active)
+    findings: list[Finding] = []
+    reported: set[str] = set()
+    for i in np.flatnonzero(ep.active):
+        uuid = str(snapshot.gpus.uuid[i])
+        if uuid in reported:
+            continue
+        reported.add(uuid)
+        findings.append(
+            _finding(snapshot, int(i), ep, counts, gauge, gauge_only, instances.get(uuid), now)
+        )
+    prev_total = prev_total if total is None else np.where(np.isnan(total), prev_total, total)
+    base = {
+        "gauge": np.where(np.isnan(gauge), prev_gauge, gauge).astype(np.float32),
+        "code": np.where(ep.active, ep.code, np.nan).astype(np.float32),
+        "onset": ep.onset,
+        "last_event": ep.last_event,
+        "events": ep.events.astype(np.float32),
+        "count": prev_total.astype(np.float32),
+        "watched": ep.watched.astype(np.float32),
+    }
+    return findings, State(KeyedArrays(keys, MappingProxyType({**base, **cols})), now)
+
+
+def _count_rises(
+    cur: KeyedArrays,
+    counts: dict[int, np.ndarray],
+    total: np.ndarray | None,
+    prev_codes: list[str],
+    n: int,
+) -> tuple[dict[int, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+    """Per code the rise of its count since the last look; which GPUs gpufleet saw an XID
+    happen on (a count on first sight is not that); the per-code counts to keep."""
     prev_total = cur["count"]
     new: dict[int, np.ndarray] = {}
     seen_happen = np.zeros(n, dtype=bool)
@@ -199,7 +239,20 @@ def detect(
             kept = np.where(unknown_count, cur[name], 0.0).astype(np.float32)
             if bool(np.any(kept > 0)):
                 cols[name] = kept
-    changed = nonzero & known & (gauge != prev_gauge)
+    return new, seen_happen, cols
+
+
+def _gauge_changes(
+    gauge: np.ndarray,
+    prev_gauge: np.ndarray,
+    known: np.ndarray,
+    nonzero: np.ndarray,
+    new: dict[int, np.ndarray],
+    n: int,
+) -> np.ndarray:
+    """Add the last-XID gauge's changes (and cold-start criticals) to `new`; returns where the
+    gauge changed (an XID gpufleet saw happen)."""
+    changed: np.ndarray = nonzero & known & (gauge != prev_gauge)
     g_code = np.nan_to_num(gauge, nan=0.0).astype(np.int64)
     unknown_g = ~np.isin(g_code, _KNOWN_CODES)
     sev_g = np.where(
@@ -211,7 +264,35 @@ def detect(
     for code in np.unique(g_code[changed | cold]).tolist():
         mine = (changed | cold) & (g_code == code)
         new[code] = np.maximum(new.get(code, np.zeros(n)), mine.astype(np.float64))
-    seen_happen |= changed
+    return changed
+
+
+@dataclass(frozen=True, slots=True)
+class _Episodes:
+    """Per GPU its XID episode after this cycle: code, severity, occurrences, since when."""
+
+    code: np.ndarray
+    last_event: np.ndarray
+    sev_rank: np.ndarray
+    unknown: np.ndarray
+    active: np.ndarray
+    events: np.ndarray
+    onset: np.ndarray
+    watched: np.ndarray
+
+
+def _episodes(
+    cur: KeyedArrays,
+    new: dict[int, np.ndarray],
+    counts: dict[int, np.ndarray],
+    nonzero: np.ndarray,
+    seen_happen: np.ndarray,
+    now: float,
+    params: Params,
+    n: int,
+) -> _Episodes:
+    """Carry each GPU's episode forward: the highest-ranked code wins, critical codes held in
+    the gauge stay active, others while recent; repeats raise info to warning."""
     # The cycle's code per GPU: the highest-ranked code with an occurrence.
     best = np.full(n, np.nan)
     for code, k in new.items():
@@ -244,87 +325,87 @@ def detect(
     watched = active & (prior_watched | seen_happen)
     repeat = events >= params.repeat_warning
     sev_rank = np.where(repeat & (sev_rank == Severity.INFO.rank), Severity.WARNING.rank, sev_rank)
-    # Without the per-code count, a follower in the gauge may hide the XID it followed: the
-    # finding says so (the leading ECC XIDs also show in gpu_memory's remapped-row counters).
-    gauge_only = total is None
-    # IGNORE-class codes stay info even when they repeat (NVIDIA: no action).
-    findings: list[Finding] = []
-    # MIG (flex mode): XIDs are device fields, repeated on every instance's row. One finding per
-    # physical GPU, its instances as evidence.
+    return _Episodes(ep_code, last_event, sev_rank, unknown, active, events, onset, watched)
+
+
+def _mig_instances(snapshot: FleetSnapshot, active: np.ndarray) -> dict[str, list[str]]:
+    """MIG (flex mode): XIDs are device fields, repeated on every instance's row. One finding
+    per physical GPU, its instances as evidence."""
+    g = snapshot.gpus
     instances: dict[str, list[str]] = {}
     for row in np.flatnonzero(active).tolist():
         if g.mig_instance[row]:
             instances.setdefault(str(g.uuid[row]), []).append(str(g.mig_instance[row]))
-    reported: set[str] = set()
-    for i in np.flatnonzero(active):
-        uuid = str(g.uuid[i])
-        if uuid in reported:
-            continue
-        reported.add(uuid)
-        c = int(ep_code[i])
-        info = xid_info(c)
-        sev = _BY_RANK[int(sev_rank[i])]
-        if info.action == XidAction.IGNORE:
-            sev = Severity.INFO
-        leaders = XID_FOLLOWERS.get(c) if gauge_only else None
-        node = node_name(snapshot, int(g.node_index[i]))
-        ctx = gpu_context(snapshot, int(i))
-        occ = round(float(events[i]))
-        pre_existing = not bool(watched[i])
-        is_unknown = bool(unknown[i])
-        notes = [UNKNOWN_NOTE] if is_unknown else []
-        notes += [PRE_EXISTING_NOTE] if pre_existing else []
-        window = {str(k): int(cnt[i]) for k, cnt in sorted(counts.items()) if cnt[i] > 0}
-        follower_note = (
-            FOLLOWER_NOTE.format(code=c, leaders=", ".join(map(str, sorted(leaders))))
-            if leaders
-            else None
-        )
-        findings.append(
-            Finding(
-                kind=FindingKind.GPU_XID,
-                severity=sev,
-                summary=f"XID {c} ({info.name}) on GPU {g.device_index[i]} of {node}"
-                + (f", {occ} occurrences" if occ > 1 else "")
-                + (f" ({'; '.join(notes)})" if notes else ""),
-                first_seen=float(onset[i]),
-                last_seen=now,
-                node=node,
-                gpu_uuid=uuid,
-                evidence={
-                    **ctx,
-                    "xid": c,
-                    "xid_name": info.name,
-                    "nvidia_action": info.action.value,
-                    "hardware": info.hardware,
-                    "occurrences": occ,
-                    "last_occurrence": float(last_event[i]),
-                    "xids_in_window": window,
-                    "last_xid_gauge": int(gauge[i]),
-                    "note": UNKNOWN_NOTE if is_unknown else (follower_note or info.note),
-                    "unknown_xid": is_unknown,
-                    "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
-                    **({"mig_instances": sorted(instances[uuid])} if uuid in instances else {}),
-                },
-                recommended_action=(
-                    f"look the code up ({UNKNOWN_NOTE}) and decide"
-                    if is_unknown
-                    else ACTION_TEXT.get(info.action, info.action.value)
-                ),
-                pre_existing=pre_existing,
-            )
-        )
-    prev_total = prev_total if total is None else np.where(np.isnan(total), prev_total, total)
-    base = {
-        "gauge": np.where(np.isnan(gauge), prev_gauge, gauge).astype(np.float32),
-        "code": np.where(active, ep_code, np.nan).astype(np.float32),
-        "onset": onset,
-        "last_event": last_event,
-        "events": events.astype(np.float32),
-        "count": prev_total.astype(np.float32),
-        "watched": watched.astype(np.float32),
-    }
-    return findings, State(KeyedArrays(keys, MappingProxyType({**base, **cols})), now)
+    return instances
+
+
+def _finding(
+    snapshot: FleetSnapshot,
+    i: int,
+    ep: _Episodes,
+    counts: dict[int, np.ndarray],
+    gauge: np.ndarray,
+    gauge_only: bool,
+    instances: list[str] | None,
+    now: float,
+) -> Finding:
+    """GPU `i`'s XID finding: NVIDIA's name and action for the code, how often, since when."""
+    g = snapshot.gpus
+    uuid = str(g.uuid[i])
+    c = int(ep.code[i])
+    info = xid_info(c)
+    sev = _BY_RANK[int(ep.sev_rank[i])]
+    if info.action == XidAction.IGNORE:  # IGNORE-class codes stay info even when they repeat
+        sev = Severity.INFO
+    leaders = XID_FOLLOWERS.get(c) if gauge_only else None
+    node = node_name(snapshot, int(g.node_index[i]))
+    ctx = gpu_context(snapshot, int(i))
+    occ = round(float(ep.events[i]))
+    pre_existing = not bool(ep.watched[i])
+    is_unknown = bool(ep.unknown[i])
+    notes = [UNKNOWN_NOTE] if is_unknown else []
+    notes += [PRE_EXISTING_NOTE] if pre_existing else []
+    window = {str(k): int(cnt[i]) for k, cnt in sorted(counts.items()) if cnt[i] > 0}
+    follower_note = _follower_note(c, leaders)
+    return Finding(
+        kind=FindingKind.GPU_XID,
+        severity=sev,
+        summary=f"XID {c} ({info.name}) on GPU {g.device_index[i]} of {node}"
+        + (f", {occ} occurrences" if occ > 1 else "")
+        + (f" ({'; '.join(notes)})" if notes else ""),
+        first_seen=float(ep.onset[i]),
+        last_seen=now,
+        node=node,
+        gpu_uuid=uuid,
+        evidence={
+            **ctx,
+            "xid": c,
+            "xid_name": info.name,
+            "nvidia_action": info.action.value,
+            "hardware": info.hardware,
+            "occurrences": occ,
+            "last_occurrence": float(ep.last_event[i]),
+            "xids_in_window": window,
+            "last_xid_gauge": int(gauge[i]),
+            "note": UNKNOWN_NOTE if is_unknown else (follower_note or info.note),
+            "unknown_xid": is_unknown,
+            "pre_existing": PRE_EXISTING_NOTE if pre_existing else None,
+            **({"mig_instances": sorted(instances)} if instances is not None else {}),
+        },
+        recommended_action=(
+            f"look the code up ({UNKNOWN_NOTE}) and decide"
+            if is_unknown
+            else ACTION_TEXT.get(info.action, info.action.value)
+        ),
+        pre_existing=pre_existing,
+    )
+
+
+def _follower_note(code: int, leaders: Iterable[int] | None) -> str | None:
+    """Seen in the gauge only, a follower code may hide the XID it followed: say which."""
+    if not leaders:
+        return None
+    return FOLLOWER_NOTE.format(code=code, leaders=", ".join(map(str, sorted(leaders))))
 
 
 NEEDS = Needs(

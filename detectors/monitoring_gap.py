@@ -16,7 +16,7 @@ import numpy as np
 
 from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
-from detectors.signals import telemetry_view
+from detectors.signals import TelemetryView, telemetry_view
 from detectors.state import KeyedArrays, align
 from observer.fleet.model import FleetSnapshot
 
@@ -74,62 +74,82 @@ def detect(
     if view.fleet_gap:
         prev_fleet = state.fleet_onset if state else float("nan")
         fleet_onset = now if np.isnan(prev_fleet) else prev_fleet
-        sev = _severity(now - fleet_onset, params)
-        reason = (
-            snapshot.telemetry.degraded_reason
-            if snapshot.telemetry and snapshot.telemetry.degraded_reason
-            else "source unavailable"
-            if snapshot.telemetry and not snapshot.telemetry.source_ok
-            else "most GPU nodes silent"
-        )
-        findings.append(
-            Finding(
-                kind=FindingKind.MONITORING_GAP,
-                severity=sev,
-                summary=(
-                    f"telemetry gap across the fleet ({reason}): "
-                    f"{view.fleet_silent_fraction:.0%} of GPU nodes silent; GPU findings paused"
-                ),
-                first_seen=fleet_onset,
-                last_seen=now,
-                evidence={
-                    "silent_fraction": round(view.fleet_silent_fraction, 3),
-                    "silent_nodes": int(silent.sum()),
-                    "scrape_interval": view.interval,
-                    "reason": reason,
-                },
-                recommended_action="check Prometheus and the scrape targets; no GPU action",
-            )
-        )
+        findings.append(_fleet_finding(snapshot, view, int(silent.sum()), fleet_onset, now, params))
     else:
         for i in np.flatnonzero(silent):
-            age = now - float(last[i])
-            since = float(onset[i])
-            sev = _severity(now - since, params)
-            never = not np.isfinite(age)
-            findings.append(
-                Finding(
-                    kind=FindingKind.MONITORING_GAP,
-                    severity=sev,
-                    summary=(
-                        f"node {snapshot.nodes[i].name}: GPU exporter "
-                        + ("has never reported" if never else f"silent for {age:.0f}s")
-                    ),
-                    first_seen=since,
-                    last_seen=now,
-                    node=str(snapshot.nodes[i].name),
-                    evidence={
-                        "last_sample_age_s": None if never else round(age, 1),
-                        "threshold_s": params.stale_intervals * view.interval,
-                        "scrape_interval": view.interval,
-                    },
-                    recommended_action=(
-                        "check the dcgm-exporter pod and its scrape target on this node; "
-                        "GPU health on it is unknown, not bad"
-                    ),
-                )
-            )
+            findings.append(_node_finding(snapshot, view, int(i), last, onset, now, params))
     return findings, State(prev.replace(onset=onset, watched=watched, last=last), fleet_onset)
+
+
+def _fleet_finding(
+    snapshot: FleetSnapshot,
+    view: TelemetryView,
+    silent_nodes: int,
+    fleet_onset: float,
+    now: float,
+    params: Params,
+) -> Finding:
+    """One finding for a fleet-wide gap (its reason from the source): GPU findings pause."""
+    reason = (
+        snapshot.telemetry.degraded_reason
+        if snapshot.telemetry and snapshot.telemetry.degraded_reason
+        else "source unavailable"
+        if snapshot.telemetry and not snapshot.telemetry.source_ok
+        else "most GPU nodes silent"
+    )
+    return Finding(
+        kind=FindingKind.MONITORING_GAP,
+        severity=_severity(now - fleet_onset, params),
+        summary=(
+            f"telemetry gap across the fleet ({reason}): "
+            f"{view.fleet_silent_fraction:.0%} of GPU nodes silent; GPU findings paused"
+        ),
+        first_seen=fleet_onset,
+        last_seen=now,
+        evidence={
+            "silent_fraction": round(view.fleet_silent_fraction, 3),
+            "silent_nodes": silent_nodes,
+            "scrape_interval": view.interval,
+            "reason": reason,
+        },
+        recommended_action="check Prometheus and the scrape targets; no GPU action",
+    )
+
+
+def _node_finding(
+    snapshot: FleetSnapshot,
+    view: TelemetryView,
+    i: int,
+    last: np.ndarray,
+    onset: np.ndarray,
+    now: float,
+    params: Params,
+) -> Finding:
+    """Node `i`'s exporter is silent: its GPUs' health is unknown, not bad."""
+    age = now - float(last[i])
+    since = float(onset[i])
+    sev = _severity(now - since, params)
+    never = not np.isfinite(age)
+    return Finding(
+        kind=FindingKind.MONITORING_GAP,
+        severity=sev,
+        summary=(
+            f"node {snapshot.nodes[i].name}: GPU exporter "
+            + ("has never reported" if never else f"silent for {age:.0f}s")
+        ),
+        first_seen=since,
+        last_seen=now,
+        node=str(snapshot.nodes[i].name),
+        evidence={
+            "last_sample_age_s": None if never else round(age, 1),
+            "threshold_s": params.stale_intervals * view.interval,
+            "scrape_interval": view.interval,
+        },
+        recommended_action=(
+            "check the dcgm-exporter pod and its scrape target on this node; "
+            "GPU health on it is unknown, not bad"
+        ),
+    )
 
 
 NEEDS = Needs(((ANY_GPU_SERIES,),), (), {}, {})

@@ -109,39 +109,11 @@ class Fleet:
     def snapshot(self, k: int, drop: float = 0.0) -> tuple[float, FleetSnapshot]:
         rng, n = self.rng, self.n
         now = T0 + 30.0 * k
-        train = self.job_index >= 0
-        noise = rng.normal(0.0, 1.0, (6, n))
-        gr = np.where(train, 0.92, 0.55) + 0.012 * noise[0]
-        gr = np.where(self.idle, 0.0, gr)
-        util = np.where(self.idle, 0.0, np.clip(np.where(train, 98, 65) + noise[1], 0, 100))
-        peers = np.isin(self.job_index, self.job_index[self.stragglers])
-        gr = np.where(peers, gr * 0.8, gr)
-        gr[self.stragglers] = 0.92
-        hung = self.job_index == self.hung_job
-        util = np.where(hung, 99.5, util)
-        gr = np.where(hung, 0.01, gr)
-        tensor = np.where(hung, 0.002, gr * 0.65)
-        power = np.where(self.idle, 70.0, np.where(hung, 100.0, 350 + 300 * gr)) + 5 * noise[2]
-        values = {
-            UTIL: util,
-            GR_ACTIVE: gr,
-            TENSOR_ACTIVE: tensor,
-            DRAM_ACTIVE: gr * 0.6,
-            SM_CLOCK: np.where(self.idle, 345.0, 1980.0) + 0 * noise[3],
-            POWER: power,
-            GPU_TEMP: 40 + 30 * gr + noise[4],
-            MEM_TEMP: 45 + 30 * gr + noise[5],
-            THROTTLE: np.zeros(n),
-            XID: np.zeros(n),
-            NVLINK_BW: np.where(self.idle, 0.0, 200_000.0 * gr),  # MiB/s (DCGM field 449)
-        }
-        t = self.trouble
-        values[XID][t[: t.size // 2]] = 13.0 + (k % 2) * 18.0
-        values[THROTTLE][t[t.size // 2 :]] = float(0x40)
+        values = self._gauges(rng.normal(0.0, 1.0, (6, n)), k)
         ts = now - rng.uniform(0.0, 15.0, n)
         silent = self.node_index == self.silent_node
         ts[silent] = now - 600.0
-        ts[t[:5]] = now - 120.0  # lost GPUs
+        ts[self.trouble[:5]] = now - 120.0  # lost GPUs
         keep = rng.random(n) >= drop
         rows = np.flatnonzero(keep)
         metrics = {name: MetricColumn(v[rows], ts[rows]) for name, v in values.items()}
@@ -176,3 +148,37 @@ class Fleet:
             telemetry=TelemetryHealth(node_last, up, 30.0),
         )
         return now, snap
+
+    def _gauges(self, noise: np.ndarray, k: int) -> dict[str, np.ndarray]:
+        """Cycle k's gauges: training busy, serving half busy, idle GPUs idle, a straggler's
+        peers waiting, a hung job spinning; XIDs and throttling on the trouble GPUs."""
+        n = self.n
+        train = self.job_index >= 0
+        gr = np.where(train, 0.92, 0.55) + 0.012 * noise[0]
+        gr = np.where(self.idle, 0.0, gr)
+        util = np.where(self.idle, 0.0, np.clip(np.where(train, 98, 65) + noise[1], 0, 100))
+        peers = np.isin(self.job_index, self.job_index[self.stragglers])
+        gr = np.where(peers, gr * 0.8, gr)
+        gr[self.stragglers] = 0.92
+        hung = self.job_index == self.hung_job
+        util = np.where(hung, 99.5, util)
+        gr = np.where(hung, 0.01, gr)
+        tensor = np.where(hung, 0.002, gr * 0.65)
+        power = np.where(self.idle, 70.0, np.where(hung, 100.0, 350 + 300 * gr)) + 5 * noise[2]
+        values = {
+            UTIL: util,
+            GR_ACTIVE: gr,
+            TENSOR_ACTIVE: tensor,
+            DRAM_ACTIVE: gr * 0.6,
+            SM_CLOCK: np.where(self.idle, 345.0, 1980.0) + 0 * noise[3],
+            POWER: power,
+            GPU_TEMP: 40 + 30 * gr + noise[4],
+            MEM_TEMP: 45 + 30 * gr + noise[5],
+            THROTTLE: np.zeros(n),
+            XID: np.zeros(n),
+            NVLINK_BW: np.where(self.idle, 0.0, 200_000.0 * gr),  # MiB/s (DCGM field 449)
+        }
+        t = self.trouble
+        values[XID][t[: t.size // 2]] = 13.0 + (k % 2) * 18.0
+        values[THROTTLE][t[t.size // 2 :]] = float(0x40)
+        return values

@@ -124,6 +124,19 @@ def detect(
             "PCIe replays > 20/min",
         ),
     ]
+    findings = _fired(snapshot, rules, now)
+    seen, down_since = _lost_and_down(snapshot, state, now, params, temp, findings)
+    new = cur.replace(hot_since=hot_since, idle_since=idle_since)
+    return findings, State(new, seen, down_since)
+
+
+def _fired(
+    snapshot: FleetSnapshot,
+    rules: list[tuple[FindingKind, Severity, np.ndarray | None, str]],
+    now: float,
+) -> list[Finding]:
+    """One finding per GPU a rule's mask holds for (rules without data are skipped)."""
+    g = snapshot.gpus
     findings: list[Finding] = []
     for kind, sev, mask, name in rules:
         if mask is None:
@@ -142,9 +155,7 @@ def detect(
                     evidence={"rule": name},
                 )
             )
-    seen, down_since = _lost_and_down(snapshot, state, now, params, temp, findings)
-    new = cur.replace(hot_since=hot_since, idle_since=idle_since)
-    return findings, State(new, seen, down_since)
+    return findings
 
 
 def _lost_and_down(
@@ -156,7 +167,6 @@ def _lost_and_down(
     findings: list[Finding],
 ) -> tuple[dict[str, tuple[str, float]], dict[str, float]]:
     """The `up == 0 for 5m` and `offset 10m unless` rules (appends to `findings`)."""
-    g = snapshot.gpus
     seen = dict(state.seen) if state else {}
     down_since = dict(state.down_since) if state else {}
     tel = snapshot.telemetry
@@ -164,14 +174,7 @@ def _lost_and_down(
     up: dict[str, bool] = {}
     if tel is not None and len(tel.node_up) == len(names):
         up = {name: bool(tel.node_up[k]) for k, name in enumerate(names)}
-    answering: set[str] = set()
-    if temp is not None:
-        for i in np.flatnonzero(~np.isnan(temp)):
-            node = node_name(snapshot, int(g.node_index[i]))
-            if node is None:
-                continue
-            seen[str(g.uuid[i])] = (node, now)
-            answering.add(node)
+    answering = _answering(snapshot, temp, seen, now)
     for name in names:
         is_up = up.get(name, name in answering)
         if is_up:
@@ -209,6 +212,25 @@ def _lost_and_down(
             )
         )
     return seen, down_since
+
+
+def _answering(
+    snapshot: FleetSnapshot,
+    temp: np.ndarray | None,
+    seen: dict[str, tuple[str, float]],
+    now: float,
+) -> set[str]:
+    """Nodes with a GPU answering now; marks each answering GPU seen now (in `seen`)."""
+    g = snapshot.gpus
+    answering: set[str] = set()
+    if temp is not None:
+        for i in np.flatnonzero(~np.isnan(temp)):
+            node = node_name(snapshot, int(g.node_index[i]))
+            if node is None:
+                continue
+            seen[str(g.uuid[i])] = (node, now)
+            answering.add(node)
+    return answering
 
 
 SPEC = DetectorSpec(

@@ -92,6 +92,38 @@ def random_scenario(seed: int) -> Scenario:
     pools: list[dict[str, Any]] = []
     for k, model in enumerate(rng.permutation(MODELS)[: int(rng.integers(1, 4))]):
         pools.append({"name": f"p{k}", "model": str(model), "nodes": int(rng.integers(4, 24))})
+    workloads, jobs = _workloads(rng, pools, minutes)
+    faults, used_jobs = _job_faults(rng, jobs, workloads, minutes)
+    node_names = [f"{p['name']}-{i:04d}" for p in pools for i in range(p["nodes"])]
+    # GPU faults avoid the nodes of jobs with a job fault: a straggler on a GPU that also fell
+    # off the bus is not observable as a straggler, and the score would say so.
+    draft = scenario_from_dict({"name": "draft", "pools": pools, "workloads": workloads})
+    placed = build_layout(draft).pods
+    taken = {p.node for p in placed if p.workload in used_jobs}
+    node_names = [n for n in node_names if n not in taken] or node_names
+    gpu_faults, busy_nodes = _gpu_faults(rng, node_names, minutes)
+    faults += gpu_faults
+    quiet = [n for n in node_names if n not in busy_nodes]
+    confounders = _outages(rng, quiet, minutes)
+    confounders.extend(_serving_confounders(rng, workloads, minutes, placed, busy_nodes))
+    data = {
+        "name": f"random-{seed}",
+        "seed": seed,
+        "duration": f"{minutes}m",
+        "scrape_interval": interval,
+        "pools": pools,
+        "workloads": workloads,
+        "faults": faults,
+        "confounders": confounders,
+    }
+    return scenario_from_dict(data, f"<random {seed}>")
+
+
+def _workloads(
+    rng: np.random.Generator, pools: list[dict[str, Any]], minutes: int
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Per pool one or two training jobs, the rest of its nodes serving or idle; also the
+    training jobs as (key, pool)."""
     workloads: list[dict[str, Any]] = []
     jobs: list[tuple[str, str]] = []  # (key, pool)
     for p in pools:
@@ -102,26 +134,7 @@ def random_scenario(seed: int) -> Scenario:
                 break
             free -= replicas
             name = f"train-{p['name']}-{j}"
-            w: dict[str, Any] = {
-                "name": name,
-                "kind": "training",
-                "namespace": "ml",
-                "pool": p["name"],
-                "replicas": replicas,
-                "gpus_per_pod": 8,
-                "steps_metric": bool(rng.random() < 0.5),
-            }
-            if rng.random() < 0.6:
-                w["checkpoint_every"] = f"{int(rng.integers(15, 40))}m"
-                w["checkpoint_duration"] = f"{int(rng.integers(60, 200))}s"
-            if rng.random() < 0.5:
-                w["eval_every"] = f"{int(rng.integers(20, 45))}m"
-                w["eval_duration"] = f"{int(rng.integers(2, 6))}m"
-            if rng.random() < 0.3:
-                w["start"] = f"{int(rng.integers(1, 10))}m"
-            if rng.random() < 0.3:
-                w["end"] = f"{minutes - int(rng.integers(5, 15))}m"
-            workloads.append(w)
+            workloads.append(_training(rng, name, p["name"], replicas, minutes))
             jobs.append((f"ml/{name}", p["name"]))
         if free >= 1:
             kind = "inference" if rng.random() < 0.7 else "idle"
@@ -136,11 +149,44 @@ def random_scenario(seed: int) -> Scenario:
                     "load": 0.6,
                 }
             )
+    return workloads, jobs
+
+
+def _training(
+    rng: np.random.Generator, name: str, pool: str, replicas: int, minutes: int
+) -> dict[str, Any]:
+    """One training job, with or without checkpoints, evals, a late start, an early end."""
+    w: dict[str, Any] = {
+        "name": name,
+        "kind": "training",
+        "namespace": "ml",
+        "pool": pool,
+        "replicas": replicas,
+        "gpus_per_pod": 8,
+        "steps_metric": bool(rng.random() < 0.5),
+    }
+    if rng.random() < 0.6:
+        w["checkpoint_every"] = f"{int(rng.integers(15, 40))}m"
+        w["checkpoint_duration"] = f"{int(rng.integers(60, 200))}s"
+    if rng.random() < 0.5:
+        w["eval_every"] = f"{int(rng.integers(20, 45))}m"
+        w["eval_duration"] = f"{int(rng.integers(2, 6))}m"
+    if rng.random() < 0.3:
+        w["start"] = f"{int(rng.integers(1, 10))}m"
+    if rng.random() < 0.3:
+        w["end"] = f"{minutes - int(rng.integers(5, 15))}m"
+    return w
+
+
+def _job_faults(
+    rng: np.random.Generator,
+    jobs: list[tuple[str, str]],
+    workloads: list[dict[str, Any]],
+    minutes: int,
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """A straggler or an NCCL hang in most training jobs; also the jobs that got one."""
     faults: list[dict[str, Any]] = []
-    busy_nodes: set[str] = set()
     used_jobs: set[str] = set()
-    used_gpus: set[tuple[str, int]] = set()
-    node_names = [f"{p['name']}-{i:04d}" for p in pools for i in range(p["nodes"])]
     for key, _pool in jobs:
         roll = rng.random()
         w = next(w for w in workloads if f"ml/{w['name']}" == key)
@@ -171,12 +217,16 @@ def random_scenario(seed: int) -> Scenario:
                 }
             )
             used_jobs.add(key)
-    # GPU faults avoid the nodes of jobs with a job fault: a straggler on a GPU that also fell
-    # off the bus is not observable as a straggler, and the score would say so.
-    draft = scenario_from_dict({"name": "draft", "pools": pools, "workloads": workloads})
-    placed = build_layout(draft).pods
-    taken = {p.node for p in placed if p.workload in used_jobs}
-    node_names = [n for n in node_names if n not in taken] or node_names
+    return faults, used_jobs
+
+
+def _gpu_faults(
+    rng: np.random.Generator, node_names: list[str], minutes: int
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """Most GPU fault kinds once, on distinct GPUs; also the nodes they hit."""
+    faults: list[dict[str, Any]] = []
+    busy_nodes: set[str] = set()
+    used_gpus: set[tuple[str, int]] = set()
     for kind in GPU_FAULTS:
         if rng.random() < 0.3:
             continue
@@ -201,8 +251,12 @@ def random_scenario(seed: int) -> Scenario:
         elif kind == "pcie_replay_storm":
             f["severity"] = float(rng.choice(PCIE_SEVERITY))
         faults.append(f)
+    return faults, busy_nodes
+
+
+def _outages(rng: np.random.Generator, quiet: list[str], minutes: int) -> list[dict[str, Any]]:
+    """Look-alikes of lost GPUs: an exporter down on a fault-free node or two, a scrape gap."""
     confounders: list[dict[str, Any]] = []
-    quiet = [n for n in node_names if n not in busy_nodes]
     for _ in range(int(rng.integers(1, 3)) if quiet else 0):
         node = str(rng.choice(quiet))
         start = int(rng.integers(5, minutes - 20))
@@ -216,15 +270,4 @@ def random_scenario(seed: int) -> Scenario:
         )
     gap = int(rng.integers(10, minutes - 10))
     confounders.append({"kind": "scrape_gap", "start": f"{gap}m", "end": f"{gap + 2}m"})
-    confounders.extend(_serving_confounders(rng, workloads, minutes, placed, busy_nodes))
-    data = {
-        "name": f"random-{seed}",
-        "seed": seed,
-        "duration": f"{minutes}m",
-        "scrape_interval": interval,
-        "pools": pools,
-        "workloads": workloads,
-        "faults": faults,
-        "confounders": confounders,
-    }
-    return scenario_from_dict(data, f"<random {seed}>")
+    return confounders

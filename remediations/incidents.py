@@ -220,9 +220,53 @@ def step(
     `first_watched`, the fleet's first watch by any replica)."""
     if verdicts:
         findings = [f for f in findings if not answered(f, verdicts)]
+    by_key, gaps = _group(findings)
+    cluster = state.cluster
+    entries: dict[str, Tracked] = {}
+    changes: list[IncidentChange] = []
+    for key, group in by_key.items():
+        old = state.entries.get(key)
+        t = _tracked(key, group, old, watched_before, first_watched)
+        if t.incident_id is None:
+            critical = t.severity == "critical" and params.critical_opens_at_once
+            if critical or t.seen_cycles >= params.open_after:
+                t = replace(
+                    t, incident_id=IncidentId(stable_id(cluster, key, t.first_seen)), opened_at=now
+                )
+                changes.append(IncidentChange(Change.OPENED, record(cluster, t, now)))
+        elif old is not None and (old.severity != t.severity or old.healthy_cycles > 0):
+            changes.append(IncidentChange(Change.UPDATED, record(cluster, t, now)))
+        entries[key] = t
+    for key, old in state.entries.items():
+        if key in by_key or old.incident_id is None:
+            continue  # seen this cycle, or pending and not seen: the episode is over
+        if gaps.covers(old):
+            entries[key] = old  # no data is not evidence of health: hold
+            continue
+        t = replace(old, healthy_cycles=old.healthy_cycles + 1, seen_cycles=0)
+        if t.healthy_cycles >= params.resolve_after:
+            changes.append(IncidentChange(Change.RESOLVED, record(cluster, t, now, True)))
+        else:
+            entries[key] = t
+    return TrackerState(cluster, entries), changes
+
+
+@dataclass
+class _Gaps:
+    """Where this cycle saw no data: whole nodes, or (a scrape gap) the whole fleet."""
+
+    nodes: set[str] = field(default_factory=set)
+    fleet: bool = False
+
+    def covers(self, t: Tracked) -> bool:
+        """An incident here is held, not counted healthy: no data is not evidence of health."""
+        return self.fleet or (t.node is not None and t.node in self.nodes)
+
+
+def _group(findings: Sequence[Finding]) -> tuple[dict[str, list[Finding]], _Gaps]:
+    """Findings per incident key (in first-seen order), and where monitoring saw nothing."""
     by_key: dict[str, list[Finding]] = {}
-    gap_nodes: set[str] = set()
-    fleet_gap = False
+    gaps = _Gaps()
     gap_kind = FindingKind.MONITORING_GAP
     for f in findings:
         key = f"{f.kind.value}|{f.node or ''}|{f.gpu_uuid or ''}|{f.job or ''}"
@@ -235,77 +279,59 @@ def step(
             by_key[key] = [f]
         if f.kind is gap_kind and not coverage:
             if f.node is None:
-                fleet_gap = fleet_gap or bool(f.evidence.get(HOLDS, True))
+                gaps.fleet = gaps.fleet or bool(f.evidence.get(HOLDS, True))
             else:
-                gap_nodes.add(f.node)
+                gaps.nodes.add(f.node)
+    return by_key, gaps
 
-    cluster = state.cluster
-    entries: dict[str, Tracked] = {}
-    changes: list[IncidentChange] = []
-    for key, group in by_key.items():
-        f = group[0] if len(group) == 1 else _worst(group)
-        cold = f.pre_existing if len(group) == 1 else all(g.pre_existing for g in group)
-        old = state.entries.get(key)
-        cold = cold and (old.pre_existing if old is not None else not watched_before)
-        f = _reworded(f, cold, first_watched)
-        sev = f.severity.value
-        if old is None:
-            first = f.first_seen if len(group) == 1 else min(g.first_seen for g in group)
-            t = Tracked(
-                key,
-                f.kind.value,
-                f.node,
-                f.gpu_uuid,
-                f.job,
-                sev,
-                f.summary,
-                first,
-                f.last_seen,
-                1,
-                0,
-                None,
-                0.0,
-                f.evidence,
-                cold,
-            )
-        else:
-            t = Tracked(
-                key,
-                old.kind,
-                old.node,
-                old.gpu_uuid,
-                old.job,
-                sev,
-                f.summary,
-                old.first_seen,
-                max(old.last_seen, f.last_seen),
-                old.seen_cycles + 1,
-                0,
-                old.incident_id,
-                old.opened_at,
-                f.evidence,
-                cold,
-            )
-        if t.incident_id is None:
-            critical = sev == "critical" and params.critical_opens_at_once
-            if critical or t.seen_cycles >= params.open_after:
-                t = replace(
-                    t, incident_id=IncidentId(stable_id(cluster, key, t.first_seen)), opened_at=now
-                )
-                changes.append(IncidentChange(Change.OPENED, record(cluster, t, now)))
-        elif old is not None and (old.severity != sev or old.healthy_cycles > 0):
-            changes.append(IncidentChange(Change.UPDATED, record(cluster, t, now)))
-        entries[key] = t
 
-    for key, old in state.entries.items():
-        if key in by_key or old.incident_id is None:
-            continue  # seen this cycle, or pending and not seen: the episode is over
-        if fleet_gap or (old.node is not None and old.node in gap_nodes):
-            entries[key] = old  # no data is not evidence of health: hold
-            continue
-        t = replace(old, healthy_cycles=old.healthy_cycles + 1, seen_cycles=0)
-        if t.healthy_cycles >= params.resolve_after:
-            changes.append(IncidentChange(Change.RESOLVED, record(cluster, t, now, True)))
-        else:
-            entries[key] = t
-    return TrackerState(cluster, entries), changes
+def _tracked(
+    key: str,
+    group: list[Finding],
+    old: Tracked | None,
+    watched_before: bool,
+    first_watched: float | None,
+) -> Tracked:
+    """The entity's tracked state after this cycle's findings: its worst finding's severity and
+    summary, the episode's first sighting kept, cold start judged as `step` says."""
+    f = group[0] if len(group) == 1 else _worst(group)
+    cold = f.pre_existing if len(group) == 1 else all(g.pre_existing for g in group)
+    cold = cold and (old.pre_existing if old is not None else not watched_before)
+    f = _reworded(f, cold, first_watched)
+    sev = f.severity.value
+    if old is None:
+        first = f.first_seen if len(group) == 1 else min(g.first_seen for g in group)
+        return Tracked(
+            key,
+            f.kind.value,
+            f.node,
+            f.gpu_uuid,
+            f.job,
+            sev,
+            f.summary,
+            first,
+            f.last_seen,
+            1,
+            0,
+            None,
+            0.0,
+            f.evidence,
+            cold,
+        )
+    return Tracked(
+        key,
+        old.kind,
+        old.node,
+        old.gpu_uuid,
+        old.job,
+        sev,
+        f.summary,
+        old.first_seen,
+        max(old.last_seen, f.last_seen),
+        old.seen_cycles + 1,
+        0,
+        old.incident_id,
+        old.opened_at,
+        f.evidence,
+        cold,
+    )

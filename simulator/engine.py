@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -90,6 +91,32 @@ class Sample:
 
 def _seed(value: int) -> int:
     return value % (1 << 63)
+
+
+class _Placement(NamedTuple):
+    """Pods over GPUs at one time: per pod its span and job, per GPU its pod and level row."""
+
+    start: FloatArray
+    end: FloatArray
+    job: I64
+    active: BoolArray
+    gpu_pod: I64
+    allocated: BoolArray
+    row: I64
+
+
+def _blank_state(levels: FloatArray) -> GaugeState:
+    """Gauge state before faults and look-alikes: the workloads' levels, nothing added."""
+    n = len(levels)
+    return GaugeState(
+        levels=levels,
+        gpu_temp_add=np.zeros(n),
+        mem_temp_add=np.zeros(n),
+        temp_floor=np.full(n, np.nan),
+        clock_bits=np.zeros(n, dtype=np.int64),
+        xid=np.zeros(n),
+        row_remap_failure=np.zeros(n),
+    )
 
 
 class FleetSimulator:
@@ -217,6 +244,52 @@ class FleetSimulator:
         t = float(t)
         pods_t = tuple(self.layout.pods) if pods is None else tuple(pods)
         flat_gpu, flat_pod = self._layout_flat if pods is None else self._flatten(pods_t)
+        place = self._placement(t, pods_t, flat_gpu, flat_pod)
+        rng = np.random.default_rng([_seed(self.scenario.seed), _seed(self.step_index(t))])
+        job_noise = rng.normal(0.0, 1.0, (len(self.workloads), 2))
+        gpu_noise = rng.normal(0.0, 1.0, (self.n_gpu, 6))
+        table, training = self._level_table(t, job_noise)
+        st = _blank_state(table[place.row])
+        gpu_job = np.where(place.row < len(self.workloads), place.row, -1)
+        self._spread_ranks(st, gpu_job, training)
+        real_exporter = self.scenario.exporter.real
+        since = self.exporter_since(t) if real_exporter else np.full(self.n_gpu, -np.inf)
+        xid_counts = self.xid_log.window_counts(t, XID_COUNT_WINDOW, since)
+        if real_exporter:
+            st.xid[:] = self.xid_log.last_code(t, since)
+        lost = self._apply_faults(st, t, gpu_job, training, real_exporter)
+        self._apply_confounders(st, t, real_exporter)
+        metrics = self._gauges(st, gpu_noise, place.allocated)
+        cnt = counters.fleet_counters(
+            self.counter_context, t, pods_t, flat_gpu, flat_pod, place.start, place.end, place.job
+        )
+        metrics.update(cnt.metrics)
+        exporter_up, scrape_ok = self._exporters_up(t)
+        present = ~lost & ~self._gpu_gaps(t) & exporter_up[self.gpu_node] & scrape_ok
+        for arr in metrics.values():
+            arr[~present] = np.nan
+        for arr in xid_counts.values():
+            arr[~present] = np.nan
+        steps = cnt.pod_steps
+        steps[~place.active] = np.nan
+        if not scrape_ok:
+            steps[:] = np.nan
+        return Sample(
+            t=t,
+            metrics=metrics,
+            present=present,
+            gpu_pod=place.gpu_pod.astype(np.int32),
+            pods=pods_t,
+            pod_steps=steps,
+            exporter_up=exporter_up,
+            scrape_ok=scrape_ok,
+            xid_counts=xid_counts,
+        )
+
+    def _placement(
+        self, t: float, pods_t: tuple[SimPod, ...], flat_gpu: I64, flat_pod: I64
+    ) -> _Placement:
+        """Which pod holds each GPU at `t`, and the level-table row each GPU reads."""
         nj, n = len(self.workloads), self.n_gpu
         p_start = np.array([p.start for p in pods_t], dtype=np.float64)
         p_end = np.array([math.inf if p.end is None else p.end for p in pods_t], dtype=np.float64)
@@ -230,9 +303,11 @@ class FleetSimulator:
         pod_job[allocated] = p_job[gpu_pod[allocated]]
         # Level table: one row per job, then "allocated, unknown workload" and "unallocated".
         row = np.where(allocated, np.where(pod_job >= 0, pod_job, nj), nj + 1)
-        rng = np.random.default_rng([_seed(self.scenario.seed), _seed(self.step_index(t))])
-        job_noise = rng.normal(0.0, 1.0, (nj, 2))
-        gpu_noise = rng.normal(0.0, 1.0, (n, 6))
+        return _Placement(p_start, p_end, p_job, active, gpu_pod, allocated, row)
+
+    def _level_table(self, t: float, job_noise: FloatArray) -> tuple[FloatArray, BoolArray]:
+        """Per job its gauge levels at `t` (plus the two rows for no job), and which jobs train."""
+        nj = len(self.workloads)
         table = np.empty((nj + 2, N_LEVELS), dtype=np.float64)
         training = np.zeros(nj, dtype=bool)
         for j, w in enumerate(self.workloads):
@@ -253,30 +328,30 @@ class FleetSimulator:
                 table[j] = IDLE_POD_LEVELS
         table[nj] = IDLE_POD_LEVELS
         table[nj + 1] = UNALLOCATED_LEVELS
-        gpu_job = np.where(row < nj, row, -1)
-        st = GaugeState(
-            levels=table[row],
-            gpu_temp_add=np.zeros(n),
-            mem_temp_add=np.zeros(n),
-            temp_floor=np.full(n, np.nan),
-            clock_bits=np.zeros(n, dtype=np.int64),
-            xid=np.zeros(n),
-            row_remap_failure=np.zeros(n),
-        )
-        # Normal per-rank imbalance while a job computes (it vanishes when every rank waits).
-        if nj:
-            computing = (gpu_job >= 0) & training[np.clip(gpu_job, 0, nj - 1)]
-            levels = st.levels
-            busy = computing & (levels[:, TENSOR] > 0.1)
-            extra = 1.0 + self.work_extra[busy]
-            for col in (TENSOR, GR):
-                levels[busy, col] = np.minimum(1.0, levels[busy, col] * extra)
-        lost = np.zeros(n, dtype=bool)
-        real_exporter = self.scenario.exporter.real
-        since = self.exporter_since(t) if real_exporter else np.full(n, -np.inf)
-        xid_counts = self.xid_log.window_counts(t, XID_COUNT_WINDOW, since)
-        if real_exporter:
-            st.xid[:] = self.xid_log.last_code(t, since)
+        return table, training
+
+    def _spread_ranks(self, st: GaugeState, gpu_job: I64, training: BoolArray) -> None:
+        """Normal per-rank imbalance while a job computes (it vanishes when every rank waits)."""
+        nj = len(self.workloads)
+        if not nj:
+            return
+        computing = (gpu_job >= 0) & training[np.clip(gpu_job, 0, nj - 1)]
+        levels = st.levels
+        busy = computing & (levels[:, TENSOR] > 0.1)
+        extra = 1.0 + self.work_extra[busy]
+        for col in (TENSOR, GR):
+            levels[busy, col] = np.minimum(1.0, levels[busy, col] * extra)
+
+    def _apply_faults(
+        self,
+        st: GaugeState,
+        t: float,
+        gpu_job: I64,
+        training: BoolArray,
+        real_exporter: bool,
+    ) -> BoolArray:
+        """Bend the gauges of GPUs with an active fault; returns the GPUs fallen off the bus."""
+        lost = np.zeros(self.n_gpu, dtype=bool)
         for f in self.faults:
             if f.kind == FaultKind.XID79_FALLEN_OFF_BUS:
                 lost[f.gpu] |= f.active(t)
@@ -301,6 +376,10 @@ class FleetSimulator:
                 if tl is not None and tl.phase_at(t) == Phase.TRAIN:
                     slow = STRAGGLER_SLOWDOWN * f.severity
                     apply_straggler(st, f.gpu, gpu_job, slow, True)
+        return lost
+
+    def _apply_confounders(self, st: GaugeState, t: float, real_exporter: bool) -> None:
+        """Bend the gauges the benign look-alikes touch: application XIDs and power caps."""
         for c in self.confounders:
             if c.kind == "app_xid":
                 g = c.gpus[0]
@@ -312,11 +391,9 @@ class FleetSimulator:
                 span = b.max_power_w[capped] - b.idle_power_w[capped]
                 level = (c.cap * b.max_power_w[capped] - b.idle_power_w[capped]) / span
                 apply_power_cap(st, capped, np.clip(level, 0.0, 1.0))
-        metrics = self._gauges(st, gpu_noise, allocated)
-        cnt = counters.fleet_counters(
-            self.counter_context, t, pods_t, flat_gpu, flat_pod, p_start, p_end, p_job
-        )
-        metrics.update(cnt.metrics)
+
+    def _exporters_up(self, t: float) -> tuple[BoolArray, bool]:
+        """Per node whether its exporter answers at `t`, and whether the scrape happened at all."""
         exporter_up = np.ones(self.n_node, dtype=bool)
         scrape_ok = True
         for c in self.confounders:
@@ -325,30 +402,15 @@ class FleetSimulator:
                     exporter_up[c.node_position] = False
                 elif c.kind == "scrape_gap":
                     scrape_ok = False
-        gap = np.zeros(n, dtype=bool)
+        return exporter_up, scrape_ok
+
+    def _gpu_gaps(self, t: float) -> BoolArray:
+        """Per GPU: its series are missing from this scrape (a `gpu_gap` confounder)."""
+        gap = np.zeros(self.n_gpu, dtype=bool)
         for c in self.confounders:
             if c.kind == "gpu_gap" and c.start <= t < c.end:
                 gap[list(c.gpus)] = True
-        present = ~lost & ~gap & exporter_up[self.gpu_node] & scrape_ok
-        for arr in metrics.values():
-            arr[~present] = np.nan
-        for arr in xid_counts.values():
-            arr[~present] = np.nan
-        steps = cnt.pod_steps
-        steps[~active] = np.nan
-        if not scrape_ok:
-            steps[:] = np.nan
-        return Sample(
-            t=t,
-            metrics=metrics,
-            present=present,
-            gpu_pod=gpu_pod.astype(np.int32),
-            pods=pods_t,
-            pod_steps=steps,
-            exporter_up=exporter_up,
-            scrape_ok=scrape_ok,
-            xid_counts=xid_counts,
-        )
+        return gap
 
     def _gauges(
         self, st: GaugeState, noise: FloatArray, allocated: BoolArray

@@ -76,55 +76,73 @@ def kube_state_series(
     withdrawing Unhealthy GPUs (serve mode passes its node objects'); default: every GPU.
     """
     pods = sample.pods if pods is None else pods
-    node_pos = {n.name: i for i, n in enumerate(nodes)}
     out: dict[str, list[tuple[str, float]]] = {k: [] for k in KUBE_HELP}
     for i, n in enumerate(nodes):
-        out["kube_node_info"].append(
-            (
-                _labels(
-                    [
-                        ("node", n.name),
-                        ("container_runtime_version", "containerd://1.7.13"),
-                        ("kernel_version", "5.15.0-105-generic"),
-                        ("kubelet_version", "v1.29.4"),
-                        ("kube_proxy_version", "v1.29.4"),
-                        ("os_image", "Ubuntu 22.04.4 LTS"),
-                        ("provider_id", f"gpufleet://{cluster}/{n.name}"),
-                        ("internal_ip", node_ip(i)),
-                        ("pod_cidr", f"10.{128 + i // 256 % 64}.{i % 256}.0/24"),
-                    ]
-                ),
-                1.0,
-            )
-        )
-        node_labels = [("node", n.name)] + [(label_key(k), v) for k, v in sorted(n.labels.items())]
-        out["kube_node_labels"].append((_labels(node_labels), 1.0))
-        out["kube_node_spec_unschedulable"].append(
-            (_labels([("node", n.name)]), 1.0 if n.name in unschedulable else 0.0)
-        )
-        capacity, allocatable = node_resources(n)
-        if gpu_allocatable is not None and n.name in gpu_allocatable:
-            allocatable[GPU] = str(gpu_allocatable[n.name])
-        out["kube_node_status_capacity"] += _resource_rows(n.name, capacity)
-        out["kube_node_status_allocatable"] += _resource_rows(n.name, allocatable)
+        _node_rows(out, i, n, cluster, n.name in unschedulable, gpu_allocatable)
+    node_pos = {n.name: i for i, n in enumerate(nodes)}
     for _, p in active_pods(pods, sample.t):
-        uid = (pod_uids or {}).get(p.key) or pod_uid(cluster, p)
-        base = [("namespace", p.namespace), ("pod", p.name), ("uid", uid)]
-        host = node_ip(node_pos[p.node]) if p.node in node_pos else ""
-        info = [
-            *base,
-            ("host_ip", host),
-            ("pod_ip", pod_ip(p)),
-            ("node", p.node),
-            ("created_by_kind", p.owner_kind),
-            ("created_by_name", p.owner_name),
-            ("priority_class", p.priority_class or ""),
-            ("host_network", "false"),
-        ]
-        out["kube_pod_info"].append((_labels(info), 1.0))
-        pod_labels = base + [(label_key(k), v) for k, v in sorted(p.labels.items())]
-        out["kube_pod_labels"].append((_labels(pod_labels), 1.0))
+        _pod_rows(out, p, (pod_uids or {}).get(p.key) or pod_uid(cluster, p), node_pos)
     return out
+
+
+def _node_rows(
+    out: dict[str, list[tuple[str, float]]],
+    i: int,
+    n: SimNode,
+    cluster: str,
+    unschedulable: bool,
+    gpu_allocatable: Mapping[str, int] | None,
+) -> None:
+    """One node's kube_node_* rows: info, labels, cordon, capacity and allocatable."""
+    out["kube_node_info"].append(
+        (
+            _labels(
+                [
+                    ("node", n.name),
+                    ("container_runtime_version", "containerd://1.7.13"),
+                    ("kernel_version", "5.15.0-105-generic"),
+                    ("kubelet_version", "v1.29.4"),
+                    ("kube_proxy_version", "v1.29.4"),
+                    ("os_image", "Ubuntu 22.04.4 LTS"),
+                    ("provider_id", f"gpufleet://{cluster}/{n.name}"),
+                    ("internal_ip", node_ip(i)),
+                    ("pod_cidr", f"10.{128 + i // 256 % 64}.{i % 256}.0/24"),
+                ]
+            ),
+            1.0,
+        )
+    )
+    node_labels = [("node", n.name)] + [(label_key(k), v) for k, v in sorted(n.labels.items())]
+    out["kube_node_labels"].append((_labels(node_labels), 1.0))
+    out["kube_node_spec_unschedulable"].append(
+        (_labels([("node", n.name)]), 1.0 if unschedulable else 0.0)
+    )
+    capacity, allocatable = node_resources(n)
+    if gpu_allocatable is not None and n.name in gpu_allocatable:
+        allocatable[GPU] = str(gpu_allocatable[n.name])
+    out["kube_node_status_capacity"] += _resource_rows(n.name, capacity)
+    out["kube_node_status_allocatable"] += _resource_rows(n.name, allocatable)
+
+
+def _pod_rows(
+    out: dict[str, list[tuple[str, float]]], p: SimPod, uid: str, node_pos: Mapping[str, int]
+) -> None:
+    """One active pod's kube_pod_info and kube_pod_labels rows."""
+    base = [("namespace", p.namespace), ("pod", p.name), ("uid", uid)]
+    host = node_ip(node_pos[p.node]) if p.node in node_pos else ""
+    info = [
+        *base,
+        ("host_ip", host),
+        ("pod_ip", pod_ip(p)),
+        ("node", p.node),
+        ("created_by_kind", p.owner_kind),
+        ("created_by_name", p.owner_name),
+        ("priority_class", p.priority_class or ""),
+        ("host_network", "false"),
+    ]
+    out["kube_pod_info"].append((_labels(info), 1.0))
+    pod_labels = base + [(label_key(k), v) for k, v in sorted(p.labels.items())]
+    out["kube_pod_labels"].append((_labels(pod_labels), 1.0))
 
 
 def steps_series(sample: Sample, pods: Sequence[SimPod] | None = None) -> list[tuple[str, float]]:

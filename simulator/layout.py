@@ -123,6 +123,26 @@ def _pod_name(w: Workload, rank: int) -> str:
 
 def build_layout(sc: Scenario) -> Layout:
     """Nodes in pool order, GPUs in node order, workloads placed first-fit in file order."""
+    nodes = _nodes(sc)
+    uuids, node_idx, device, models, pcis = _gpu_columns(sc, nodes)
+    replicas = {p.name: p.time_slicing for p in sc.pools}
+    free = {n.name: [d for d in range(n.gpus) for _ in range(replicas[n.pool])] for n in nodes}
+    pods: list[SimPod] = []
+    unplaced: list[str] = []
+    for w in sc.workloads:
+        placed = _place(sc, w, [n for n in nodes if w.pool is None or n.pool == w.pool], free)
+        if len(placed) < w.replicas:
+            unplaced.append(f"{w.namespace}/{w.name}")
+            for pod in placed:  # all or nothing, like a gang scheduler
+                free[pod.node].extend(pod.gpu_indices)
+                free[pod.node].sort()
+            continue
+        pods.extend(placed)
+    return Layout(nodes, pods, uuids, node_idx, device, models, pcis, unplaced)
+
+
+def _nodes(sc: Scenario) -> list[SimNode]:
+    """Every pool's nodes with the labels GPU feature discovery would give them."""
     nodes: list[SimNode] = []
     for p in sc.pools:
         for i in range(p.nodes):
@@ -138,6 +158,13 @@ def build_layout(sc: Scenario) -> Layout:
                 labels["nvidia.com/gpu.replicas"] = str(p.time_slicing)
                 labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
             nodes.append(SimNode(name, p.name, p.model.value, p.gpus_per_node, labels))
+    return nodes
+
+
+def _gpu_columns(
+    sc: Scenario, nodes: list[SimNode]
+) -> tuple[StrArray, IntArray, IntArray, StrArray, StrArray]:
+    """Per GPU in node order: UUID, node position, device index, model name, PCI bus id."""
     n_gpus = sum(n.gpus for n in nodes)
     uuids = np.empty(n_gpus, dtype=object)
     pcis = np.empty(n_gpus, dtype=object)
@@ -153,45 +180,38 @@ def build_layout(sc: Scenario) -> Layout:
             node_idx[row] = ni
             device[row] = d
             row += 1
+    return uuids, node_idx, device, models, pcis
 
-    replicas = {p.name: p.time_slicing for p in sc.pools}
-    free = {n.name: [d for d in range(n.gpus) for _ in range(replicas[n.pool])] for n in nodes}
-    pods: list[SimPod] = []
-    unplaced: list[str] = []
-    for w in sc.workloads:
-        candidates = [n for n in nodes if w.pool is None or n.pool == w.pool]
-        placed: list[SimPod] = []
-        for rank in range(w.replicas):
-            host = next((n for n in candidates if len(set(free[n.name])) >= w.gpus_per_pod), None)
-            if host is None:
-                break
-            gpus = tuple(sorted(set(free[host.name]))[: w.gpus_per_pod])
-            for d in gpus:  # one replica of each device
-                free[host.name].remove(d)
-            job_label = w.job_label if w.kind == WorkloadKind.TRAINING else ""
-            owner_kind = OWNER_KIND[job_label] if job_label else "ReplicaSet"
-            placed.append(
-                SimPod(
-                    namespace=w.namespace,
-                    name=_pod_name(w, rank),
-                    workload=f"{w.namespace}/{w.name}",
-                    kind=w.kind,
-                    rank=rank,
-                    node=host.name,
-                    gpu_indices=gpus,
-                    labels=_pod_labels(w, rank),
-                    owner_kind=owner_kind,
-                    owner_name=w.name,
-                    start=sc.start + w.start,
-                    end=None if w.end is None else sc.start + w.end,
-                    priority_class=w.priority_class,
-                )
+
+def _place(
+    sc: Scenario, w: Workload, candidates: list[SimNode], free: dict[str, list[int]]
+) -> list[SimPod]:
+    """First-fit as many of the workload's replicas as fit, taking their GPUs from `free`."""
+    placed: list[SimPod] = []
+    for rank in range(w.replicas):
+        host = next((n for n in candidates if len(set(free[n.name])) >= w.gpus_per_pod), None)
+        if host is None:
+            break
+        gpus = tuple(sorted(set(free[host.name]))[: w.gpus_per_pod])
+        for d in gpus:  # one replica of each device
+            free[host.name].remove(d)
+        job_label = w.job_label if w.kind == WorkloadKind.TRAINING else ""
+        owner_kind = OWNER_KIND[job_label] if job_label else "ReplicaSet"
+        placed.append(
+            SimPod(
+                namespace=w.namespace,
+                name=_pod_name(w, rank),
+                workload=f"{w.namespace}/{w.name}",
+                kind=w.kind,
+                rank=rank,
+                node=host.name,
+                gpu_indices=gpus,
+                labels=_pod_labels(w, rank),
+                owner_kind=owner_kind,
+                owner_name=w.name,
+                start=sc.start + w.start,
+                end=None if w.end is None else sc.start + w.end,
+                priority_class=w.priority_class,
             )
-        if len(placed) < w.replicas:
-            unplaced.append(f"{w.namespace}/{w.name}")
-            for pod in placed:  # all or nothing, like a gang scheduler
-                free[pod.node].extend(pod.gpu_indices)
-                free[pod.node].sort()
-            continue
-        pods.extend(placed)
-    return Layout(nodes, pods, uuids, node_idx, device, models, pcis, unplaced)
+        )
+    return placed

@@ -74,7 +74,7 @@ class GaugeState:
 
 
 def apply_straggler(
-    state: GaugeState, gpu: int, gpu_job: IntArray, slowdown: float, training: bool
+    state: GaugeState, gpu: int, gpu_job: npt.NDArray[np.int64], slowdown: float, training: bool
 ) -> None:
     """Peers of a slow GPU wait at each all-reduce inside an NCCL spin kernel.
 

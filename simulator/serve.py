@@ -172,14 +172,19 @@ def start_simulation(
     metrics.start()
     kubeconfig = k8s.write_kubeconfig(kubeconfig_out) if kubeconfig_out else None
     handle = SimulationHandle(sc, layout, clock, cluster, engine, k8s, metrics, kubeconfig, pods)
+    _start_ticker(handle, tick_interval)
+    return handle
 
-    def tick() -> None:  # time-driven changes (start-up, workload start/end) without requests
+
+def _start_ticker(handle: SimulationHandle, tick_interval: float) -> None:
+    """Time-driven changes (start-up, workload start/end) happen without requests."""
+
+    def tick() -> None:
         while not handle._stopped.wait(tick_interval):
-            cluster.tick()
+            handle.cluster.tick()
 
     handle._ticker = threading.Thread(target=tick, name="sim-ticker", daemon=True)
     handle._ticker.start()
-    return handle
 
 
 @contextmanager

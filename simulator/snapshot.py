@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from observer.fleet.catalog import BY_NAME, XID_COUNT_METRIC, Kind, xid_count_column
-from observer.fleet.model import FleetSnapshot, FloatArray, Node, NodeName, Pod
+from observer.fleet.model import BoolArray, FleetSnapshot, FloatArray, Node, NodeName, Pod
 from observer.promql import DEFAULT_LOOKBACK, Semantics, fresh, increase_columns
 from observer.snapshot.builder import SnapshotBuilder
 from observer.snapshot.inputs import ExporterHealth, GpuColumns, MetricSeries, PodSeries
 from simulator.device_health import device_faults, gpu_allocatable_at, unhealthy_at
 from simulator.engine import FleetSimulator, Sample
-from simulator.exporter_rows import exporter_rows
+from simulator.exporter_rows import ExporterRows, exporter_rows
 from simulator.layout import SimPod
 from simulator.mig_series import UNSUPPORTED_ON_MIG
+
+Index = npt.NDArray[np.signedinteger[Any]]
+"""Row or scrape positions (numpy's index integers)."""
 
 SEMANTICS = Semantics(left_open=True, zero_point_first=True)
 """The simulator's PromQL: windows and lookback left-open (as 3.x), extrapolation capped at the
@@ -85,15 +90,39 @@ class SimSnapshots:
         return [self._scrape(k) for k in range(first, last + 1)]
 
     def snapshot(self, t: float) -> FleetSnapshot:
-        lay = self.sim.layout
         span = max(self.lookback, self.window)
         samples = [s for s in self.scrapes(t, span) if s.scrape_ok]
-        if not samples:
-            samples = []
         times = np.array([s.t for s in samples], dtype=np.float64)
+        rows, newest_k, stamp = self._newest_present(samples, times, t)
+        latest = samples[-1] if samples else self.sim.sample(t)
+        pods = latest.pods
+        gpu_pod = np.array([int(samples[newest_k[r]].gpu_pod[r]) for r in rows], dtype=np.int64)
+        ex = exporter_rows(self.sim.scenario, self.sim.layout, latest, rows, gpu_pod, t)
+        if ex is not None:  # time-sliced (virtual GPUs) and MIG GPUs: the exporter's rows
+            gpu_pod = ex.pod.astype(np.int64)
+        src = None if ex is None else ex.src
+        at = rows if src is None else rows[src]
+        stamp_rows = stamp if src is None else stamp[src]
+        gpus = self._gpu_columns(at, ex, pods, gpu_pod, stamp_rows)
+        on_mig = None if ex is None else ex.on_mig
+        metrics = self._metric_columns(samples, times, t, newest_k, at, stamp_rows, on_mig)
+        return self._builder.build(
+            t,
+            gpus,
+            metrics,
+            nodes=self._nodes(t),
+            pods=tuple(_pod(p, t) for p in pods),
+            steps=self._steps(samples, times, t, pods),
+            exporters=self._exporter_health(samples, times, latest),
+        )
+
+    def _newest_present(
+        self, samples: list[Sample], times: FloatArray, t: float
+    ) -> tuple[Index, Index, FloatArray]:
+        """GPUs with a sample within the lookback (series-level staleness), per GPU the index of
+        its newest present scrape, and those GPUs' sample times."""
         n = self.sim.n_gpu
         in_lookback = fresh(times, t, self.lookback, SEMANTICS.left_open)
-        # Newest present sample per GPU within the lookback (series-level staleness).
         present = np.array([s.present for s in samples], dtype=bool).reshape(len(samples), n)
         present_lb = present & in_lookback[:, None]
         has = present_lb.any(axis=0)
@@ -104,18 +133,21 @@ class SimSnapshots:
         )
         rows = np.flatnonzero(has)
         stamp = times[newest_k[rows]] if samples else np.zeros(0)
-        latest = samples[-1] if samples else self.sim.sample(t)
-        pods = latest.pods
-        gpu_pod = np.array([int(samples[newest_k[r]].gpu_pod[r]) for r in rows], dtype=np.int64)
-        ex = exporter_rows(self.sim.scenario, lay, latest, rows, gpu_pod, t)
-        if ex is not None:  # time-sliced (virtual GPUs) and MIG GPUs: the exporter's rows
-            gpu_pod = ex.pod.astype(np.int64)
-        src = None if ex is None else ex.src
-        at = rows if src is None else rows[src]
-        stamp_rows = stamp if src is None else stamp[src]
+        return rows, newest_k, stamp
+
+    def _gpu_columns(
+        self,
+        at: Index,
+        ex: ExporterRows | None,
+        pods: tuple[SimPod, ...],
+        gpu_pod: Index,
+        stamp_rows: FloatArray,
+    ) -> GpuColumns:
+        """The identity labels of each exported row, as the exporter's series carry them."""
+        lay = self.sim.layout
         pod_name = np.array([pods[p].name if p >= 0 else "" for p in gpu_pod], dtype=object)
         pod_ns = np.array([pods[p].namespace if p >= 0 else "" for p in gpu_pod], dtype=object)
-        gpus = GpuColumns(
+        return GpuColumns(
             uuid=lay.gpu_uuid[at],
             hostname=self._node_names[lay.gpu_node[at]],
             device_index=lay.gpu_device[at],
@@ -127,9 +159,21 @@ class SimSnapshots:
             namespace=pod_ns,
             timestamp=stamp_rows,
         )
+
+    def _metric_columns(
+        self,
+        samples: list[Sample],
+        times: FloatArray,
+        t: float,
+        newest_k: Index,
+        at: Index,
+        stamp_rows: FloatArray,
+        on_mig: BoolArray | None,
+    ) -> dict[str, MetricSeries]:
+        """Each field's newest value per row (and its increase for counters), plus the XID
+        count columns as the collectors keep them."""
         metrics: dict[str, MetricSeries] = {}
         positions = np.arange(at.size, dtype=np.int32)
-        on_mig = None if ex is None else ex.on_mig
         names = list(samples[-1].metrics) if samples else []
         for name in names:
             stack = np.array([s.metrics[name] for s in samples])
@@ -146,7 +190,7 @@ class SimSnapshots:
                 val, stamp_rows, row=positions, increase=inc, window_seconds=window
             )
         if samples:
-            xid_total = np.zeros(n)
+            xid_total = np.zeros(self.sim.n_gpu)
             for code, arr in samples[-1].xid_counts.items():
                 xid_total = xid_total + np.nan_to_num(arr)
                 if bool(np.any(arr[at] > 0)):  # a code's column, as the collectors keep it
@@ -154,9 +198,16 @@ class SimSnapshots:
                         np.where(arr[at] > 0, arr[at], np.nan), stamp_rows, row=positions
                     )
             metrics[XID_COUNT_METRIC] = MetricSeries(xid_total[at], stamp_rows, row=positions)
-        pod_records = tuple(_pod(p, t) for p in pods)
-        steps = self._steps(samples, times, t, pods)
-        up = {str(self._node_names[i]): bool(latest.exporter_up[i]) for i in range(len(lay.nodes))}
+        return metrics
+
+    def _exporter_health(
+        self, samples: list[Sample], times: FloatArray, latest: Sample
+    ) -> ExporterHealth:
+        """Per node whether its exporter is up now and when it was last scraped."""
+        up = {
+            str(self._node_names[i]): bool(latest.exporter_up[i])
+            for i in range(len(self.sim.layout.nodes))
+        }
         last_scrape: dict[str, float] = {}
         if samples:
             ok = np.array([s.exporter_up for s in samples], dtype=bool)
@@ -165,19 +216,10 @@ class SimSnapshots:
             last_scrape = {
                 str(self._node_names[i]): float(times[newest[i]]) for i in np.flatnonzero(seen)
             }
-        exporters = ExporterHealth(
+        return ExporterHealth(
             up=up if samples and samples[-1] is latest else {},
             last_scrape=last_scrape,
             scrape_interval=self._interval,
-        )
-        return self._builder.build(
-            t,
-            gpus,
-            metrics,
-            nodes=self._nodes(t),
-            pods=pod_records,
-            steps=steps,
-            exporters=exporters,
         )
 
     def _nodes(self, t: float) -> tuple[Node, ...]:

@@ -132,6 +132,13 @@ def render(ctx: Context) -> None:
     g = ranks(jobs[jobs["job"] == pick], flagged if not flagged.empty else inc.head(0), pick)
     for _, f in flagged.iterrows():
         st.error(f"{f['kind']}: {f['summary']} (incident {f['id']})")
+    _ranks_side_by_side(g)
+    over_time(ctx, g, now)
+    _busy_share(ctx, pick, now)
+
+
+def _ranks_side_by_side(g: pd.DataFrame) -> None:
+    """The ranks' metrics heatmap beside their nodes, so a bad rank's node is one glance away."""
     left, right = st.columns([3, 2])
     with left:
         st.markdown(
@@ -147,7 +154,10 @@ def render(ctx: Context) -> None:
             width="stretch",
             column_config={"utilization": UTIL_COLUMN},
         )
-    over_time(ctx, g, now)
+
+
+def _busy_share(ctx: Context, pick: str, now: float) -> None:
+    """How busy the job kept its GPUs over the last 24 h, from metering's 5-minute rollups."""
     st.markdown("**Busy share of its GPUs over 24 h** (5-minute rollups)")
     u = data.usage_series(ctx.url, ctx.cluster, "job", now - DAY, data.bucket_now(), key=pick)
     if u.empty:

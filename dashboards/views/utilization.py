@@ -64,6 +64,27 @@ def render(ctx: Context) -> None:
         return
     df = priced(df, cfg)
     table = by_key(df)
+    _totals(df, table, cfg.currency)
+    _top_chart(table, label)
+    hours = st.column_config.NumberColumn(format="%.1f")
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={c: hours for c in table.columns if str(c).endswith(("_hours", "_cost"))},
+    )
+    st.download_button(
+        "Download CSV",
+        table.to_csv(index=False).encode(),
+        file_name=f"gpufleet-usage-{dim}.csv",
+        mime="text/csv",
+        key="util_csv",
+    )
+    _per_team(ctx, start, end)
+
+
+def _totals(df: pd.DataFrame, table: pd.DataFrame, currency: str) -> None:
+    """The period's headline figures, and how much idle time has no price."""
     k = st.columns(5)
     alloc, busy = table["allocated_gpu_hours"].sum(), table["busy_gpu_hours"].sum()
     k[0].metric("GPU-hours allocated", f"{alloc:,.1f}")
@@ -72,12 +93,16 @@ def render(ctx: Context) -> None:
     k[3].metric("Idle allocated GPU-hours", f"{table['idle_gpu_hours'].sum():,.1f}")
     cost = table["idle_cost"]
     k[4].metric(
-        f"Idle cost ({cfg.currency})", f"{cost.sum():,.2f}" if cost.notna().any() else "no prices"
+        f"Idle cost ({currency})", f"{cost.sum():,.2f}" if cost.notna().any() else "no prices"
     )
     unpriced = df[df["idle_cost"].isna()]["idle_gpu_hours"].sum()
     if unpriced > 0:
         st.caption(f"{unpriced:,.1f} idle GPU-hours are of GPU models without a price (config "
                    "`metering.prices`); they are not in the cost.")  # fmt: skip
+
+
+def _top_chart(table: pd.DataFrame, label: str) -> None:
+    """Allocated beside busy hours for the biggest users, so idle allocation stands out."""
     top = table.head(TOP)
     long = top.melt(id_vars=["key"], value_vars=["allocated_gpu_hours", "busy_gpu_hours"],
                     var_name="what", value_name="GPU-hours")  # fmt: skip
@@ -93,20 +118,10 @@ def render(ctx: Context) -> None:
         )
     )
     st.altair_chart(chart, width="stretch")
-    hours = st.column_config.NumberColumn(format="%.1f")
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={c: hours for c in table.columns if str(c).endswith(("_hours", "_cost"))},
-    )
-    st.download_button(
-        "Download CSV",
-        table.to_csv(index=False).encode(),
-        file_name=f"gpufleet-usage-{dim}.csv",
-        mime="text/csv",
-        key="util_csv",
-    )
+
+
+def _per_team(ctx: Context, start: float, end: float) -> None:
+    """Hourly allocated and busy hours per team, one small chart each."""
     st.subheader("Per team over time")
     hourly = data.usage_series(ctx.url, ctx.cluster, "team", start, end, 3600)
     if hourly.empty:

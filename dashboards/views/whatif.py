@@ -4,11 +4,14 @@ actually happened in the journal over the same window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
+from backtesting.backtest import Backtest
 from dashboards import data, whatif
 from dashboards.shell import Context, when
 from errors import ConfigError, GpufleetError
@@ -65,6 +68,26 @@ def render(ctx: Context) -> None:
     start, end = _ts(t0), _ts(t1)
     bar = st.progress(0.0, text="starting")
     partial = st.empty()
+    show = _progress(bar, partial)
+    try:
+        result = whatif.run(url, start, end, step, choices[label], cluster, show)
+    except ConfigError as exc:
+        st.error(exc.render())
+        return
+    except (GpufleetError, ValueError) as exc:
+        st.error(f"The backtest could not run: {exc}")
+        return
+    partial.empty()
+    st.success(result.summary())
+    left, right = st.columns(2)
+    with left:
+        _replayed(result, label)
+    with right:
+        actual(ctx, start, end)
+
+
+def _progress(bar: DeltaGenerator, partial: DeltaGenerator) -> Callable[[whatif.Eta], None]:
+    """A progress callback: the bar moves, and the findings so far show while the run goes on."""
     shown = [0]
 
     def show(eta: whatif.Eta) -> None:
@@ -79,31 +102,22 @@ def render(ctx: Context) -> None:
                 st.dataframe(so_far[["kind", "severity", "node", "job", "first_seen"]],
                              hide_index=True, width="stretch")  # fmt: skip
 
-    try:
-        result = whatif.run(url, start, end, step, choices[label], cluster, show)
-    except ConfigError as exc:
-        st.error(exc.render())
-        return
-    except (GpufleetError, ValueError) as exc:
-        st.error(f"The backtest could not run: {exc}")
-        return
-    partial.empty()
-    st.success(result.summary())
-    left, right = st.columns(2)
-    with left:
-        st.markdown(f"**What the detectors would have found and {label} would have done**")
-        found = pd.DataFrame([f.to_json() for f in result.episodes])
-        if found.empty:
-            st.caption("No findings.")
-        else:
-            found["first_seen"] = found["first_seen"].map(when)
-            found = found.assign(node=found["node"].map(names), job=found["job"].map(names))
-            st.dataframe(found[["kind", "severity", "node", "job", "first_seen", "summary"]],
-                         hide_index=True, width="stretch")  # fmt: skip
-        acts = pd.DataFrame([a.to_json() for a in result.actions])
-        if not acts.empty:
-            acts["decided_at"] = acts["decided_at"].map(when)
-            st.dataframe(acts[["playbook", "target", "decision", "decided_at", "reasons"]],
-                         hide_index=True, width="stretch")  # fmt: skip
-    with right:
-        actual(ctx, start, end)
+    return show
+
+
+def _replayed(result: Backtest, label: str) -> None:
+    """What the detectors would have found in the window and what the policy would have done."""
+    st.markdown(f"**What the detectors would have found and {label} would have done**")
+    found = pd.DataFrame([f.to_json() for f in result.episodes])
+    if found.empty:
+        st.caption("No findings.")
+    else:
+        found["first_seen"] = found["first_seen"].map(when)
+        found = found.assign(node=found["node"].map(names), job=found["job"].map(names))
+        st.dataframe(found[["kind", "severity", "node", "job", "first_seen", "summary"]],
+                     hide_index=True, width="stretch")  # fmt: skip
+    acts = pd.DataFrame([a.to_json() for a in result.actions])
+    if not acts.empty:
+        acts["decided_at"] = acts["decided_at"].map(when)
+        st.dataframe(acts[["playbook", "target", "decision", "decided_at", "reasons"]],
+                     hide_index=True, width="stretch")  # fmt: skip

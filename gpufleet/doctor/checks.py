@@ -55,26 +55,7 @@ def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:
             "no DCGM_FI_DEV_FB_USED series: is dcgm-exporter scraped by this Prometheus?",
         )
     ]
-    cov = coverage_report(snapshot_fields(snap))
-    missing = list(cov.fields.missing)
-    reduced = {d: s for d, s in cov.states().items() if s != "full"}
-    out.append(
-        Check(
-            "dcgm fields",
-            WARN if missing else OK,
-            f"missing: {', '.join(missing)}" if missing else "every field detectors read",
-            "add the fields to dcgm-exporter's counters CSV (docs/detectors.md)",
-        )
-    )
-    out.append(
-        Check(
-            "detectors",
-            WARN if reduced else OK,
-            ", ".join(f"{d}: {s}" for d, s in sorted(reduced.items()))
-            or "every detector on full evidence",
-            "see `dcgm fields`; detectors on reduced evidence say so in findings",
-        )
-    )
+    out += _coverage_checks(snap)
     out.append(
         Check(
             "label layout",
@@ -95,6 +76,28 @@ def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:
         )
     )
     return out
+
+
+def _coverage_checks(snap: FleetSnapshot) -> list[Check]:
+    """Which DCGM fields detectors read are missing, and which detectors that weakens."""
+    cov = coverage_report(snapshot_fields(snap))
+    missing = list(cov.fields.missing)
+    reduced = {d: s for d, s in cov.states().items() if s != "full"}
+    return [
+        Check(
+            "dcgm fields",
+            WARN if missing else OK,
+            f"missing: {', '.join(missing)}" if missing else "every field detectors read",
+            "add the fields to dcgm-exporter's counters CSV (docs/detectors.md)",
+        ),
+        Check(
+            "detectors",
+            WARN if reduced else OK,
+            ", ".join(f"{d}: {s}" for d, s in sorted(reduced.items()))
+            or "every detector on full evidence",
+            "see `dcgm fields`; detectors on reduced evidence say so in findings",
+        ),
+    ]
 
 
 def node_join_check(snap: FleetSnapshot) -> Check:

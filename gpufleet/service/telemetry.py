@@ -30,33 +30,39 @@ COVERAGE_STATES = tuple(e.value for e in Evidence)
 """The gauge's `state` label values: full, reduced, cannot_run."""
 
 
+def _providers(
+    cfg: TelemetryConfig, instance: str, registry: CollectorRegistry
+) -> tuple[MeterProvider, TracerProvider]:
+    """Metrics for Prometheus to scrape (in `registry`), and both metrics and traces to an OTLP
+    collector when one is configured."""
+    resource = Resource.create({"service.name": cfg.service_name, "service.instance.id": instance})
+    readers: list[MetricReader] = [
+        PrometheusMetricReader(disable_target_info=True, registry=registry)
+    ]
+    tracer_provider = TracerProvider(resource=resource)
+    if cfg.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        base = cfg.otlp_endpoint.rstrip("/")
+        readers.append(
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
+                export_interval_millis=15000,
+            )
+        )
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
+        )
+    return MeterProvider(resource=resource, metric_readers=readers), tracer_provider
+
+
 class Telemetry:
     def __init__(self, cfg: TelemetryConfig, instance: str) -> None:
-        resource = Resource.create(
-            {"service.name": cfg.service_name, "service.instance.id": instance}
-        )
         self.registry = CollectorRegistry(auto_describe=True)
-        readers: list[MetricReader] = [
-            PrometheusMetricReader(disable_target_info=True, registry=self.registry)
-        ]
-        self.tracer_provider = TracerProvider(resource=resource)
-        if cfg.otlp_endpoint:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                OTLPMetricExporter,
-            )
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            base = cfg.otlp_endpoint.rstrip("/")
-            readers.append(
-                PeriodicExportingMetricReader(
-                    OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
-                    export_interval_millis=15000,
-                )
-            )
-            self.tracer_provider.add_span_processor(
-                BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
-            )
-        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        self.meter_provider, self.tracer_provider = _providers(cfg, instance, self.registry)
         self.tracer = self.tracer_provider.get_tracer("gpufleet")
         m = self.meter_provider.get_meter("gpufleet")
         self.cycle_seconds = m.create_histogram(

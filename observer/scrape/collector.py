@@ -103,6 +103,54 @@ class _Columns:
     gpu: dict[str, tuple[list[str], list[float], list[float]]] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Pages:
+    """What the targets' latest pages hold, gathered into one fleet's worth of rows."""
+
+    cols: _Columns = field(default_factory=_Columns)
+    steps: list[tuple[str, str, float, float]] = field(default_factory=list)
+    kube: list[dict[str, Any]] = field(default_factory=list)
+    status: list[dict[str, Any]] = field(default_factory=list)
+    up: dict[str, bool] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    lost: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    sharers: list[tuple[Mapping[str, str], float]] = field(default_factory=list)
+
+    def add(self, st: _Target, page: ParsedPage) -> None:
+        """One target's latest page: its exporter's health, GPU rows, series, pods' steps."""
+        cols = self.cols
+        if st.node:
+            self.up[st.node] = st.ok
+            self.last[st.node] = st.at
+        for key, (labels, seen) in st.inventory.items():
+            if key in page.identity:
+                cols.rows.append(labels)
+                cols.stamps.append(seen)
+            else:
+                self.lost.append((labels, seen))
+        self.sharers += [(lab, st.at) for rows in page.sharers.values() for lab in rows]
+        for fam, (keys, vals, _) in page.gpu.items():
+            k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
+            k.extend(keys)
+            v.extend(vals)
+            ts.extend([st.at] * len(keys))
+        self.steps += [(ns, pod, x, st.at) for ns, pod, x in page.steps]
+        for n, lab, x in page.kube:
+            row = {"metric": {"__name__": n, **lab}, "value": [st.at, repr(x)]}
+            if n not in KSM_STATUS_FAMILIES:
+                self.kube.append(row)
+            elif x == 1:
+                self.status.append(row)
+
+    def close_rows(self) -> None:
+        """Append the rows without data: vanished GPUs, then pods sharing a GPU."""
+        cols = self.cols
+        cols.rows += [labels for labels, _ in self.lost]  # vanished GPUs: rows, no data
+        cols.stamps += [seen for _, seen in self.lost]
+        cols.rows += [dict(labels) for labels, _ in self.sharers]  # then pods sharing a GPU
+        cols.stamps += [seen for _, seen in self.sharers]
+
+
 class ScrapeCollector:
     def __init__(
         self,
@@ -245,54 +293,22 @@ class ScrapeCollector:
         events: Iterable[Event],
         problems: str = "",
     ) -> tuple[FleetSnapshot, BuildReport]:
-        s = self.settings
-        cols = _Columns()
-        steps: list[tuple[str, str, float, float]] = []
-        kube: list[dict[str, Any]] = []
-        status: list[dict[str, Any]] = []
-        up: dict[str, bool] = {}
-        last: dict[str, float] = {}
-        lost: list[tuple[dict[str, str], float]] = []
-        sharers: list[tuple[Mapping[str, str], float]] = []
+        pages = _Pages()
         for url in urls:
             st = self._targets[url]
-            if st.page is None or not t - st.at <= s.inventory_window:
+            if st.page is None or not t - st.at <= self.settings.inventory_window:
                 continue
-            page = st.page
-            if st.node:
-                up[st.node] = st.ok
-                last[st.node] = st.at
-            for key, (labels, seen) in st.inventory.items():
-                if key in page.identity:
-                    cols.rows.append(labels)
-                    cols.stamps.append(seen)
-                else:
-                    lost.append((labels, seen))
-            sharers += [(lab, st.at) for rows in page.sharers.values() for lab in rows]
-            for fam, (keys, vals, _) in page.gpu.items():
-                k, v, ts = cols.gpu.setdefault(fam, ([], [], []))
-                k.extend(keys)
-                v.extend(vals)
-                ts.extend([st.at] * len(keys))
-            steps += [(ns, pod, x, st.at) for ns, pod, x in page.steps]
-            for n, lab, x in page.kube:
-                row = {"metric": {"__name__": n, **lab}, "value": [st.at, repr(x)]}
-                if n not in KSM_STATUS_FAMILIES:
-                    kube.append(row)
-                elif x == 1:
-                    status.append(row)
-        cols.rows += [labels for labels, _ in lost]  # vanished GPUs: rows, no data
-        cols.stamps += [seen for _, seen in lost]
-        cols.rows += [dict(labels) for labels, _ in sharers]  # then pods sharing a GPU
-        cols.stamps += [seen for _, seen in sharers]
+            pages.add(st, st.page)
+        pages.close_rows()
+        cols = pages.cols
         gpus = GpuColumns.from_label_dicts(cols.rows, cols.stamps)
         metrics = self._metrics(cols, t)
-        n_paged = len(cols.rows) - len(lost)  # rows of GPUs on their target's latest page
+        n_paged = len(cols.rows) - len(pages.lost)  # rows of GPUs on their target's latest page
         metrics[XID_COUNT_METRIC] = fill_zero(metrics.get(XID_COUNT_METRIC), gpus, n_paged)
-        ksm_nodes, ksm_pods = records_from_series(kube, status, ())
+        ksm_nodes, ksm_pods = records_from_series(pages.kube, pages.status, ())
         exporters = ExporterHealth(
-            up=up,
-            last_scrape=last,
+            up=pages.up,
+            last_scrape=pages.last,
             sample_times=[np.array(self._cycles)],
             degraded_reason=problems[:2000],
         )
@@ -302,7 +318,7 @@ class ScrapeCollector:
             metrics,
             nodes=list(nodes) if nodes is not None else ksm_nodes,
             pods=list(pods) if pods is not None else ksm_pods,
-            steps=self._steps(steps, t),
+            steps=self._steps(pages.steps, t),
             exporters=exporters,
             events=events,
         )

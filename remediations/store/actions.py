@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -43,6 +43,101 @@ def _decision_message(r: Mapping[str, Any]) -> str:
     return f"{r['playbook']} on {r['target']}: {r['decision']}"
 
 
+def _action_values(cluster: str, n: NewAction, now: float) -> dict[str, Any]:
+    """A new action's row as column values: version 1, no step taken, created `now`."""
+    return {
+        "id": _action_id(cluster, n.idempotency_key),
+        "cluster": cluster,
+        "idempotency_key": n.idempotency_key,
+        "incident_id": n.incident_id,
+        "playbook": n.playbook,
+        "target": n.target,
+        "target_nodes": list(n.target_nodes),
+        "disruptive": n.disruptive,
+        "mode": n.mode.value,
+        "rule": n.rule,
+        "state": n.state.value,
+        "version": 1,
+        "decision": n.decision.value,
+        "reasons": list(n.reasons),
+        "params": dict(n.params),
+        "plan": [i.to_json() for i in n.plan],
+        "progress": 0,
+        "step_started": None,
+        "shadow": n.shadow,
+        "attempt": n.attempt,
+        "created_at": now,
+        "updated_at": now,
+        "result": n.result,
+        "phase": "run",
+        "deadline": n.deadline,
+    }
+
+
+_UNCLAIMED = {"approved_by": None, "lease_owner": None, "lease_until": None, "started_at": None}
+"""The columns a bulk insert must name that a new action leaves empty."""
+
+
+def _decision_detail(r: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision audit row's detail: why, under which mode and rule, into which state."""
+    return {
+        "reasons": list(r["reasons"]),
+        "mode": r["mode"],
+        "rule": r["rule"],
+        "state": r["state"],
+        "shadow": r["shadow"],
+    }
+
+
+def _decision_audits(
+    cluster: str,
+    now: float,
+    fresh: Sequence[Mapping[str, Any]],
+    denials: Sequence[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Audit rows for a cycle: one per newly journaled action, then the cycle's denials."""
+    audits: list[dict[str, Any]] = [
+        {
+            "cluster": cluster,
+            "at": now,
+            "actor": ACTOR,
+            "kind": "decision",
+            "action_id": r["id"],
+            "incident_id": r["incident_id"],
+            "target": r["target"],
+            "message": _decision_message(r),
+            "detail": _decision_detail(r),
+        }
+        for r in fresh
+    ]
+    audits += [
+        {
+            "cluster": cluster,
+            "at": now,
+            "actor": ACTOR,
+            "kind": "decision",
+            "action_id": None,
+            "target": "",
+            "message": "",
+            "incident_id": None,
+            "detail": {},
+            **d,
+        }
+        for d in denials
+    ]
+    return audits
+
+
+def _journaled_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    """Which of these action ids the journal holds already (queried 500 at a time)."""
+    existing: set[str] = set()
+    for i in range(0, len(ids), 500):
+        existing.update(
+            conn.scalars(select(ActionRow.id).where(ActionRow.id.in_(ids[i : i + 500])))
+        )
+    return existing
+
+
 class TransitionRefused(Exception):
     """The state machine does not allow the move (a bug in the caller, not a race)."""
 
@@ -52,34 +147,9 @@ class ActionStore(StoreBase):
 
     def propose(self, new: NewAction, now: float) -> tuple[ActionRecord, bool]:
         """Journal a new action, or return the one already journaled under its key."""
-        action_id = _action_id(self.cluster, new.idempotency_key)
-        row = ActionRow(
-            id=action_id,
-            cluster=self.cluster,
-            idempotency_key=new.idempotency_key,
-            incident_id=new.incident_id,
-            playbook=new.playbook,
-            target=new.target,
-            target_nodes=list(new.target_nodes),
-            disruptive=new.disruptive,
-            mode=new.mode.value,
-            rule=new.rule,
-            state=new.state.value,
-            version=1,
-            decision=new.decision.value,
-            reasons=list(new.reasons),
-            params=dict(new.params),
-            plan=[i.to_json() for i in new.plan],
-            progress=0,
-            step_started=None,
-            shadow=new.shadow,
-            attempt=new.attempt,
-            created_at=now,
-            updated_at=now,
-            result=new.result,
-            phase="run",
-            deadline=new.deadline,
-        )
+        values = _action_values(self.cluster, new, now)
+        action_id = values["id"]
+        row = ActionRow(**values)
         try:
             with Session(self.engine, expire_on_commit=False) as s, s.begin():
                 s.add(row)
@@ -88,25 +158,11 @@ class ActionStore(StoreBase):
                     s,
                     now,
                     "decision",
-                    _decision_message(
-                        {
-                            "state": new.state.value,
-                            "result": new.result,
-                            "playbook": new.playbook,
-                            "target": new.target,
-                            "decision": new.decision.value,
-                        }
-                    ),
+                    _decision_message(values),
                     action_id=action_id,
                     incident_id=new.incident_id,
                     target=new.target,
-                    detail={
-                        "reasons": list(new.reasons),
-                        "mode": new.mode.value,
-                        "rule": new.rule,
-                        "state": new.state.value,
-                        "shadow": new.shadow,
-                    },
+                    detail=_decision_detail(values),
                 )
             return action_record(row), True
         except IntegrityError:
@@ -122,86 +178,14 @@ class ActionStore(StoreBase):
         rows in one transaction. Returns how many actions were new."""
         if not news and not denials:
             return 0
-        rows = [
-            {
-                "id": _action_id(self.cluster, n.idempotency_key),
-                "cluster": self.cluster,
-                "idempotency_key": n.idempotency_key,
-                "incident_id": n.incident_id,
-                "playbook": n.playbook,
-                "target": n.target,
-                "target_nodes": list(n.target_nodes),
-                "disruptive": n.disruptive,
-                "mode": n.mode.value,
-                "rule": n.rule,
-                "state": n.state.value,
-                "version": 1,
-                "decision": n.decision.value,
-                "reasons": list(n.reasons),
-                "params": dict(n.params),
-                "plan": [i.to_json() for i in n.plan],
-                "progress": 0,
-                "step_started": None,
-                "shadow": n.shadow,
-                "attempt": n.attempt,
-                "created_at": now,
-                "updated_at": now,
-                "approved_by": None,
-                "lease_owner": None,
-                "lease_until": None,
-                "started_at": None,
-                "result": n.result,
-                "phase": "run",
-                "deadline": n.deadline,
-            }
-            for n in news
-        ]
+        rows = [_action_values(self.cluster, n, now) | _UNCLAIMED for n in news]
         mod: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         with self.engine.begin() as conn:
-            existing: set[str] = set()
-            ids = [r["id"] for r in rows]
-            for i in range(0, len(ids), 500):
-                existing.update(
-                    conn.scalars(select(ActionRow.id).where(ActionRow.id.in_(ids[i : i + 500])))
-                )
+            existing = _journaled_ids(conn, [r["id"] for r in rows])
             fresh = [r for r in rows if r["id"] not in existing]
             if fresh:
                 conn.execute(mod.insert(ActionRow.__table__).on_conflict_do_nothing(), fresh)
-            audits = [
-                {
-                    "cluster": self.cluster,
-                    "at": now,
-                    "actor": ACTOR,
-                    "kind": "decision",
-                    "action_id": r["id"],
-                    "incident_id": r["incident_id"],
-                    "target": r["target"],
-                    "message": _decision_message(r),
-                    "detail": {
-                        "reasons": r["reasons"],
-                        "mode": r["mode"],
-                        "rule": r["rule"],
-                        "state": r["state"],
-                        "shadow": r["shadow"],
-                    },
-                }
-                for r in fresh
-            ]
-            audits += [
-                {
-                    "cluster": self.cluster,
-                    "at": now,
-                    "actor": ACTOR,
-                    "kind": "decision",
-                    "action_id": None,
-                    "target": "",
-                    "message": "",
-                    "incident_id": None,
-                    "detail": {},
-                    **d,
-                }
-                for d in denials
-            ]
+            audits = _decision_audits(self.cluster, now, fresh, denials)
             if audits:
                 conn.execute(insert(AuditRow), audits)
             return len(fresh)

@@ -245,33 +245,16 @@ class LiveCycle:
             return self._failed(now, began, "detect", f"{type(exc).__name__}: {exc}")
         self.state = result.state
         errors += [CycleError(f"detect:{f.detector}", f.error) for f in result.failures]
-        findings = result.findings
-        if self.coverage is not None:
-            findings = (*findings, *notices(self.coverage.detectors, now))
-        if self.extra_findings is not None and act:
-            try:
-                findings = (*findings, *self.extra_findings(now))
-            except Exception as exc:  # an intake failure must not stop detection
-                self.outages.exception("reading findings from the intake", exc)
-                errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
+        findings = self._with_notices_and_intake(result.findings, now, act, errors)
         findings = self._partial(snapshot, findings, now)
         started, escalated, ended = self._episodes(now, findings)
         changes: tuple[IncidentChange, ...] = ()
         decisions: tuple[ActionDecision, ...] = ()
         touched: tuple[ActionRecord, ...] = ()
         if self.remediation is not None and act:
-            try:
-                with self.span("remediate"):
-                    view = ClusterView.from_snapshot(snapshot)
-                    outcome, acted = self.remediation.tick(findings, now, view)
-                changes, decisions, touched = (
-                    tuple(outcome.changes),
-                    tuple(outcome.decisions),
-                    tuple(acted),
-                )
-            except Exception as exc:
-                self.outages.exception("remediation cycle", exc)
-                errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
+            changes, decisions, touched = self._remediate(
+                self.remediation, snapshot, findings, now, errors
+            )
         if self.meter is not None and act:
             try:
                 self.meter.record_cycle(snapshot, now, findings)
@@ -302,6 +285,41 @@ class LiveCycle:
             coverage=self.coverage,
             coverage_changed=changed,
         )
+
+    def _with_notices_and_intake(
+        self, findings: Sequence[Finding], now: float, act: bool, errors: list[CycleError]
+    ) -> tuple[Finding, ...]:
+        """The detectors' findings, the coverage notices, and (when acting) what the intake
+        received; an intake failure is a cycle error, never a stop."""
+        out = tuple(findings)
+        if self.coverage is not None:
+            out = (*out, *notices(self.coverage.detectors, now))
+        if self.extra_findings is not None and act:
+            try:
+                out = (*out, *self.extra_findings(now))
+            except Exception as exc:  # an intake failure must not stop detection
+                self.outages.exception("reading findings from the intake", exc)
+                errors.append(CycleError("intake", f"{type(exc).__name__}: {exc}"))
+        return out
+
+    def _remediate(
+        self,
+        remediation: RemediationCycle,
+        snapshot: FleetSnapshot,
+        findings: Sequence[Finding],
+        now: float,
+        errors: list[CycleError],
+    ) -> tuple[tuple[IncidentChange, ...], tuple[ActionDecision, ...], tuple[ActionRecord, ...]]:
+        """One remediation tick on the cluster as this cycle's snapshot shows it."""
+        try:
+            with self.span("remediate"):
+                view = ClusterView.from_snapshot(snapshot)
+                outcome, acted = remediation.tick(findings, now, view)
+        except Exception as exc:
+            self.outages.exception("remediation cycle", exc)
+            errors.append(CycleError("remediate", f"{type(exc).__name__}: {exc}"))
+            return (), (), ()
+        return tuple(outcome.changes), tuple(outcome.decisions), tuple(acted)
 
     @staticmethod
     def _degraded(snapshot: FleetSnapshot) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from alerts import AlertsRuntime
 from errors import TemporaryError
 from gpufleet.config import GpufleetConfig, detector_suite
-from gpufleet.live_cycle import LiveCycle
+from gpufleet.live_cycle import LiveCycle, SnapshotSource
 from gpufleet.service.cluster_claim import claim_cluster
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import ServiceParts
@@ -87,12 +87,7 @@ def build(
     halt = threading.Event()
     leading = threading.Event()
     closers: list[Callable[[], None]] = [store.close]
-    kube = KubeCollector(KubeSettings(kubeconfig=kubeconfig)).start()
-    closers.append(kube.stop)
-    if not kube.wait_synced(SYNC_TIMEOUT):
-        log.warning("Kubernetes collector not synced after %.0f s; starting anyway", SYNC_TIMEOUT)
-    collect, close_source = open_source(scrape, kube, clock)
-    closers.append(close_source)
+    collect = _open_collection(scrape, kubeconfig, clock, closers)
     actuator = KubeActuator.from_kubeconfig(
         kubeconfig, clock=clock, sleep=_sleeper(halt, leading, speed)
     )
@@ -123,14 +118,7 @@ def build(
     )
     diag = KubeNodeJobs(api_client(kubeconfig))
     closers.append(diag.close)
-    elector = None
-    le = svc.leader_election
-    if le.enabled:
-        lease = KubeLeaseClient(api_client(kubeconfig), le.namespace, le.lease_name)
-        closers.append(lease.close)
-        elector = LeaderElector(
-            lease, identity, lease_duration=le.lease_duration, renew_every=le.renew_every
-        )
+    elector = _elector(cfg, kubeconfig, identity, closers)
     parts = ServiceParts(
         cfg=svc,
         store=store,
@@ -149,6 +137,38 @@ def build(
         leading=leading,
     )
     return parts, halt
+
+
+def _open_collection(
+    scrape: CollectorSettings,
+    kubeconfig: str | None,
+    clock: Callable[[], float],
+    closers: list[Callable[[], None]],
+) -> SnapshotSource:
+    """The Kubernetes watch cache (waited for, not required: a slow API must not stop the
+    service) and the metrics source over it; their closers join `closers`."""
+    kube = KubeCollector(KubeSettings(kubeconfig=kubeconfig)).start()
+    closers.append(kube.stop)
+    if not kube.wait_synced(SYNC_TIMEOUT):
+        log.warning("Kubernetes collector not synced after %.0f s; starting anyway", SYNC_TIMEOUT)
+    collect, close_source = open_source(scrape, kube, clock)
+    closers.append(close_source)
+    return collect
+
+
+def _elector(
+    cfg: GpufleetConfig, kubeconfig: str | None, identity: str, closers: list[Callable[[], None]]
+) -> LeaderElector | None:
+    """The Lease-based elector when `service.leader_election.enabled` (None: this replica
+    always leads)."""
+    le = cfg.service.leader_election
+    if not le.enabled:
+        return None
+    lease = KubeLeaseClient(api_client(kubeconfig), le.namespace, le.lease_name)
+    closers.append(lease.close)
+    return LeaderElector(
+        lease, identity, lease_duration=le.lease_duration, renew_every=le.renew_every
+    )
 
 
 def _claim_cluster(store: Store, kubeconfig: str | None, identity: str) -> None:

@@ -87,6 +87,14 @@ def _api_objects(tree: ast.AST) -> dict[str, str]:
     """Name (`core` for `self.core`, or a plain variable) -> kubernetes API class name."""
     objects: dict[str, str] = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            # `core: client.CoreV1Api` as a parameter: the wing's reader, writer and evictions
+            # are handed the API objects the actuator built
+            ann = node.annotation
+            cls = ann.attr if isinstance(ann, ast.Attribute) else getattr(ann, "id", "")
+            if re.fullmatch(r"[A-Z]\w*V\d\w*Api", cls):
+                objects[node.arg] = cls
+            continue
         if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
             continue
         call = node.value

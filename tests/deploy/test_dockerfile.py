@@ -13,10 +13,15 @@ DOCKERFILE = (ROOT / "Dockerfile").read_text(encoding="utf-8")
 IGNORE = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
 
 
+TEST_SUPPORT = {"harness"}
+"""Installed in the development venv (tests and benchmarks import it), never shipped."""
+
+
 def packages() -> list[str]:
+    """The packages the image ships: every installed one but the test support."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     include = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted(p.rstrip("*") for p in include)
+    return sorted(p.rstrip("*") for p in include if p.rstrip("*") not in TEST_SUPPORT)
 
 
 def stages() -> list[str]:

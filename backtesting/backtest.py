@@ -17,11 +17,9 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
-
-import numpy as np
 
 from backtesting.replayer import Replayer, ReplayResult
 from detectors.findings import Finding
@@ -29,7 +27,7 @@ from detectors.suite import CycleResult, DetectorSuite
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from remediations.cluster_view import ClusterView
+from remediations.cluster_view import SnapshotViews
 from remediations.decision_journal import ShadowReplay
 from remediations.decisions import ActionDecision
 from remediations.policy import Policy
@@ -187,37 +185,6 @@ class PrometheusFrames:
         with PrometheusCollector(self.settings) as c:
             for r in c.collect_range(start, end, step):
                 yield r.snapshot.taken_at, r.snapshot
-
-
-class SnapshotViews:
-    """The cluster view of each snapshot, rebuilt only when what it is made of changed
-    (nodes, pods, jobs, which GPU is where and with which pod): between such changes, replay
-    steps share one view, stamped with their own time."""
-
-    def __init__(self) -> None:
-        self._key: tuple[object, ...] = ()
-        self._gpus: tuple[np.ndarray, ...] = ()
-        self._view: ClusterView | None = None
-
-    def __call__(self, snap: FleetSnapshot) -> ClusterView:
-        key = (snap.nodes, snap.pods, snap.jobs)
-        g = snap.gpus
-        gpus = (g.uuid, g.node_index, g.pod_index)
-        same = (
-            self._view is not None
-            and key == self._key
-            and all(np.array_equal(a, b) for a, b in zip(gpus, self._gpus, strict=True))
-        )
-        if same and self._view is not None:
-            return replace(self._view, taken_at=snap.taken_at)
-        self._view = ClusterView.from_snapshot(snap)
-        self._key, self._gpus = key, gpus
-        return self._view
-
-    @property
-    def built(self) -> ClusterView | None:
-        """The view as last rebuilt (the same object until what it is made of changes)."""
-        return self._view
 
 
 def backtest(

@@ -3,7 +3,7 @@
 
 Each worker replays its shard of Prometheus history and notes, per counted cycle, the cluster
 view of that cycle's snapshot when it changed (rebuilt as rarely as the sequential backtest
-does: backtesting.backtest.SnapshotViews) and why the data was degraded, if it was. The parent
+does: remediations.cluster_view.SnapshotViews) and why the data was degraded, if it was. The parent
 feeds each shard's cycles, as they arrive in order, to one dry-run engine — the same calls,
 with the same findings and views, as `backtesting.backtest.backtest` makes — so the decisions are
 the sequential backtest's; only the engine stays sequential (1.2 of 26.6 s of the 24 h x 1k-GPU
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from backtesting.backtest import Backtest, OnEpisodes, PrometheusFrames, ReplayRun, SnapshotViews
+from backtesting.backtest import Backtest, OnEpisodes, PrometheusFrames, ReplayRun
 from backtesting.backtest import backtest as sequential_backtest
 from backtesting.sharded import ShardOutput, replay_sharded, restored, warmup_seconds
 from detectors.findings import Finding
@@ -26,7 +26,7 @@ from detectors.suite import DetectorSuite
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
-from remediations.cluster_view import ClusterView
+from remediations.cluster_view import ClusterView, SnapshotViews
 from remediations.decision_journal import ShadowReplay
 from remediations.policy import Policy
 

@@ -7,8 +7,9 @@ what a long-running `gpufleet run` will run on its scheduler.
                                            every cycle, so none goes silent)
     DetectorSuite.run(snapshot, now)      (detector state carried from cycle to cycle)
     EpisodeTracker.observe(now, found)    (which findings are new episodes, which ended)
-    ClusterView.from_snapshot(snapshot)   (the cluster as this snapshot shows it: nodes, pods,
-                                           jobs, who holds which GPU; no second read of the API)
+    SnapshotViews(snapshot)               (the cluster as this snapshot shows it: nodes, pods,
+                                           jobs, who holds which GPU; no second read of the API;
+                                           rebuilt only when the cluster changed)
     RemediationCycle.tick(findings, now, view)
                                           (incidents, decisions, journal; the actuator's writes
                                            in the cycle's background executor when it has one,
@@ -45,7 +46,7 @@ from observer.fleet.model import FleetSnapshot
 from observer.kube.collector import KubeCollector
 from observer.prometheus.collector import PrometheusCollector
 from observer.scrape.collector import ScrapeCollector
-from remediations.cluster_view import ClusterView
+from remediations.cluster_view import ClusterView, SnapshotViews
 from remediations.cycle import RemediationCycle
 from remediations.decisions import ActionDecision
 from remediations.incidents import COVERAGE, HOLDS, IncidentChange
@@ -198,6 +199,8 @@ class LiveCycle:
         self.cycles = 0
         self.failed_cycles = 0
         self.latest: FleetSnapshot | None = None
+        self.views = SnapshotViews()
+        """The cluster view of each snapshot, rebuilt only when the cluster changed."""
         """The last snapshot collected (scheduled jobs read who holds which GPU from it)."""
         self.fields: frozenset[str] | None = None
         """The fields of the last successful collection."""
@@ -313,7 +316,7 @@ class LiveCycle:
         """One remediation tick on the cluster as this cycle's snapshot shows it."""
         try:
             with self.span("remediate"):
-                view = ClusterView.from_snapshot(snapshot)
+                view = self.views(snapshot)
                 outcome, acted = remediation.tick(findings, now, view)
         except Exception as exc:
             self.outages.exception("remediation cycle", exc)

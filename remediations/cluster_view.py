@@ -11,7 +11,7 @@ makes at write time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -225,3 +225,34 @@ class ClusterView:
             gpus_of_node={n: tuple(u) for n, u in gpus_of_node.items()},
             sharers_of_gpu={u: tuple(k) for u, k in sharers.items()},
         )
+
+
+class SnapshotViews:
+    """The cluster view of each snapshot, rebuilt only when what it is made of changed (nodes,
+    pods, jobs, which GPU is where, with which pods and device index): between such changes,
+    cycles and replay steps share one view, stamped with their own time. At 12,500 nodes a
+    rebuild costs ~0.4 s, so the live cycle and backtests alike pay it only on a change."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] = ()
+        self._gpus: tuple[np.ndarray, ...] = ()
+        self._view: ClusterView | None = None
+
+    def __call__(self, snap: FleetSnapshot) -> ClusterView:
+        key = (snap.nodes, snap.pods, snap.jobs, snap.shared_pods)
+        g = snap.gpus
+        gpus = (g.uuid, g.node_index, g.pod_index, g.device_index)
+        if (
+            self._view is not None
+            and key == self._key
+            and all(np.array_equal(a, b) for a, b in zip(gpus, self._gpus, strict=True))
+        ):
+            return replace(self._view, taken_at=snap.taken_at)
+        self._view = ClusterView.from_snapshot(snap)
+        self._key, self._gpus = key, gpus
+        return self._view
+
+    @property
+    def built(self) -> ClusterView | None:
+        """The view as last rebuilt (the same object until what it is made of changes)."""
+        return self._view

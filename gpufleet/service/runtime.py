@@ -30,7 +30,6 @@ from gpufleet.service.service_config import ScheduleEntry, ServiceConfig
 from gpufleet.service.telemetry import Telemetry
 from metering import MeteringConfig
 from remediations.capabilities import NodeJobs
-from remediations.cluster_view import ClusterView
 from remediations.cycle import RemediationCycle, TakeOver
 from remediations.incidents import Change, IncidentChange
 from remediations.scheduled.context import JobOutcome
@@ -136,7 +135,7 @@ class Service:
     def _gpu_holders(self) -> Mapping[str, str] | None:
         """GPU UUID -> pod from the latest cycle's snapshot (None before the first cycle)."""
         snap = self.p.live.latest
-        return None if snap is None else ClusterView.from_snapshot(snap).pod_of_gpu
+        return None if snap is None else self.p.live.views(snap).pod_of_gpu
 
     def may_act(self) -> bool:
         return not self.halt.is_set() and self.is_leader()

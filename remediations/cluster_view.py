@@ -234,25 +234,26 @@ class SnapshotViews:
     rebuild costs ~0.4 s, so the live cycle and backtests alike pay it only on a change."""
 
     def __init__(self) -> None:
-        self._key: tuple[object, ...] = ()
-        self._gpus: tuple[np.ndarray, ...] = ()
-        self._view: ClusterView | None = None
+        self._last: tuple[tuple[object, ...], tuple[np.ndarray, ...], ClusterView] | None = None
+        """(what the view was built from, the view), swapped as one: the service's jobs read
+        it from their own thread."""
 
     def __call__(self, snap: FleetSnapshot) -> ClusterView:
         key = (snap.nodes, snap.pods, snap.jobs, snap.shared_pods)
         g = snap.gpus
         gpus = (g.uuid, g.node_index, g.pod_index, g.device_index)
+        last = self._last
         if (
-            self._view is not None
-            and key == self._key
-            and all(np.array_equal(a, b) for a, b in zip(gpus, self._gpus, strict=True))
+            last is not None
+            and key == last[0]
+            and all(np.array_equal(a, b) for a, b in zip(gpus, last[1], strict=True))
         ):
-            return replace(self._view, taken_at=snap.taken_at)
-        self._view = ClusterView.from_snapshot(snap)
-        self._key, self._gpus = key, gpus
-        return self._view
+            return replace(last[2], taken_at=snap.taken_at)
+        view = ClusterView.from_snapshot(snap)
+        self._last = (key, gpus, view)
+        return view
 
     @property
     def built(self) -> ClusterView | None:
         """The view as last rebuilt (the same object until what it is made of changes)."""
-        return self._view
+        return None if self._last is None else self._last[2]

@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,11 +109,13 @@ def start(
     *,
     workdir: Path | None = None,
     quiet: bool = True,
+    child_setup: Callable[[], None] | None = None,
 ) -> Dashboard:
     """Start the dashboard (port None: the config's; 0: any free one); returns at once.
 
     The settings file goes to `workdir` (a temporary directory when None, removed on stop).
-    With `quiet` the child's output goes to `workdir/dashboard.log` (or is dropped)."""
+    With `quiet` the child's output goes to `workdir/dashboard.log` (or is dropped).
+    `child_setup` runs in the child before exec (the demo's ties Streamlit's life to its own)."""
     p = settings.dashboard.port if port is None else port
     p = free_port() if p == 0 else p
     tmp = None
@@ -129,6 +132,7 @@ def start(
             stderr=subprocess.STDOUT if quiet else None,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us; we stop it in order
+            preexec_fn=child_setup,  # None, or the demo's: die with the demo
         )
     finally:
         if out is not None:

@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -138,11 +139,13 @@ def start_prometheus(
     lookback_delta: str | None = None,
     data_dir: Path | None = None,
     config: str = CONFIG,
+    child_setup: Callable[[], None] | None = None,
 ) -> PrometheusHandle:
     """Backfill `openmetrics_path` (if given) into a fresh directory under `workdir` (or into
     `data_dir`, e.g. one backfilled part by part with `backfill`) and start Prometheus on a
     free loopback port (retried when another process takes the port first). `config`: the
-    prometheus.yml text (default: no scrape jobs; tests pass one that scrapes a simulator)."""
+    prometheus.yml text (default: no scrape jobs; tests pass one that scrapes a simulator).
+    `child_setup` runs in the child before exec (the demo's ties Prometheus's life to its own)."""
     _, prometheus = require_binaries()
     base = Path(workdir) / f"prom-{free_port()}"
     base.mkdir(parents=True)
@@ -167,7 +170,9 @@ def start_prometheus(
         if lookback_delta:
             cmd.append(f"--query.lookback-delta={lookback_delta}")
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_setup
+            )
         handle = PrometheusHandle(f"http://127.0.0.1:{port}", proc, data_dir, log_path)
         try:
             _wait_ready(handle)

@@ -28,6 +28,7 @@ from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import add_arguments, load_all, load_config
 from gpufleet.demo import prometheus as demo_prometheus
 from gpufleet.demo.banner import banner
+from gpufleet.demo.children import die_with_this_process
 from gpufleet.demo.embedded import (
     WARMUP,
     Embedded,
@@ -208,7 +209,7 @@ def start_dashboard(config: Path, port: int, workdir: Path) -> Dashboard:
         print(f"gpufleet: port {port} is taken; the dashboard uses a free port instead",
               file=sys.stderr)  # fmt: skip
         port = 0
-    dash = launch(settings, port, workdir=workdir)
+    dash = launch(settings, port, workdir=workdir, child_setup=die_with_this_process())
     print(f"Dashboard: {dash.url}  (Streamlit log: {workdir / 'dashboard.log'})", flush=True)
     return dash
 
@@ -279,9 +280,11 @@ def _serve(embedded: Embedded, handle: SimulationHandle, args: argparse.Namespac
             print(flush=True)
             stop.wait()
     finally:
-        code = embedded.close()
-        if dash is not None:
-            dash.stop()
+        try:
+            code = embedded.close()
+        finally:
+            if dash is not None:
+                dash.stop()
     return code
 
 

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpufleet.demo.children import die_with_this_process
 from lab import local_prometheus as lp
 from simulator.serve import SimulationHandle
 
@@ -45,7 +46,7 @@ def start(handle: SimulationHandle, workdir: Path) -> lp.PrometheusHandle | None
     with urllib.request.urlopen(f"{handle.metrics_url}/targets?format=file_sd", timeout=10) as r:
         targets.write_bytes(r.read())
     config = CONFIG.format(interval=SCRAPE_INTERVAL, targets=targets)
-    prom = lp.start_prometheus(None, home, config=config)
+    prom = lp.start_prometheus(None, home, config=config, child_setup=die_with_this_process())
     expected = sum(len(group.get("targets", [])) for group in json.loads(targets.read_text()))
     wait_scraped(prom, expected)
     return prom

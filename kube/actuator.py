@@ -10,7 +10,7 @@ NodeJobReader, FencedGpuReader).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from kube.pinning import Pinner
 from kube.reader import KubeReader
 from kube.writer import KubeWriter
 from remediations.capabilities import WriteContext
+from remediations.cluster_names import JOB_LABEL_KEYS
 from remediations.types import Intent
 
 
@@ -35,8 +36,12 @@ class KubeActuator(KubeReader):
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        job_label_keys: Sequence[str] = JOB_LABEL_KEYS,
     ) -> None:
-        super().__init__(client.CoreV1Api(api), DraClient(api), KubeNodeJobs(api))
+        """`job_label_keys`: the pod labels naming a pod's job, as the collector uses them."""
+        super().__init__(
+            client.CoreV1Api(api), DraClient(api), KubeNodeJobs(api), job_label_keys=job_label_keys
+        )
         self.api = api
         self.pinner = Pinner(self, self.dra)
         evictions = PodEvictions(self.core, clock=clock, sleep=sleep)

@@ -145,11 +145,16 @@ def slack_to_file(path: Path) -> None:
 def _source(
     cfg: GpufleetConfig, handle: SimulationHandle, prom: lp.PrometheusHandle | None
 ) -> CollectorSettings:
-    cluster = handle.scenario.cluster
+    cluster, keys = handle.scenario.cluster, tuple(cfg.service.source.job_label_keys)
+    targets = f"{handle.metrics_url}/targets"
     return (
         source_settings(cfg.service.source, cluster)
-        or (PromSettings(prom.url, cluster=cluster) if prom is not None else None)
-        or ScrapeSettings(discovery_url=f"{handle.metrics_url}/targets", cluster=cluster)
+        or (
+            PromSettings(prom.url, cluster=cluster, job_label_keys=keys)
+            if prom is not None
+            else None
+        )
+        or ScrapeSettings(discovery_url=targets, cluster=cluster, job_label_keys=keys)
     )
 
 

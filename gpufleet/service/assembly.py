@@ -24,7 +24,7 @@ from gpufleet.live_cycle import LiveCycle, SnapshotSource
 from gpufleet.service.cluster_claim import claim_cluster
 from gpufleet.service.leader import LeaderElector
 from gpufleet.service.runtime import ServiceParts
-from gpufleet.service.sources import CollectorSettings, open_source
+from gpufleet.service.sources import CollectorSettings, job_label_keys_of, open_source
 from gpufleet.service.telemetry import Telemetry
 from gpufleet.service.tracing import traced_suite
 from gpufleet.service.write_tracing import traced_writes
@@ -88,8 +88,11 @@ def build(
     leading = threading.Event()
     closers: list[Callable[[], None]] = [store.close]
     collect = _open_collection(scrape, kubeconfig, clock, closers)
-    actuator = KubeActuator.from_kubeconfig(
-        kubeconfig, clock=clock, sleep=_sleeper(halt, leading, speed)
+    actuator = KubeActuator.from_kubeconfig(  # its jobs are the collector's: one label list
+        kubeconfig,
+        clock=clock,
+        sleep=_sleeper(halt, leading, speed),
+        job_label_keys=job_label_keys_of(scrape),
     )
     closers.append(actuator.close)
     cycle = RemediationCycle(

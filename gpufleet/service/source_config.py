@@ -11,7 +11,7 @@ mounted Secret), or the password from the environment variable PROMETHEUS_PASSWO
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,6 +22,7 @@ from observer.kube.exporters import (
     parse_label_selector,
 )
 from observer.prometheus.plan import POD_LABEL_MODES
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 """Headers that carry credentials: never in the config file (use the file settings)."""
@@ -181,6 +182,12 @@ class SourceConfig(_Strict):
     """Direct scrape: a dcgm-exporter target list (`<url>/targets`), read each cycle."""
     targets: list[str] = Field(default_factory=list)
     """Direct scrape: a fixed list of exporter URLs."""
+    job_label_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: list(DEFAULT_JOB_LABEL_KEYS), min_length=1
+    )
+    """The pod labels that name a pod's job, first match wins (default: Kubeflow, JobSet,
+    Volcano, batch Jobs). The collectors group pods into jobs by them for the detectors, and
+    the actuator for the playbooks (which pods a migrate or drain of a job moves): one list."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:

@@ -20,6 +20,7 @@ from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.credentials import PromAuth
 from observer.prometheus.plan import PromSettings
 from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,9 @@ class PodDiscovery:
 CollectorSettings = PromSettings | ScrapeSettings | PodDiscovery
 
 
-def prom_settings(p: PrometheusSource, cluster: str) -> PromSettings:
+def prom_settings(
+    p: PrometheusSource, cluster: str, job_label_keys: tuple[str, ...] = DEFAULT_JOB_LABEL_KEYS
+) -> PromSettings:
     """The collector settings of a `service.source.prometheus` section."""
     basic = p.basic_auth
     auth = PromAuth(
@@ -57,21 +60,34 @@ def prom_settings(p: PrometheusSource, cluster: str) -> PromSettings:
         pod_labels=p.pod_labels,
         headers=tuple(p.headers.items()),
         auth=auth,
+        job_label_keys=job_label_keys,
     )
 
 
 def source_settings(src: SourceConfig, cluster: str) -> CollectorSettings | None:
     """The configured source's collector settings (None: no source configured)."""
+    keys = tuple(src.job_label_keys)
     if src.prometheus is not None:
-        return prom_settings(src.prometheus, cluster)
+        return prom_settings(src.prometheus, cluster, keys)
     if src.kubernetes is not None:
-        scrape = ScrapeSettings(timeout=src.kubernetes.timeout, cluster=cluster)
+        scrape = ScrapeSettings(
+            timeout=src.kubernetes.timeout, cluster=cluster, job_label_keys=keys
+        )
         return PodDiscovery(scrape, src.kubernetes.selectors())
     if src.discovery_url or src.targets:
         return ScrapeSettings(
-            targets=tuple(src.targets), discovery_url=src.discovery_url or "", cluster=cluster
+            targets=tuple(src.targets),
+            discovery_url=src.discovery_url or "",
+            cluster=cluster,
+            job_label_keys=keys,
         )
     return None
+
+
+def job_label_keys_of(settings: CollectorSettings) -> tuple[str, ...]:
+    """The job-name label keys the collector groups pods by: what the actuator must use too."""
+    scrape = settings.scrape if isinstance(settings, PodDiscovery) else settings
+    return tuple(scrape.job_label_keys)
 
 
 def open_source(

@@ -88,13 +88,7 @@ def build(
     leading = threading.Event()
     closers: list[Callable[[], None]] = [store.close]
     collect = _open_collection(scrape, kubeconfig, clock, closers)
-    actuator = KubeActuator.from_kubeconfig(  # its jobs are the collector's: one label list
-        kubeconfig,
-        clock=clock,
-        sleep=_sleeper(halt, leading, speed),
-        job_label_keys=job_label_keys_of(scrape),
-    )
-    closers.append(actuator.close)
+    actuator = _actuator(scrape, kubeconfig, clock, _sleeper(halt, leading, speed), closers)
     cycle = RemediationCycle(
         policy,
         store,
@@ -157,6 +151,22 @@ def _open_collection(
     collect, close_source = open_source(scrape, kube, clock)
     closers.append(close_source)
     return collect
+
+
+def _actuator(
+    scrape: CollectorSettings,
+    kubeconfig: str | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    closers: list[Callable[[], None]],
+) -> KubeActuator:
+    """The one actuator; it groups pods into jobs by the collector's job-name label keys, so a
+    playbook moves the job the detectors saw (not one by the built-in keys)."""
+    actuator = KubeActuator.from_kubeconfig(
+        kubeconfig, clock=clock, sleep=sleep, job_label_keys=job_label_keys_of(scrape)
+    )
+    closers.append(actuator.close)
+    return actuator
 
 
 def _elector(

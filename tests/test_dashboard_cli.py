@@ -1,5 +1,6 @@
 """`gpufleet dashboard`: config mistakes exit 2 before anything starts; a real run prints the URL
-first, serves on 127.0.0.1 and stops cleanly (with its Streamlit child) on Ctrl-C."""
+first, serves on 127.0.0.1 and stops cleanly (with its Streamlit child) on Ctrl-C, and its
+Streamlit dies with it even on `kill -9` (gpufleet.children)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ import pytest
 from gpufleet.cli import main
 from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import load_config
+from tests.orphans import (
+    HAS_PROC,
+    children,
+    kill_9_and_check_children_gone,
+    kill_survivors,
+    wait_healthy,
+)
 
 
 def test_a_bad_dashboard_section_exits_2_naming_the_field(
@@ -74,3 +82,27 @@ def test_dashboard_prints_its_url_first_serves_and_stops_on_ctrl_c(tmp_path: Pat
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="needs Linux /proc")
+def test_a_killed_dashboard_takes_its_streamlit_with_it(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpufleet.yaml"
+    cfg.write_text(f"cluster: east\nstore_url: sqlite:///{tmp_path / 'j.db'}\n")
+    cmd = [sys.executable, "-m", "gpufleet.cli", "dashboard", "--config", str(cfg), "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    kids: dict[int, str] = {}
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().removeprefix("gpufleet dashboard: ")
+        port = int(url.rsplit(":", 1)[1])
+        wait_healthy(f"http://127.0.0.1:{port}", 60)
+        kids = children(proc.pid)
+        assert any("streamlit run" in c for c in kids.values()), kids
+
+        kill_9_and_check_children_gone(proc, kids, [port])
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_survivors(kids)

@@ -1,9 +1,10 @@
 """`gpufleet dashboard --config F [--port 8501]`: the Streamlit dashboard over the journal.
 
 Validates the config and the policy first (a mistake exits 2 naming file and field), prints the
-URL, starts Streamlit on 127.0.0.1 as a child process and waits; Ctrl-C stops it. Who may
-approve is the config's `dashboard:` section (see dashboards.settings); st.login is configured
-in `.streamlit/secrets.toml` ([auth]) in the directory you start it from.
+URL, starts Streamlit on 127.0.0.1 as a child process and waits; Ctrl-C stops it, and on Linux
+it dies with this process even on `kill -9` (gpufleet.children). Who may approve is the
+config's `dashboard:` section (see dashboards.settings); st.login is configured in
+`.streamlit/secrets.toml` ([auth]) in the directory you start it from.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from dashboards.launcher import start
 from dashboards.settings import DashboardSettings
+from gpufleet.children import die_with_this_process
 from gpufleet.config import GpufleetConfig, add_arguments, config_path, load_all, load_config
 from remediations.policy import DEFAULT_POLICY
 from simulator.serve import stop_on_signal
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_of(cfg, policy_path(args))
     port = args.port if args.port is not None else settings.dashboard.port
     with stop_on_signal() as stop:
-        dash = start(settings, port, quiet=False)
+        dash = start(settings, port, quiet=False, child_setup=die_with_this_process())
         print(f"gpufleet dashboard: {dash.url}", flush=True)
         try:
             if not dash.wait_ready():

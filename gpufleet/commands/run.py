@@ -24,11 +24,11 @@ from typing import Any
 from dashboards.launcher import Dashboard, port_free
 from dashboards.launcher import start as launch
 from errors import GpufleetError
+from gpufleet.children import die_with_this_process
 from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import add_arguments, load_all, load_config
 from gpufleet.demo import prometheus as demo_prometheus
 from gpufleet.demo.banner import banner
-from gpufleet.demo.children import die_with_this_process
 from gpufleet.demo.embedded import (
     WARMUP,
     Embedded,

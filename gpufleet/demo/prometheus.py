@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gpufleet.demo.children import die_with_this_process
+from gpufleet.children import die_with_this_process
 from lab import local_prometheus as lp
 from simulator.serve import SimulationHandle
 

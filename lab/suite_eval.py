@@ -78,7 +78,9 @@ def evaluate_scenario(
     grace_cycles: int = 0,
     lookback_delta: str | None = None,
     log: Callable[[str], None] | None = None,
+    child_setup: Callable[[], None] | None = None,
 ) -> ScenarioEval:
+    """Simulate, backfill, replay and score one scenario (`child_setup`: as start_prometheus)."""
     say = log or (lambda _m: None)
     began = time.perf_counter()
     sim = FleetSimulator(sc)
@@ -88,7 +90,7 @@ def evaluate_scenario(
     say(f"{sc.name}: backfilling a local Prometheus")
     step = sc.scrape_interval
     start, end = sc.start + step, sc.end
-    with start_prometheus(om, workdir, lookback_delta) as prom:
+    with start_prometheus(om, workdir, lookback_delta, child_setup=child_setup) as prom:
         om.unlink()
         total = step_count(start, end, step)
         say(f"{sc.name}: replaying {total} steps through the Prometheus collector")
@@ -168,8 +170,10 @@ def evaluate_suite(
     lookback_delta: str | None = None,
     log: Callable[[str], None] | None = None,
     files: Sequence[Path] | None = None,
+    child_setup: Callable[[], None] | None = None,
 ) -> SuiteEval:
-    """Every scenario of the suite, one local Prometheus at a time (each stopped after use)."""
+    """Every scenario of the suite, one local Prometheus at a time (each stopped after use;
+    `child_setup` runs in each before exec: `gpufleet eval` ties their lives to its own)."""
     paths = list(files) if files is not None else scenario_files(suite_dir)
     scenarios = [(p, load_scenario(p)) for p in paths]  # all validated before any work
     out: list[ScenarioEval] = []
@@ -180,7 +184,9 @@ def evaluate_suite(
             work = Path(tmp) / sc.name
             work.mkdir(parents=True, exist_ok=True)
             out.append(
-                evaluate_scenario(sc, str(path), work, suite, grace_cycles, lookback_delta, log)
+                evaluate_scenario(
+                    sc, str(path), work, suite, grace_cycles, lookback_delta, log, child_setup
+                )
             )
             if log is not None:
                 log(eta.scenario_done(out[-1].seconds))

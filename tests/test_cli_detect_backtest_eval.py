@@ -2,13 +2,15 @@
 
 One small scenario (24 GPUs, 20 minutes at 30 s): an XID 48 at 5 min, a hung job at 10-15 min
 and an exporter outage as the confounder. The commands run in-process through `gpufleet.cli`
-(one subprocess run checks that an unreachable Prometheus ends without a stack trace).
+(one subprocess run checks that an unreachable Prometheus ends without a stack trace; another
+kills an eval with SIGKILL mid-replay and finds its Prometheus gone with it).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,9 @@ from gpufleet.cli import main
 from simulator.engine import FleetSimulator
 from simulator.scenario import Scenario, scenario_from_dict
 from simulator.truth import ground_truth
+from tests.orphans import HAS_PROC, children, kill_9_and_check_children_gone, kill_survivors
 from tests.prometheus_fixture import PrometheusHandle, served_scenario
+from tests.service.demo_proc import reader, wait_for
 
 pytestmark = [pytest.mark.prometheus]
 TINY: dict[str, Any] = {
@@ -221,3 +225,32 @@ def test_eval_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert main(["eval", "--suite", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "install the Debian package prometheus" in err and "make test" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="needs Linux /proc")
+def test_a_killed_eval_takes_its_prometheus_with_it(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "long.yaml").write_text(yaml.safe_dump({**TINY, "duration": "3h"}))  # 360 steps
+    cmd = [sys.executable, "-m", "gpufleet.cli", "eval", "--suite", str(suite)]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # its workdir outlives the kill: keep it here
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seen: list[str] = []
+    reader(proc.stderr, seen)
+    kids: dict[int, str] = {}
+    try:
+        wait_for(seen, "replaying", proc, 120)  # its Prometheus is up and answering
+        kids = children(proc.pid)
+        prom = [c for c in kids.values() if "prometheus --config.file" in c]
+        assert prom, kids
+        port = int(prom[0].split("--web.listen-address=127.0.0.1:")[1].split()[0])
+
+        kill_9_and_check_children_gone(proc, kids, [port])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_survivors(kids)

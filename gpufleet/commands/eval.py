@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from errors import ConfigError, GpufleetError
+from gpufleet.children import die_with_this_process
 from gpufleet.config import detector_suite, load_config
 from lab.local_prometheus import LocalPrometheusError, require_binaries
 from lab.scorecard import report
@@ -82,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PROMETHEUS
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = evaluate_suite(args.suite, suite, grace, args.lookback_delta, stderr_log, files)
+        result = evaluate_suite(
+            args.suite, suite, grace, args.lookback_delta, stderr_log, files,
+            child_setup=die_with_this_process(),  # a kill -9 leaves no Prometheus behind
+        )  # fmt: skip
     except LocalPrometheusError as exc:
         print(f"gpufleet eval: error: {exc}", file=sys.stderr)
         return EXIT_PROMETHEUS

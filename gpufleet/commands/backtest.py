@@ -22,7 +22,8 @@ from backtesting.sharded import warmup_seconds
 from errors import GpufleetError
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_all
-from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings
+from gpufleet.service.sources import named_prometheus, prometheus_settings
+from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -99,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
         parser.error(f"--output: directory {str(out.parent)!r} does not exist")
     cfg, policy = load_all(args)  # ConfigError -> exit 2 in gpufleet.cli
     suite, grace = detector_suite(cfg, str(args.config or "<defaults>"))
-    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster,
-                            pod_labels=args.pod_labels)  # fmt: skip
+    given = named_prometheus(args.prometheus_url, timeout=args.timeout, pod_labels=args.pod_labels)
+    settings = prometheus_settings(cfg.service.source, cfg.cluster, given)  # as the service reads
     total = step_count(start, end, step)
     shards = shards_worth(args.shards, end - start, warmup_seconds(suite))
     print(f"gpufleet backtest: {iso(start)} .. {iso(end)} every {step:g} s ({total} steps), "

@@ -2,7 +2,9 @@
 
 From Prometheus (`--prometheus-url`, optionally `--at T` for a past instant) or by scraping
 exporters directly (`--scrape URL...` or `--targets URL` listing them), optionally with the
-Kubernetes API (`--kubeconfig`) for nodes, pods and GPU/node Warning events.
+Kubernetes API (`--kubeconfig`) for nodes, pods and GPU/node Warning events. `--config` names
+the gpufleet config whose cluster and `service.source.job_label_keys` apply, so pods group into
+jobs as the running service groups them.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from errors import GpufleetError, TemporaryError
+from gpufleet.config import GpufleetConfig, load_config
 from gpufleet.coverage_report import coverage_report
 from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import Event, FleetSnapshot, Node, Pod
@@ -32,7 +36,7 @@ EXIT_DEGRADED = 4
 EPILOG = """exit codes:
   0  snapshot collected completely
   1  no snapshot: the source is unreachable, timing out or overloaded (temporary; retry)
-  2  usage error (bad arguments, unreadable kubeconfig)
+  2  usage error (bad arguments, unreadable kubeconfig, an invalid --config)
   3  no snapshot: the source refused (bad URL path, credentials, rejected query; permanent)
   4  snapshot collected but degraded (some queries or targets failed; the summary says which)
 
@@ -61,6 +65,8 @@ def register(sub: Any) -> None:
     out.add_argument("--summary", action="store_true", help="print a summary (the default)")
     out.add_argument("--output", "-o", metavar="FILE", help="write the snapshot as JSON")
     p.add_argument("--kubeconfig", metavar="F", help="also read nodes/pods/events from the API")
+    p.add_argument("--config", metavar="FILE",
+                   help="gpufleet config (YAML; its cluster and job-name label keys)")  # fmt: skip
     p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
                    help=POD_LABELS_HELP)  # fmt: skip
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per request (10)")
@@ -95,17 +101,23 @@ def _kube(args: argparse.Namespace) -> Any:
     return kube
 
 
-def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Event]] | None
-             ) -> tuple[FleetSnapshot, tuple[str, ...], str]:  # fmt: skip
+def _collect(
+    args: argparse.Namespace,
+    cfg: GpufleetConfig,
+    k8s: tuple[list[Node], list[Pod], list[Event]] | None,
+) -> tuple[FleetSnapshot, tuple[str, ...], str]:
+    from gpufleet.service.sources import named_prometheus, prometheus_settings, scrape_settings
+
     nodes, pods, events = k8s if k8s is not None else (None, None, [])
+    section = cfg.service.source  # read as the service reads it: its job-name label keys
     if args.prometheus_url:
         from observer.prometheus.collector import PrometheusCollector
         from observer.prometheus.parse import pod_labels_note
-        from observer.prometheus.plan import PromSettings
 
         at = parse_at(args.at) if args.at else None
-        settings = PromSettings(args.prometheus_url, timeout=args.timeout, window=args.window,
-                                pod_labels=args.pod_labels)  # fmt: skip
+        given = named_prometheus(args.prometheus_url, timeout=args.timeout, window=args.window,
+                                 pod_labels=args.pod_labels)  # fmt: skip
+        settings = prometheus_settings(section, cfg.cluster, given)
         with PrometheusCollector(settings) as c:
             r = c.collect(at, nodes=nodes, pods=pods, events=events)
         stats = r.stats
@@ -113,14 +125,10 @@ def _collect(args: argparse.Namespace, k8s: tuple[list[Node], list[Pod], list[Ev
         cost = f"{stats.query_count} queries, {kb:.0f} kB JSON, {stats.seconds:.2f} s"
         cost += "; " + pod_labels_note(c.pod_layouts)
         return r.snapshot, stats.problems, cost
-    from observer.scrape.collector import ScrapeCollector, ScrapeSettings
+    from observer.scrape.collector import ScrapeCollector
 
-    settings_s = ScrapeSettings(
-        targets=tuple(args.scrape or ()),
-        discovery_url=args.targets or "",
-        timeout=args.timeout,
-        window=args.window,
-    )
+    named = scrape_settings(section, cfg.cluster, tuple(args.scrape or ()), args.targets or "")
+    settings_s = replace(named, timeout=args.timeout, window=args.window)
     with ScrapeCollector(settings_s) as sc:
         for _ in range(max(1, args.rounds) - 1):
             sc.collect()
@@ -145,13 +153,14 @@ def run(args: argparse.Namespace) -> int:
             args._parser.error(f"--at: expected unix seconds or RFC 3339, got {args.at!r}")
     if args.kubeconfig and not Path(args.kubeconfig).is_file():
         args._parser.error(f"--kubeconfig: no such file {args.kubeconfig!r}")
+    cfg, _ = load_config(args.config)  # ConfigError -> exit 2 in gpufleet.cli
     kube = None
     try:
         k8s = None
         if args.kubeconfig:
             kube = _kube(args)
             k8s = (kube.nodes(), kube.pods(), kube.events())
-        snapshot, problems, cost = _collect(args, k8s)
+        snapshot, problems, cost = _collect(args, cfg, k8s)
     except GpufleetError as exc:
         print(f"gpufleet collect: error: {exc.render()}", file=sys.stderr)
         return EXIT_TEMPORARY if exc.temporary else EXIT_PERMANENT

@@ -20,8 +20,9 @@ from detectors.findings import Finding, Severity
 from errors import GpufleetError
 from gpufleet.commands.time_args import parse_duration_arg, parse_time_arg
 from gpufleet.config import detector_suite, load_config
+from gpufleet.service.sources import named_prometheus, prometheus_settings
 from observer.prometheus.collector import PrometheusCollector
-from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP, PromSettings
+from observer.prometheus.plan import POD_LABEL_MODES, POD_LABELS_HELP
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -97,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     step = parse_duration_arg(parser, "--step", args.step)
     cfg, path = load_config(args.config)  # ConfigError -> exit 2 in gpufleet.cli
     suite, grace = detector_suite(cfg, str(path or "<defaults>"))
-    settings = PromSettings(args.prometheus_url, timeout=args.timeout, cluster=cfg.cluster,
-                            pod_labels=args.pod_labels)  # fmt: skip
+    given = named_prometheus(args.prometheus_url, timeout=args.timeout, pod_labels=args.pod_labels)
+    settings = prometheus_settings(cfg.service.source, cfg.cluster, given)  # as the service reads
     try:
         with PrometheusCollector(settings) as c:
             t = c.now() if at is None else at

@@ -26,10 +26,14 @@ from gpufleet.demo.files import DemoFiles, fresh_store, write_config
 from gpufleet.demo.log import DemoLog
 from gpufleet.service.assembly import build, identity_of
 from gpufleet.service.runtime import Service
-from gpufleet.service.sources import CollectorSettings, source_settings
+from gpufleet.service.source_config import PrometheusSource
+from gpufleet.service.sources import (
+    CollectorSettings,
+    prometheus_settings,
+    scrape_settings,
+    source_settings,
+)
 from lab import local_prometheus as lp
-from observer.prometheus.plan import PromSettings
-from observer.scrape.collector import ScrapeSettings
 from remediations.policy import Policy, load_policy
 from remediations.types import Actuation
 from simulator.scenario import LIVE_DEMO_SCENARIO, Scenario, load_scenario
@@ -145,17 +149,12 @@ def slack_to_file(path: Path) -> None:
 def _source(
     cfg: GpufleetConfig, handle: SimulationHandle, prom: lp.PrometheusHandle | None
 ) -> CollectorSettings:
-    cluster, keys = handle.scenario.cluster, tuple(cfg.service.source.job_label_keys)
-    targets = f"{handle.metrics_url}/targets"
-    return (
-        source_settings(cfg.service.source, cluster)
-        or (
-            PromSettings(prom.url, cluster=cluster, job_label_keys=keys)
-            if prom is not None
-            else None
-        )
-        or ScrapeSettings(discovery_url=targets, cluster=cluster, job_label_keys=keys)
-    )
+    section, cluster = cfg.service.source, handle.scenario.cluster
+    if (configured := source_settings(section, cluster)) is not None:
+        return configured
+    if prom is not None:
+        return prometheus_settings(section, cluster, PrometheusSource(url=prom.url))
+    return scrape_settings(section, cluster, discovery_url=f"{handle.metrics_url}/targets")
 
 
 def assemble(

@@ -19,7 +19,7 @@ from gpufleet.coverage_report import coverage_report
 from gpufleet.doctor.check_table import FAIL, OK, SKIP, WARN, Check
 from gpufleet.doctor.kube_checks import kubernetes_checks
 from gpufleet.service.cluster_claim import recorded
-from gpufleet.service.sources import prom_settings
+from gpufleet.service.sources import prometheus_settings
 from observer.fleet.field_presence import snapshot_fields
 from observer.fleet.model import FleetSnapshot
 from observer.prometheus.collector import PrometheusCollector
@@ -31,7 +31,7 @@ def prometheus_checks(cfg: GpufleetConfig) -> list[Check]:
     src = cfg.service.source.prometheus
     if src is None:
         return [Check("prometheus", SKIP, f"source is {cfg.service.source.chosen() or 'none'}")]
-    settings = prom_settings(src, cfg.cluster)
+    settings = prometheus_settings(cfg.service.source, cfg.cluster, src)
     try:
         with PrometheusCollector(settings) as c:
             r = c.collect()

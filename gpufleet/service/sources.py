@@ -4,13 +4,17 @@
 `backtest` use, so a finding is the same whichever command produced it), `PodDiscovery`
 (direct scrape of dcgm-exporter pods found by labels in the Kubernetes collector's watch) or
 `ScrapeSettings` (direct scrape of listed targets); `open_source` starts that collector and
-returns the live cycle's snapshot source with the closer that stops it.
+returns the live cycle's snapshot source with the closer that stops it. The commands that name
+their source on the command line (`detect`, `backtest`, `collect`, the doctor, the demo) go
+through `source_settings` too (`prometheus_settings`, `scrape_settings`): one place reads the
+section, so they group pods into jobs (`job_label_keys`) as the running service does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpufleet.live_cycle import SnapshotSource, prometheus_source, scrape_source
 from gpufleet.service.source_config import PrometheusSource, SourceConfig
@@ -82,6 +86,42 @@ def source_settings(src: SourceConfig, cluster: str) -> CollectorSettings | None
             job_label_keys=keys,
         )
     return None
+
+
+def with_source(section: SourceConfig, **source: Any) -> SourceConfig:
+    """The config's source section with the one source a command names (`source`: a field of
+    the section: prometheus, kubernetes, discovery_url or targets) instead of its own; the rest
+    (the job-name label keys) stays the service's."""
+    cleared: dict[str, Any] = {
+        "prometheus": None, "kubernetes": None, "discovery_url": None, "targets": []
+    }  # fmt: skip
+    return section.model_copy(update={**cleared, **source})
+
+
+def named_prometheus(url: str, **options: Any) -> PrometheusSource:
+    """A Prometheus named on a command line as a `service.source.prometheus` section, taken as
+    given (the command's parser checked its options; a URL the section would refuse reaches the
+    collector, which names the problem, as before)."""
+    return PrometheusSource.model_construct(url=url, **options)
+
+
+def prometheus_settings(section: SourceConfig, cluster: str, p: PrometheusSource) -> PromSettings:
+    """The collector settings of a Prometheus a command names, read as the service reads the
+    config's (`detect`, `backtest`, `collect --prometheus-url`, the doctor, the demo)."""
+    settings = source_settings(with_source(section, prometheus=p), cluster)
+    assert isinstance(settings, PromSettings)
+    return settings
+
+
+def scrape_settings(
+    section: SourceConfig, cluster: str, targets: tuple[str, ...] = (), discovery_url: str = ""
+) -> ScrapeSettings:
+    """The collector settings of exporters a command names (fixed `targets` or a target list at
+    `discovery_url`), read as the service reads the config's (`collect`, the demo)."""
+    source = with_source(section, targets=list(targets), discovery_url=discovery_url or None)
+    settings = source_settings(source, cluster)
+    assert isinstance(settings, ScrapeSettings)
+    return settings
 
 
 def job_label_keys_of(settings: CollectorSettings) -> tuple[str, ...]:

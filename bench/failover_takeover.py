@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.performance_doc import median, stamp, table
 from harness.failover import DRAIN_CRITICAL, LEASE, failover_config
+from harness.k8s_sim import KUBE_FLEET
 from remediations.store import Store
 from simulator.scenario import scenario_from_dict
 from simulator.serve import SimulationHandle, start_simulation
@@ -32,19 +33,13 @@ from simulator.serve import SimulationHandle, start_simulation
 TITLE = "Failover: kill -9 of the leader to new leader and to the resumed drain"
 ROOT = Path(__file__).resolve().parents[1]
 FLEET: dict[str, Any] = {
+    **KUBE_FLEET,
     "name": "failover",
-    "seed": 1,
-    "cluster": "small",
-    "duration": "2h",
-    "pools": [{"name": "h100", "model": "H100", "nodes": 4, "gpus_per_node": 8}],
-    "workloads": [
-        {"name": "train", "kind": "training", "namespace": "ml", "pool": "h100", "replicas": 2,
-         "gpus_per_pod": 4, "steps_metric": True},
-        {"name": "serve", "kind": "inference", "namespace": "serving", "pool": "h100",
-         "replicas": 2, "gpus_per_pod": 2},
-    ],
+    "workloads": [w for w in KUBE_FLEET["workloads"] if w["name"] != "big"],
     "faults": [{"kind": "xid48_dbe", "node": "h100-0000", "gpu": 0, "start": "160s"}],
-}  # fmt: skip
+}
+"""harness.k8s_sim's small fleet without `big` (as this bench has always measured it), with an XID
+48 on a GPU of `train`'s node."""
 
 
 def _config(tmp: Path, h: SimulationHandle) -> tuple[Path, str]:

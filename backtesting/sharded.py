@@ -24,6 +24,8 @@ import copyreg
 import dataclasses
 import math
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -51,6 +53,8 @@ copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
 
 TICK = 0.25
 """Seconds between progress reports (and chances to cancel) while the shards run."""
+ORPHAN_POLL = 0.5
+"""Seconds between a worker's checks that the process that started it is still there."""
 _done: Any = None
 """In a worker: the shared count of counted cycles replayed, for the parent's progress."""
 
@@ -128,9 +132,25 @@ def restored(f: Finding) -> Finding:
     return dataclasses.replace(f, evidence=MappingProxyType(dict(f.evidence)))
 
 
-def _init_worker(done: Any) -> None:
+def _init_worker(done: Any, parent: int) -> None:
     global _done
     _done = done
+    threading.Thread(
+        target=_exit_when_orphaned, args=(parent,), name="orphan-watch", daemon=True
+    ).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """A worker whose parent is gone (kill -9 of `gpufleet backtest`, an OOM-killed dashboard)
+    would otherwise replay its whole shard for nobody, on a core the operator wants back:
+    poll the parent id (re-parenting changes it) and leave once it is not `parent`, the pid
+    the parent gave (not our first getppid: a parent killed while this worker still imported
+    its modules would make init the parent we watch). Polling,
+    not PR_SET_PDEATHSIG: that signal follows the thread that forked, and a pool also
+    starts workers from its own handler thread and from whichever thread called the replay."""
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_POLL)
+    os._exit(1)
 
 
 def replay_shard(
@@ -210,7 +230,7 @@ def replay_sharded(
     episodes: list[Finding] = []
     ctx = multiprocessing.get_context("spawn")
     done = ctx.Value("q", 0)
-    pool = ctx.Pool(n_workers, initializer=_init_worker, initargs=(done,))
+    pool = ctx.Pool(n_workers, initializer=_init_worker, initargs=(done, os.getpid()))
 
     def results() -> Iterator[ShardOutput]:
         for p in pending:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from detectors.group_layout import PADDED_UP_TO as PADDED_UP_TO  # re-exported
+from detectors.group_layout import group_layout
 from observer.fleet.catalog import canonical_name
 from observer.fleet.model import (
     NO_INDEX,
@@ -195,10 +197,6 @@ def grouped_sorted(
     return v[order], gs, counts, starts
 
 
-PADDED_UP_TO = 4096
-"""Groups up to this size are sorted as rows of a padded matrix; larger ones one by one."""
-
-
 def sorted_groups(
     values: FloatArray, groups: npt.NDArray[np.signedinteger[Any]], n_groups: int
 ) -> Iterator[tuple[npt.NDArray[np.intp], FloatArray]]:
@@ -207,29 +205,16 @@ def sorted_groups(
     last axis, NaN and padding (NaN) last; NO_INDEX rows left out, empty groups not given.
 
     numpy sorts values far faster than it argsorts them (~1.5 against ~6 ms for 100k floats),
-    and a median reads nothing but a group's sorted values: the rows are put in group order
-    once (a radix sort of the group ids), laid out one padded row per group (groups of similar
-    size together, widths in powers of two), and sorted along the rows."""
-    n_vals, n = values.shape
-    member = np.flatnonzero(groups != NO_INDEX)
-    if member.size == 0 or n_groups == 0:
+    and a median reads nothing but a group's sorted values: the rows are laid out one padded
+    row per group (detectors.group_layout, remembered while the group ids stay the same) and
+    sorted along the rows. The group ids given are read-only (shared between calls)."""
+    layout = group_layout(groups, n_groups)
+    if not layout.blocks:
         return
-    gm = groups[member]
-    keys = gm.astype(np.uint16) if n_groups <= np.iinfo(np.uint16).max else gm
-    rows = member[np.argsort(keys, kind="stable")]  # in group order
-    size = np.bincount(gm, minlength=n_groups)
-    start = np.concatenate(([0], np.cumsum(size)[:-1]))
-    width = 1 << np.ceil(np.log2(np.clip(size, 8, None))).astype(np.int64)
-    width[(size == 0) | (size > PADDED_UP_TO)] = 0
+    n_vals = values.shape[0]
     padded = np.concatenate((values, np.full((n_vals, 1), np.nan)), axis=1)  # column n: NaN
-    for w in np.unique(width[width > 0]):
-        gids = np.flatnonzero(width == w)
-        sz, j = size[gids][:, None], np.arange(w)[None, :]
-        at = np.where(j < sz, rows[start[gids][:, None] + np.minimum(j, sz - 1)], n)
+    for gids, at in layout.blocks:
         yield gids, np.sort(padded[:, at], axis=-1)
-    for gid in np.flatnonzero(size > PADDED_UP_TO):
-        mine = rows[start[gid] : start[gid] + size[gid]]
-        yield np.array([gid]), np.sort(values[:, mine], axis=-1)[:, None, :]
 
 
 def sorted_rows_median(block: FloatArray) -> tuple[FloatArray, npt.NDArray[np.intp]]:

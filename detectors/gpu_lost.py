@@ -28,9 +28,10 @@ import numpy as np
 
 from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs, gpu_context
 from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
+from detectors.identity_memo import IdentityMemo, read_only
 from detectors.signals import XID, telemetry_view, value
 from detectors.state import KeyedArrays, align, gpu_keys
-from observer.fleet.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot, Node
 
 XID_FALLEN_OFF_BUS = 79
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -76,6 +77,21 @@ _GPU_SPEC = {
     "wd_base": (np.float32, np.nan),  # node's withdrawn GPUs at this GPU's newest sample
 }
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
+
+
+def _node_tables(nodes: tuple[Node, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per node position its name and its count of GPUs the device plugin withdrew (NaN:
+    unknown), then None and NaN for "no node"."""
+    names = np.array([n.name for n in nodes] + [None], dtype=object)
+    withdrawn = np.array(
+        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in nodes] + [np.nan],
+        dtype=np.float64,
+    )
+    return read_only(names), read_only(withdrawn)
+
+
+_NODE_TABLES: IdentityMemo[tuple[np.ndarray, np.ndarray]] = IdentityMemo()
+"""The last nodes' tables: the same while the snapshot's nodes tuple is (frozen records)."""
 
 
 def _departed(
@@ -314,11 +330,7 @@ def _withdrawn(
     as silent, so only a new sample moves the base."""
     g = snapshot.gpus
     has_node = g.node_index >= 0
-    wd_node = np.array(
-        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
-        + [np.nan],
-        dtype=np.float64,
-    )
+    wd_node = _NODE_TABLES.get((snapshot.nodes,), lambda: _node_tables(snapshot.nodes))[1]
     wd_now = wd_node[np.where(has_node, g.node_index, len(snapshot.nodes))]
     with np.errstate(invalid="ignore"):
         new_sample = (last > cur["last"]) | (np.isnan(cur["last"]) & np.isfinite(last))
@@ -348,7 +360,7 @@ def detect(
     cur = align(prev_gpus, keys, _GPU_SPEC)
 
     # Evidence: each GPU's node, sample age, XID 79, and whether its node reports.
-    node_names = np.array([n.name for n in snapshot.nodes] + [None], dtype=object)
+    node_names = _NODE_TABLES.get((snapshot.nodes,), lambda: _node_tables(snapshot.nodes))[0]
     node_of = node_names[np.where(g.node_index >= 0, g.node_index, len(snapshot.nodes))]
     last = np.where(np.isfinite(view.gpu_age), now - view.gpu_age, np.nan)
     xid = value(snapshot, XID, now, params.stale_intervals * interval * 4)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from detectors.group_layout import PADDED_UP_TO as PADDED_UP_TO  # re-exported
 from detectors.group_layout import group_layout
+from detectors.identity_memo import IdentityMemo, read_only
 from observer.fleet.catalog import canonical_name
 from observer.fleet.model import (
     NO_INDEX,
@@ -124,6 +125,26 @@ def per_node_max(values: FloatArray, node_index: IntArray, n_nodes: int) -> Floa
     return out
 
 
+def _newest_samples(snapshot: FleetSnapshot) -> tuple[FloatArray, FloatArray, BoolArray]:
+    """Newest sample time per GPU and per node (NaN: never sampled), and which nodes have
+    GPUs: what `telemetry_view` reads of a snapshot whatever its thresholds."""
+    g = snapshot.gpus
+    n_nodes = len(snapshot.nodes)
+    last = gpu_last_sample(snapshot)
+    node_last = per_node_max(last, g.node_index, n_nodes)
+    t = snapshot.telemetry
+    if t is not None and t.node_last_sample.shape[0] == n_nodes:
+        node_last = np.fmax(node_last, t.node_last_sample)
+    has_gpus = np.zeros(n_nodes, dtype=bool)
+    has_gpus[g.node_index[g.node_index >= 0]] = True
+    return read_only(last), read_only(node_last), read_only(has_gpus)
+
+
+_NEWEST: IdentityMemo[tuple[FloatArray, FloatArray, BoolArray]] = IdentityMemo()
+"""The last snapshot's newest samples: gpu_lost and monitoring_gap both read them (a pass over
+every metric column each)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TelemetryView:
     """Who is reporting right now, derived once per detector call from the snapshot."""
@@ -146,18 +167,12 @@ def telemetry_view(
 ) -> TelemetryView:
     """Freshness per GPU and node. `stale_after` is in scrape intervals."""
     interval = scrape_interval(snapshot)
-    g = snapshot.gpus
     n_nodes = len(snapshot.nodes)
-    last = gpu_last_sample(snapshot)
+    sources = (snapshot.metrics, snapshot.gpus, snapshot.nodes, snapshot.telemetry)
+    last, node_last, has_gpus = _NEWEST.get(sources, lambda: _newest_samples(snapshot))
     gpu_age = np.where(np.isnan(last), np.inf, now - last)
-    node_last = per_node_max(last, g.node_index, n_nodes)
-    t = snapshot.telemetry
-    if t is not None and t.node_last_sample.shape[0] == n_nodes:
-        node_last = np.fmax(node_last, t.node_last_sample)
     node_age = np.where(np.isnan(node_last), np.inf, now - node_last)
-    has_gpus = np.zeros(n_nodes, dtype=bool)
-    valid = g.node_index[g.node_index >= 0]
-    has_gpus[valid] = True
+    t = snapshot.telemetry
     node_up = node_age <= stale_after * interval
     if t is not None and t.node_up.shape[0] == n_nodes:
         node_up &= t.node_up

@@ -75,11 +75,22 @@ def fresh(col: MetricColumn, now: float, max_age: float) -> BoolArray:
 
 
 def value(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:
-    """The latest value where it is fresh, NaN elsewhere; None when the metric is not collected."""
+    """The latest value where it is fresh, NaN elsewhere; None when the metric is not collected.
+    Read-only: the same reading is handed to every detector asking for it of this snapshot
+    (five detectors read utilisation at the same age each cycle)."""
+    metrics = snapshot.metrics
+    known = _READINGS.get((metrics,), dict)
+    key = (name, now, max_age)
+    if key in known:
+        return known[key]
     col = column(snapshot, name)
-    if col is None:
-        return None
-    return np.where(fresh(col, now, max_age), col.value, np.nan)
+    out = None if col is None else read_only(np.where(fresh(col, now, max_age), col.value, np.nan))
+    known[key] = out
+    return out
+
+
+_READINGS: IdentityMemo[dict[tuple[str, float, float], FloatArray | None]] = IdentityMemo()
+"""The readings `value` gave for the last snapshot's metrics, by (name, now, max age)."""
 
 
 def increase(snapshot: FleetSnapshot, name: str, now: float, max_age: float) -> FloatArray | None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from detectors.identity_memo import IdentityMemo
-from detectors.signals import telemetry_view
+from detectors.signals import UTIL, telemetry_view, value
 from harness.benchmark_fleet import Fleet
 
 
@@ -43,3 +43,18 @@ def test_telemetry_view_follows_each_snapshot_even_with_its_parts_reused() -> No
         assert not view.node_up[fleet.silent_node] and view.node_up[:-1].all()
         with pytest.raises(ValueError):
             view.node_has_gpus[0] = False  # shared with the next detector: read-only
+
+
+def test_a_reading_is_shared_within_a_snapshot_and_fresh_for_the_next() -> None:
+    fleet = Fleet(1_000)
+    now, snap = fleet.snapshot(0)
+    util = value(snap, UTIL, now, 75.0)
+    assert util is not None and value(snap, UTIL, now, 75.0) is util
+    with pytest.raises(ValueError):
+        util[0] = 0.0
+    stale = value(snap, UTIL, now + 1_000.0, 75.0)  # later: every sample too old
+    assert stale is not None and np.isnan(stale).all()
+    later, nxt = fleet.snapshot(1)
+    col = nxt.metrics[UTIL]
+    want = np.where(later - col.timestamp <= 75.0, col.value, np.nan)
+    assert np.array_equal(value(nxt, UTIL, later, 75.0), want, equal_nan=True)

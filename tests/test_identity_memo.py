@@ -57,4 +57,5 @@ def test_a_reading_is_shared_within_a_snapshot_and_fresh_for_the_next() -> None:
     later, nxt = fleet.snapshot(1)
     col = nxt.metrics[UTIL]
     want = np.where(later - col.timestamp <= 75.0, col.value, np.nan)
-    assert np.array_equal(value(nxt, UTIL, later, 75.0), want, equal_nan=True)
+    got = value(nxt, UTIL, later, 75.0)
+    assert got is not None and np.array_equal(got, want, equal_nan=True)

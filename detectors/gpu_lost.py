@@ -30,7 +30,7 @@ from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs, gpu_context
 from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
 from detectors.identity_memo import IdentityMemo, read_only
 from detectors.signals import XID, telemetry_view, value
-from detectors.state import KeyedArrays, align, gpu_keys
+from detectors.state import KeyedArrays, align, gpu_keys, mig_sliced
 from observer.fleet.model import FleetSnapshot, Node
 
 XID_FALLEN_OFF_BUS = 79
@@ -94,6 +94,18 @@ _NODE_TABLES: IdentityMemo[tuple[np.ndarray, np.ndarray]] = IdentityMemo()
 """The last nodes' tables: the same while the snapshot's nodes tuple is (frozen records)."""
 
 
+_NODE_POSITIONS: IdentityMemo[dict[str, int]] = IdentityMemo()
+"""The last nodes' positions by name."""
+
+_KEYS_AS_STR: IdentityMemo[np.ndarray] = IdentityMemo()
+
+
+def _as_str(keys: np.ndarray) -> np.ndarray:
+    """The snapshot's GPU keys as a fixed-width string array, for `np.isin`: asked every cycle
+    while a departed GPU is remembered (an hour), the same while the key array is."""
+    return _KEYS_AS_STR.get((keys,), lambda: read_only(keys.astype(str)))
+
+
 def _departed(
     prev: KeyedArrays | None,
     keys: np.ndarray,
@@ -105,14 +117,14 @@ def _departed(
     parts_k: list[np.ndarray] = []
     parts = {name: [] for name in _GONE_SPEC}  # type: dict[str, list[np.ndarray]]
     if prev is not None and len(prev):
-        left = ~np.isin(prev.keys.astype(str), keys.astype(str))
+        left = ~np.isin(prev.keys.astype(str), _as_str(keys))
         if np.any(left):
             parts_k.append(prev.keys[left])
             for name in _GONE_SPEC:
                 parts[name].append(prev[name][left])
     if old_gone is not None and len(old_gone):
         keep = (now - np.fmax(old_gone["last"], old_gone["onset"]) <= forget) & ~np.isin(
-            old_gone.keys.astype(str), keys.astype(str)
+            old_gone.keys.astype(str), _as_str(keys)
         )
         parts_k.append(old_gone.keys[keep])
         for name in _GONE_SPEC:
@@ -171,7 +183,9 @@ def _plugin_withdrew(
         critical = (code > 0) & ~np.isin(code, list(APPLICATION_XIDS)) & ~lost & on_node
         lost_n = lost_n + np.bincount(idx[critical], minlength=n_nodes)
     if gone is not None and len(gone):  # GPUs gone from the snapshot count as lost too
-        pos = {str(n.name): i for i, n in enumerate(snapshot.nodes)}
+        pos = _NODE_POSITIONS.get(
+            (snapshot.nodes,), lambda: {str(n.name): i for i, n in enumerate(snapshot.nodes)}
+        )
         where = [pos[str(n)] for n in gone["node"] if str(n) in pos]
         lost_n = lost_n + np.bincount(np.asarray(where, dtype=np.int64), minlength=n_nodes)
     new = wd_now - wd_base  # NaN (no evidence) when either count is unknown
@@ -250,7 +264,7 @@ def _sibling_reports(uuid: np.ndarray, mig: np.ndarray, fresh: np.ndarray) -> np
     """Per row: a MIG instance whose physical GPU (same UUID) still reports on another row.
     Re-partitioning a GPU replaces its instances; the GPU is not lost while any instance of it
     reports (dcgm-exporter's flex mode writes only per-instance series for a MIG GPU)."""
-    sliced = mig != ""
+    sliced = mig_sliced(mig)
     if not bool(sliced.any()):
         return np.zeros(uuid.shape[0], dtype=bool)
     out: np.ndarray = sliced & np.isin(uuid, uuid[fresh & sliced])

@@ -264,10 +264,42 @@ def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatAr
     return out
 
 
+NARROW_GROUPS = 32
+"""Up to this padded width (a job's GPUs on one node), `group_median_others` ranks each row
+within its group by comparing it with the group's sorted values, instead of argsorting."""
+
+
 def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
-    """Per row, the median of the *other* rows of its group (NaN where it has none), by one
-    grouped sort. An outlier pulls its own group's median toward itself (in a group of 8, by about
-    half the spacing of the others); comparing it with the rest alone does not."""
+    """Per row, the median of the *other* rows of its group (NaN where it has none). An outlier
+    pulls its own group's median toward itself (in a group of 8, by about half the spacing of
+    the others); comparing it with the rest alone does not.
+
+    Each group's values sorted along a padded row (`sorted_groups`' layout); a row's rank is
+    how many of its group's values lie below it (a tied value removed is the same value
+    wherever it sat). Wider groups take one argsort of the fleet (`_others_by_argsort`)."""
+    out = np.full(values.shape[0], np.nan)
+    layout = group_layout(groups, n_groups)
+    if not layout.blocks:
+        return out
+    if max(at.shape[1] for _, at in layout.blocks) > NARROW_GROUPS:
+        return _others_by_argsort(values, groups, n_groups)
+    padded = np.append(values, np.nan)
+    for _, at in layout.blocks:
+        x = padded[at]  # each member's own value, NaN for padding and missing readings
+        s = np.sort(x, axis=1)
+        m = (at.shape[1] - np.count_nonzero(np.isnan(s), axis=1))[:, None] - 1  # others
+        rank = np.count_nonzero(s[:, None, :] < x[:, :, None], axis=2)
+        lo, hi = (m - 1) // 2, m // 2
+        # Position q among the others is position q (below the row) or q + 1 (at or above it).
+        has = (m > 0) & ~np.isnan(x)
+        grp = np.nonzero(has)[0]
+        lo_at, hi_at = (lo + (lo >= rank))[has], (hi + (hi >= rank))[has]
+        out[at[has]] = (s[grp, lo_at] + s[grp, hi_at]) / 2.0
+    return out
+
+
+def _others_by_argsort(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    """`group_median_others` by one grouped argsort of the fleet (any group size)."""
     out = np.full(values.shape[0], np.nan)
     ok = (groups != NO_INDEX) & ~np.isnan(values)
     if not np.any(ok) or n_groups == 0:
@@ -283,7 +315,6 @@ def group_median_others(values: FloatArray, groups: IntArray, n_groups: int) -> 
     m = counts[gs] - 1  # how many others
     lo = (m - 1) // 2
     hi = m // 2
-    # Position q among the others is position q (below the row) or q + 1 (at or above it).
     lo_at = starts[gs] + lo + (lo >= rank)
     hi_at = starts[gs] + hi + (hi >= rank)
     has = m > 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from detectors.group_layout import KEPT, group_layout
-from detectors.signals import PADDED_UP_TO, group_median
+from detectors.signals import PADDED_UP_TO, group_median, group_median_others
 from observer.fleet.model import NO_INDEX
 
 
@@ -60,3 +60,32 @@ def test_layouts_are_read_only_and_old_ones_are_forgotten() -> None:
     for k in range(KEPT):
         group_layout(np.full(7, k, dtype=np.int32), KEPT)
     assert group_layout(g.copy(), 2) is not layout
+
+
+def _np_median_of_others(v: np.ndarray, g: np.ndarray) -> np.ndarray:
+    out = np.full(v.size, np.nan)
+    for i in range(v.size):
+        if g[i] == NO_INDEX or np.isnan(v[i]):
+            continue
+        mates = (g == g[i]) & ~np.isnan(v)
+        mates[i] = False
+        if mates.any():
+            out[i] = np.median(v[mates])
+    return out
+
+
+def test_median_of_the_others_on_node_sized_and_wide_groups() -> None:
+    """Ties, NaN, infinities, lone rows, rows outside any group; groups of a node (narrow:
+    ranked against the sorted group) and wider ones (one argsort of the fleet)."""
+    rng = np.random.default_rng(11)
+    for trial in range(400):
+        n, n_groups = int(rng.integers(1, 120)), int(rng.integers(1, 30))
+        if trial % 2:
+            n_groups = max(1, n // 8)  # node-sized groups
+        g = rng.integers(NO_INDEX, n_groups, n).astype(np.int32)
+        v = np.round(rng.normal(size=n) * rng.choice([0.1, 1.0, 100.0]), int(rng.integers(0, 3)))
+        v[rng.random(n) < 0.1] = np.nan
+        if trial % 10 == 0:
+            v[rng.random(n) < 0.2] = np.inf
+        got = group_median_others(v, g, n_groups)
+        assert np.array_equal(got, _np_median_of_others(v, g), equal_nan=True)

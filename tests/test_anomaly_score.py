@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
 from detectors.anomaly import Params
 from detectors.anomaly_model import fit
+from detectors.anomaly_score import RADII, _shallowest
 
 THRESHOLD = Params().score_threshold
 
@@ -45,3 +49,63 @@ def test_a_row_at_the_threshold_is_decided_as_score_samples_decides_it() -> None
     for threshold in np.unique(truth)[::97]:  # thresholds exactly at rows' scores
         low, _ = model.below(x, float(threshold))
         assert np.array_equal(low, truth < threshold)
+
+
+def _walk(tree: Any, depth: np.ndarray, r: float) -> float:
+    """The least depth term over the leaves reachable from the cube |x_f| <= r, by walking the
+    tree with the cube's box (the definition the leaf-box table must equal)."""
+    best = np.inf
+    stack = [(0, np.full(tree.n_features, -r), np.full(tree.n_features, r))]
+    while stack:
+        node, lo, hi = stack.pop()
+        if tree.children_left[node] == -1:
+            best = min(best, float(depth[node]))
+            continue
+        f, cut = tree.feature[node], tree.threshold[node]
+        if lo[f] <= cut:
+            stack.append(
+                (
+                    tree.children_left[node],
+                    lo,
+                    np.where(np.arange(lo.size) == f, np.minimum(hi, cut), hi),
+                )
+            )
+        if hi[f] > cut:
+            stack.append(
+                (
+                    tree.children_right[node],
+                    np.where(np.arange(lo.size) == f, np.maximum(lo, cut), lo),
+                    hi,
+                )
+            )
+    return best
+
+
+def test_each_trees_shallowest_leaf_per_cube_equals_walking_the_tree() -> None:
+    rng = np.random.default_rng(3)
+    x = np.round(_fleet(rng, 3_000), 1)  # rounded: rows on the cuts' values, ties between cuts
+    model = fit(x, tuple(f"f{i}" for i in range(9)), 0.0, Params(n_estimators=20))
+    d = model.depths
+    walked = np.array(
+        [
+            [_walk(t.tree_, depth, r) for t, depth in zip(d.trees, d.depth, strict=True)]
+            for r in RADII
+        ]
+    )
+    assert d.least.tobytes() == walked.tobytes()
+    assert (np.diff(walked, axis=0) <= 0).all() and (walked[0] > walked[-1]).any()
+
+
+def test_a_leaf_behind_contradicting_cuts_is_never_reached() -> None:
+    """x_0 <= 0, then x_0 > 1: that leaf (the shallowest term) is out of reach at every radius."""
+    tree = SimpleNamespace(
+        n_features=2,
+        children_left=np.array([1, 3, -1, -1, -1]),
+        children_right=np.array([2, 4, -1, -1, -1]),
+        feature=np.array([0, 0, -2, -2, -2]),
+        threshold=np.array([0.0, 1.0, -2.0, -2.0, -2.0]),
+    )
+    depth = np.array([9.0, 9.0, 5.0, 4.0, 0.0])
+    radii = np.asarray(RADII)
+    walked = [_walk(tree, depth, r) for r in RADII]
+    assert _shallowest(tree, depth, radii).tolist() == walked == [4.0] * len(RADII)

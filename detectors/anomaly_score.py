@@ -23,6 +23,8 @@ import numpy.typing as npt
 
 from observer.fleet.model import FloatArray
 
+Floats = npt.NDArray[np.floating[Any]]
+
 BLOCK = 4
 """Trees read between two compactions of the open rows (a compaction copies them)."""
 MARGIN = 1e-9
@@ -87,8 +89,10 @@ class LeafDepths:
         )
         rows = np.arange(n)
         x32 = np.ascontiguousarray(x, dtype=np.float32)
-        reach = np.nan_to_num(np.abs(x32).max(axis=1, initial=0.0), nan=np.inf)
-        cube = np.searchsorted(np.asarray(RADII), reach)
+        reach = np.nan_to_num(row_abs_max(x32), nan=np.inf)
+        cube = np.zeros(n, dtype=np.intp)  # the smallest cube holding the row: RADII[cube]
+        for r in RADII:
+            cube += reach > np.float64(r)
         sums = np.zeros(n)
         for k, t in enumerate(self.order):
             sums += self.depth[t][self.trees[t].apply(x32, check_input=False)]
@@ -108,6 +112,16 @@ class LeafDepths:
             sums += depth[tree.apply(x32, check_input=False)]
         out: FloatArray = -(2 ** (-(sums / self.denominator)))
         return out
+
+
+def row_abs_max(x: Floats, skip_nan: bool = False) -> Floats:
+    """Each row's largest |value| (0 without columns; NaN if one is NaN, unless `skip_nan`),
+    column by column: numpy reduces short rows slowly (~4 against ~0.5 ms, 100k rows of 10)."""
+    out: Floats = np.zeros(x.shape[0], dtype=x.dtype)
+    larger = np.fmax if skip_nan else np.maximum
+    for j in range(x.shape[1]):
+        larger(out, np.abs(x[:, j]), out=out)
+    return out
 
 
 def _shallowest(tree: Any, depth: FloatArray, radii: FloatArray) -> FloatArray:

@@ -10,7 +10,7 @@ from sklearn.ensemble import IsolationForest
 
 from detectors.anomaly import Params
 from detectors.anomaly_model import fit
-from detectors.anomaly_score import RADII, _shallowest
+from detectors.anomaly_score import RADII, _shallowest, row_abs_max
 
 THRESHOLD = Params().score_threshold
 
@@ -109,3 +109,17 @@ def test_a_leaf_behind_contradicting_cuts_is_never_reached() -> None:
     radii = np.asarray(RADII)
     walked = [_walk(tree, depth, r) for r in RADII]
     assert _shallowest(tree, depth, radii).tolist() == walked == [4.0] * len(RADII)
+
+
+def test_row_abs_max_equals_numpys_row_reductions() -> None:
+    rng = np.random.default_rng(11)
+    x = rng.normal(0.0, 3.0, (500, 10))
+    x[rng.random(x.shape) < 0.05] = np.nan
+    x[3] = np.nan
+    x[4, 2], x[5, 7] = np.inf, -np.inf
+    x32 = x.astype(np.float32)
+    assert row_abs_max(x32).tobytes() == np.abs(x32).max(axis=1, initial=0.0).tobytes()
+    assert np.array_equal(
+        row_abs_max(x, skip_nan=True) >= 8.0, np.max(np.abs(np.nan_to_num(x)), axis=1) >= 8.0
+    )
+    assert row_abs_max(x.T.copy().T[:, :0]).tolist() == [0.0] * 500

@@ -29,9 +29,12 @@ BLOCK = 4
 """Trees read between two compactions of the open rows (a compaction copies them)."""
 MARGIN = 1e-9
 """Relative slack on the depth bound, so a rounding difference can only keep a row open."""
-RADII = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, np.inf)
+RADII = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 16.0, np.inf)
 """Cubes |z| <= r for which each tree's shallowest reachable leaf is known: a row inside a small
-cube cannot reach a tree's outlier leaves, so its bound is tighter than the tree's minimum."""
+cube cannot reach a tree's outlier leaves, so its bound is tighter than the tree's minimum.
+Quarter steps below 2, where most GPUs are (the 100k bench fleet: largest |z| of a GPU 0.93 at
+the median, 1.68 at the 90th percentile): 1.71M -> 1.57M tree reads a cycle (finer steps or more
+radii above 4 gave no further row)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from detectors.base import Detector, DetectorSpec
-from detectors.concurrent_run import WORKER, attempt
+from detectors.concurrent_run import THREAD_FROM_GPUS, WORKER, attempt
 from detectors.explained import fold_explained
 from detectors.findings import Finding
 from detectors.registry import bind
@@ -43,13 +43,26 @@ def test_the_worker_runs_while_the_other_detectors_run() -> None:
         return [], state
 
     suite = DetectorSuite((_as(WORKER, worker), _as("gpu_lost", other)))
-    res = suite.run(SmallFleet(nodes=1).snapshot(1000.0), 1000.0)
+    big = SmallFleet(nodes=THREAD_FROM_GPUS // 8).snapshot(1000.0)
+    res = suite.run(big, 1000.0)
     assert res.failures == ()
     assert seen == {
         "worker": f"detector-{WORKER}",
         "other": threading.current_thread().name,
         "overlapped": "True",
     }
+
+
+def test_a_small_fleet_runs_every_detector_on_the_callers_thread() -> None:
+    threads: list[str] = []
+
+    def note(snapshot: FleetSnapshot, state: Any, now: float, _: Any) -> tuple[list[Finding], Any]:
+        threads.append(threading.current_thread().name)
+        return [], state
+
+    suite = DetectorSuite((_as(WORKER, note), _as("gpu_lost", note)))
+    suite.run(SmallFleet(nodes=THREAD_FROM_GPUS // 8 - 1).snapshot(1000.0), 1000.0)
+    assert threads == [threading.current_thread().name] * 2
 
 
 def test_findings_states_and_order_equal_running_one_after_another() -> None:
@@ -84,10 +97,11 @@ def test_an_exception_on_the_worker_is_judged_as_on_the_suite_thread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     def boom(*_: object) -> tuple[list[Finding], object]:
+        assert threading.current_thread().name == f"detector-{WORKER}"  # else: another failure
         raise RuntimeError("bug in the forest")
 
     suite = DetectorSuite((_as(WORKER, boom), bind("gpu_lost")))
-    fleet = SmallFleet(nodes=2)
+    fleet = SmallFleet(nodes=THREAD_FROM_GPUS // 8)
     fleet.stale(120.0, gpu=(0, 3))
     earlier = SuiteState({WORKER: "its state before"})
     with caplog.at_level(logging.ERROR, logger="detectors.suite"):
@@ -105,8 +119,9 @@ def test_an_exception_on_the_worker_is_judged_as_on_the_suite_thread(
 
 def test_an_interrupt_on_the_worker_ends_the_cycle_as_it_would_inline() -> None:
     def interrupted(*_: object) -> tuple[list[Finding], object]:
+        assert threading.current_thread().name == f"detector-{WORKER}"
         raise KeyboardInterrupt
 
     suite = DetectorSuite((_as(WORKER, interrupted), bind("gpu_lost")))
     with pytest.raises(KeyboardInterrupt):
-        suite.run(SmallFleet(nodes=1).snapshot(1000.0), 1000.0)
+        suite.run(SmallFleet(nodes=THREAD_FROM_GPUS // 8).snapshot(1000.0), 1000.0)

@@ -43,6 +43,8 @@ class LeafDepths:
     and the smallest over its leaves."""
 
     trees: tuple[Any, ...]
+    """Each estimator's `tree_` (scikit-learn's Cython tree): its own `apply` is the estimator's
+    without the fitted-check and validation, ~13 us a call, 50-100 calls a cycle."""
     depth: tuple[FloatArray, ...]
     order: tuple[int, ...]
     """The order trees are read in: most depth above their shallowest leaf first (on the rows
@@ -62,15 +64,15 @@ class LeafDepths:
                 forest._decision_path_lengths, forest._average_path_length_per_tree, strict=True
             )
         )
-        trees = tuple(forest.estimators_)
+        trees = tuple(e.tree_ for e in forest.estimators_)
         radii = np.asarray(RADII)
         least = np.stack(
-            [_shallowest(t.tree_, d, radii) for d, t in zip(depth, trees, strict=True)], axis=1
+            [_shallowest(t, d, radii) for d, t in zip(depth, trees, strict=True)], axis=1
         )
         per_tree = float(_average_path_length([forest._max_samples])[0])
         x32 = np.ascontiguousarray(x, dtype=np.float32)
         gain = [
-            float(np.mean(d[t.apply(x32, check_input=False)])) - low
+            float(np.mean(d[t.apply(x32)])) - low
             for d, t, low in zip(depth, trees, least[-1], strict=True)
         ]
         order = tuple(int(i) for i in np.argsort(-np.asarray(gain), kind="stable"))
@@ -98,7 +100,7 @@ class LeafDepths:
             cube += reach > np.float64(r)
         sums = np.zeros(n)
         for k, t in enumerate(self.order):
-            sums += self.depth[t][self.trees[t].apply(x32, check_input=False)]
+            sums += self.depth[t][self.trees[t].apply(x32)]
             if (k + 1) % BLOCK == 0:
                 open_ = sums + rest[cube, k] < bound
                 if not open_.all():
@@ -112,7 +114,7 @@ class LeafDepths:
         x32 = np.ascontiguousarray(x, dtype=np.float32)
         sums = np.zeros(x.shape[0])
         for tree, depth in zip(self.trees, self.depth, strict=True):
-            sums += depth[tree.apply(x32, check_input=False)]
+            sums += depth[tree.apply(x32)]
         out: FloatArray = -(2 ** (-(sums / self.denominator)))
         return out
 

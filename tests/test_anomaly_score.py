@@ -87,10 +87,7 @@ def test_each_trees_shallowest_leaf_per_cube_equals_walking_the_tree() -> None:
     model = fit(x, tuple(f"f{i}" for i in range(9)), 0.0, Params(n_estimators=20))
     d = model.depths
     walked = np.array(
-        [
-            [_walk(t.tree_, depth, r) for t, depth in zip(d.trees, d.depth, strict=True)]
-            for r in RADII
-        ]
+        [[_walk(t, depth, r) for t, depth in zip(d.trees, d.depth, strict=True)] for r in RADII]
     )
     assert d.least.tobytes() == walked.tobytes()
     assert (np.diff(walked, axis=0) <= 0).all() and (walked[0] > walked[-1]).any()

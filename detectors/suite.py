@@ -2,25 +2,23 @@
 
 One detector raising must not take the cycle down (a bug in the anomaly model must not hide a
 lost GPU): its exception is logged and counted, its previous state is kept, and the others run
-on. The anomaly detector runs on a worker thread while the others run
-(detectors.concurrent_run: the same outcomes, read in the suite's order). A straggler that
-gpu_throttle explains on the same GPU is folded into the throttle finding (detectors.explained:
-one cause, one incident). The suite itself holds no state between calls —
-`run(snapshot, now, state)` returns the next `SuiteState`, so live loops, `backtest` and `eval`
-all drive it the same way, in time order.
+on. A straggler that gpu_throttle explains on the same GPU is folded into the throttle finding
+(detectors.explained: one cause, one incident). The suite itself holds no state between
+calls — `run(snapshot, now, state)` returns the next `SuiteState`, so live loops, `backtest`
+and `eval` all drive it the same way, in time order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from detectors.base import Detector, jsonable
-from detectors.concurrent_run import outcomes
 from detectors.explained import fold_explained
 from detectors.findings import Finding
 from detectors.registry import bind, registry
@@ -98,17 +96,18 @@ class DetectorSuite:
         states: dict[str, Any] = dict(prev.states)
         counts: dict[str, int] = dict(prev.failures)
         seconds: dict[str, float] = {}
-        done = outcomes(self.detectors, snapshot, now, prev.states)
-        for det, out in zip(self.detectors, done, strict=True):
-            if out.error is not None:  # isolation: one bad detector never ends the cycle
-                log.error("detector %s failed at %.0f", det.name, now, exc_info=out.error)
-                error = f"{type(out.error).__name__}: {out.error}"
-                failures.append(DetectorFailure(det.name, error, now))
+        for det in self.detectors:
+            t0 = time.perf_counter()
+            try:
+                found, new_state = det.detect(snapshot, prev.states.get(det.name), now)
+            except Exception as exc:  # isolation: one bad detector never ends the cycle
+                log.exception("detector %s failed at %.0f", det.name, now)
+                failures.append(DetectorFailure(det.name, f"{type(exc).__name__}: {exc}", now))
                 counts[det.name] = counts.get(det.name, 0) + 1
             else:
-                states[det.name] = out.state
-                findings.extend(_finalise(f, det.name) for f in out.found)
-            seconds[det.name] = out.seconds
+                states[det.name] = new_state
+                findings.extend(_finalise(f, det.name) for f in found)
+            seconds[det.name] = time.perf_counter() - t0
         folded, throttled = fold_explained(findings, prev.throttled, now)
         new = SuiteState(MappingProxyType(states), MappingProxyType(counts), throttled)
         return CycleResult(tuple(folded), tuple(failures), new, MappingProxyType(seconds))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from detectors.anomaly_model import FittedForest, due, fit
+from detectors.anomaly_score import row_abs_max
 from detectors.base import DetectorSpec, Needs, gpu_context, node_name
 from detectors.findings import Finding, FindingKind, Severity
 from detectors.peer_spread import groups_median_mad
@@ -203,7 +204,7 @@ def detect(
             model, fits = fit(x[ok], cols, now, params), fits + 1
         # A GPU beyond z_limit is flagged whatever its score; the others are scored only as far
         # as it takes to know which side of the threshold they are on (detectors.anomaly_score).
-        flagged = ok & (np.max(np.abs(np.nan_to_num(x)), axis=1) >= params.z_limit)
+        flagged = ok & (row_abs_max(x, skip_nan=True) >= params.z_limit)
         rows = np.flatnonzero(ok & ~flagged)
         assert model is not None
         flagged[rows], scores[rows] = model.below(x[rows], params.score_threshold)

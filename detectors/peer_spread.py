@@ -82,12 +82,14 @@ def _kth(vs: FloatArray, s: Ints, a: Ints, b: Ints, m: FloatArray, k: Ints) -> F
     """Per group, the k-th smallest (from 0) of A = m - vs[s + a - 1 - i] (i < a) and
     B = vs[s + a + j] - m (j < b), both ascending."""
 
+    last = vs.size - 1
+
     def take_a(i: Ints) -> FloatArray:
-        out: FloatArray = m - vs[np.clip(s + a - 1 - i, 0, vs.size - 1)]
+        out: FloatArray = m - vs[_within(s + a - 1 - i, last)]
         return out
 
     def take_b(j: Ints) -> FloatArray:
-        out: FloatArray = vs[np.clip(s + a + j, 0, vs.size - 1)] - m
+        out: FloatArray = vs[_within(s + a + j, last)] - m
         return out
 
     # t = how many of the k + 1 smallest come from A
@@ -104,4 +106,11 @@ def _kth(vs: FloatArray, s: Ints, a: Ints, b: Ints, m: FloatArray, k: Ints) -> F
     last_a = np.where(lo > 0, take_a(lo - 1), -np.inf)
     last_b = np.where(k - lo >= 0, take_b(k - lo), -np.inf)
     out: FloatArray = np.maximum(last_a, last_b)
+    return out
+
+
+def _within(at: Ints, last: int) -> Ints:
+    """`np.clip(at, 0, last)` by two ufuncs: np.clip's Python wrapper (dtype limits looked up on
+    every call) cost ~15 us, ~100 calls a cycle (~1.5 ms of a 1k-GPU anomaly cycle's ~8)."""
+    out: Ints = np.minimum(np.maximum(at, 0), last)
     return out

@@ -1,9 +1,10 @@
 """What the dashboard needs to know, resolved once by `gpufleet dashboard` and handed to the app.
 
 The `dashboard:` section of the gpufleet config (`DashboardConfig`) says who may approve and how
-often pages refresh; `gpufleet dashboard` resolves it with the store URL, cluster and policy file
-into one `DashboardSettings` JSON file that the Streamlit process reads at start (the app never
-reads the environment or parses the gpufleet config itself).
+often pages refresh; `gpufleet dashboard` resolves it with the store URL, cluster, policy file and
+the service's job-name label keys (`service.source.job_label_keys`) into one `DashboardSettings`
+JSON file that the Streamlit process reads at start (the app never reads the environment or
+parses the gpufleet config itself).
 
     dashboard:
       approvers: [alice@example.com]   # st.user.email values allowed to approve (with st.login)
@@ -16,11 +17,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from errors.config_files import load_model
 from metering import MeteringConfig
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 
 
 class DashboardConfig(BaseModel):
@@ -51,6 +54,11 @@ class DashboardSettings(BaseModel):
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     """Prices per GPU-hour and currency for the utilization & cost page."""
+    job_label_keys: tuple[Annotated[str, Field(min_length=1)], ...] = Field(
+        default=DEFAULT_JOB_LABEL_KEYS, min_length=1
+    )
+    """The config's `service.source.job_label_keys`: What-if groups pods into jobs as the
+    service and `gpufleet backtest` do (default: the built-in keys, so older files load)."""
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2), encoding="utf-8")

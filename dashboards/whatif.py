@@ -19,6 +19,7 @@ from backtesting.backtest_sharded import backtest_sharded, default_shards
 from detectors.findings import Finding
 from detectors.suite import DetectorSuite
 from observer.prometheus.plan import PromSettings
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.policy import DEFAULT_POLICY, load_policy
 
 SHIPPED = DEFAULT_POLICY.parent
@@ -76,10 +77,12 @@ def run(
     on_progress: Callable[[Eta], None] | None = None,
     shards: int | None = None,
     suite: DetectorSuite | None = None,
+    job_label_keys: tuple[str, ...] = DEFAULT_JOB_LABEL_KEYS,
 ) -> Backtest:
     """Backtest [start, end] every `step` with the policy in `policy_file` (ConfigError if it
     is invalid; errors.GpufleetError if Prometheus cannot answer), in time shards on `shards`
-    processes (default: the CPUs; 1: sequential) with `suite` (default detectors). Cancelling
+    processes (default: the CPUs; 1: sequential) with `suite` (default detectors), grouping pods
+    into jobs by `job_label_keys` (the service's, so the jobs are the ones it names). Cancelling
     (Streamlit stops the page's script by raising from `on_progress`) stops the workers. An end
     past now stops at now: Prometheus would answer the future with each series' last sample."""
     end = min(end, time.time())
@@ -103,7 +106,9 @@ def run(
         if on_progress is not None:
             on_progress(eta)
 
-    settings = PromSettings(prometheus_url, timeout=30.0, cluster=cluster)
+    settings = PromSettings(
+        prometheus_url, timeout=30.0, cluster=cluster, job_label_keys=job_label_keys
+    )
     result = backtest_sharded(
         settings, start, end, step, suite or DetectorSuite.default(), 0, policy,
         shards or default_shards(), progress, found,

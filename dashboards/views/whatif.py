@@ -70,7 +70,8 @@ def render(ctx: Context) -> None:
     partial = st.empty()
     show = _progress(bar, partial)
     try:
-        result = whatif.run(url, start, end, step, choices[label], cluster, show)
+        result = whatif.run(url, start, end, step, choices[label], cluster, show,
+                            job_label_keys=ctx.settings.job_label_keys)  # fmt: skip
     except ConfigError as exc:
         st.error(exc.render())
         return

@@ -36,7 +36,9 @@ def register(sub: Any) -> None:
 
 
 def settings_of(cfg: GpufleetConfig, policy: Path | None, **dashboard: Any) -> DashboardSettings:
-    """The dashboard's settings from a validated config (`dashboard` overrides its section)."""
+    """The dashboard's settings from a validated config (`dashboard` overrides its section);
+    the job-name label keys are the service's source section's, so What-if names jobs as the
+    service does."""
     section = cfg.dashboard.model_copy(update=dashboard) if dashboard else cfg.dashboard
     return DashboardSettings(
         store_url=cfg.store_url,
@@ -44,6 +46,7 @@ def settings_of(cfg: GpufleetConfig, policy: Path | None, **dashboard: Any) -> D
         policy=str(policy.resolve()) if policy is not None else None,
         dashboard=section,
         metering=cfg.metering,
+        job_label_keys=tuple(cfg.service.source.job_label_keys),
     )
 
 

@@ -1,7 +1,7 @@
 """A cluster whose training job is named by a label of its own (`service.source.job_label_keys`
-in the config): `gpufleet detect`, `backtest` and `collect` group its pods into the job the
-running service sees (`default/run-7`), not the one the built-in keys find (`default/train`).
-Against a real, backfilled Prometheus and the simulator's exporters."""
+in the config): `gpufleet detect`, `backtest`, `collect` and the dashboard's What-if group its
+pods into the job the running service sees (`default/run-7`), not the one the built-in keys find
+(`default/train`). Against a real, backfilled Prometheus and the simulator's exporters."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards.whatif import SHIPPED, run
 from gpufleet.cli import main
+from gpufleet.commands.dashboard import settings_of
+from gpufleet.config import load_config
 from simulator.scenario import Scenario, scenario_from_dict
 from simulator.serve import SimulationHandle, start_simulation
 from tests.prometheus_fixture import PrometheusHandle, served_scenario
@@ -84,6 +87,22 @@ def test_backtest_names_the_job_by_the_configured_label(
     assert {f["job"] for f in doc["findings"] if f["kind"] == "nccl_hang"} == {"default/run-7"}
     targets = {a["target"] for a in doc["actions"] if a["target"].startswith("job/")}
     assert targets == {"job/default/run-7"}
+
+
+def test_whatif_names_the_job_by_the_configured_label(
+    prom: PrometheusHandle, scenario: Scenario, config: Path
+) -> None:
+    """The keys `gpufleet dashboard` resolves from the config, as the page hands them to run."""
+    keys = settings_of(load_config(config)[0], None).job_label_keys
+    assert keys == (CUSTOM,)
+    window = (scenario.start + 30, scenario.end, 30.0, SHIPPED / "default.yaml", "default")
+    result = run(prom.url, *window, shards=1, job_label_keys=keys)
+    assert {f.job for f in result.episodes if f.kind == "nccl_hang"} == {"default/run-7"}
+    assert {a.target for a in result.actions if a.playbook == "restart_job"} == {
+        "job/default/run-7"
+    }
+    result = run(prom.url, *window, shards=1)  # the built-in keys, as before
+    assert {f.job for f in result.episodes if f.kind == "nccl_hang"} == {"default/train"}
 
 
 def _jobs_of(snapshot: Path) -> set[str]:

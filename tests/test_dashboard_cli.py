@@ -4,6 +4,7 @@ Streamlit dies with it even on `kill -9` (gpufleet.children)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from dashboards.settings import load_settings
 from gpufleet.cli import main
 from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import load_config
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from tests.orphans import (
     HAS_PROC,
     children,
@@ -51,6 +54,21 @@ def test_settings_carry_store_cluster_approvers_and_prices(tmp_path: Path) -> No
     assert s.dashboard.approvers == ["alice@example.com"] and s.dashboard.port == 9000
     assert s.dashboard.unauthenticated_approvals and not c.dashboard.unauthenticated_approvals
     assert s.metering.price_for("H100") == 2.5 and s.metering.currency == "EUR"
+
+
+def test_written_settings_carry_the_configured_job_label_keys(tmp_path: Path) -> None:
+    """What-if groups pods by the keys the Streamlit app reads from the file `gpufleet
+    dashboard` writes; a file written before the keys existed loads with the built-in ones."""
+    cfg = tmp_path / "gpufleet.yaml"
+    cfg.write_text("service:\n  source:\n    job_label_keys: [team.example.com/run, job-name]\n")
+    written = settings_of(load_config(cfg)[0], None).write(tmp_path / "settings.json")
+    assert load_settings(written).job_label_keys == ("team.example.com/run", "job-name")
+    default = settings_of(load_config(None)[0], None)
+    assert default.job_label_keys == DEFAULT_JOB_LABEL_KEYS
+    old = json.loads(written.read_text())
+    del old["job_label_keys"]
+    written.write_text(json.dumps(old))
+    assert load_settings(written).job_label_keys == DEFAULT_JOB_LABEL_KEYS
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ from detectors.findings import Finding, FindingKind, Severity
 from detectors.suite import DetectorSuite
 from errors import TemporaryError
 from gpufleet.cli import build_parser
+from gpufleet.commands.run import demo_dashboard_settings, run_embedded
 from gpufleet.commands.run import run as run_cli
-from gpufleet.commands.run import run_embedded
 from gpufleet.demo.embedded import Embedded, EmbeddedOptions, assemble
 from gpufleet.demo.files import DemoFiles
 from gpufleet.demo.log import DemoLog
@@ -138,6 +138,25 @@ def test_fault_becomes_finding_action_and_quarantine(
     assert re.search(r"approve: \S*gpufleet actions approve \w+", text), text
     config = loop.files.config.read_text()
     assert "store_url: sqlite:///" in config and "cluster: small" in config
+
+
+def test_the_demo_dashboard_groups_jobs_by_the_configs_job_label_keys(tmp_path: Path) -> None:
+    """`gpufleet demo --config` with keys of one's own: the config the demo writes for its
+    dashboard (and the CLI) carries them, so What-if names the jobs the demo's service does."""
+    own = tmp_path / "own.yaml"
+    own.write_text("service:\n  source:\n    job_label_keys: [team.example.com/run, job-name]\n")
+    handle = start_simulation(small_scenario(), kubeconfig_out=tmp_path / "kc")
+    try:
+        opts = EmbeddedOptions(workdir=tmp_path / "wd", config=own, prometheus=False)
+        embedded = assemble(handle, opts, log=DemoLog(handle.scenario.start, write=print))
+        try:
+            settings = demo_dashboard_settings(embedded.files.config)
+        finally:
+            assert embedded.close() == 0
+    finally:
+        handle.stop()
+    assert settings.job_label_keys == ("team.example.com/run", "job-name")
+    assert settings.dashboard.unauthenticated_approvals
 
 
 def test_drain_approved_with_the_cli_runs_in_the_next_cycle(

@@ -23,6 +23,7 @@ from typing import Any
 
 from dashboards.launcher import Dashboard, port_free
 from dashboards.launcher import start as launch
+from dashboards.settings import DashboardSettings
 from errors import GpufleetError
 from gpufleet.children import die_with_this_process
 from gpufleet.commands.dashboard import settings_of
@@ -199,12 +200,18 @@ def _log_report(r: Any) -> None:
     )
 
 
+def demo_dashboard_settings(config: Path) -> DashboardSettings:
+    """The demo dashboard's settings from the config the demo wrote (its journal, policy and
+    the service's job-name label keys), with approvals open to anyone (no login)."""
+    cfg, _ = load_config(config)
+    policy = config.parent / cfg.policy if cfg.policy else None  # the demo's own policy file
+    return settings_of(cfg, policy, unauthenticated_approvals=True)
+
+
 def start_dashboard(config: Path, port: int, workdir: Path) -> Dashboard:
     """The dashboard over the demo's journal, in demo mode (no login: anyone may approve, and
     every page says so); its URL is printed first."""
-    cfg, _ = load_config(config)
-    policy = config.parent / cfg.policy if cfg.policy else None  # the demo's own policy file
-    settings = settings_of(cfg, policy, unauthenticated_approvals=True)
+    settings = demo_dashboard_settings(config)
     if port and not port_free(port):
         print(f"gpufleet: port {port} is taken; the dashboard uses a free port instead",
               file=sys.stderr)  # fmt: skip

@@ -185,6 +185,7 @@ def assemble(
             actuation=Actuation.SHADOW if opts.shadow or cfg.shadow else Actuation.LIVE,
             metering=cfg.metering,
             prometheus_url=prom.url if prom is not None else None,
+            job_label_keys=cfg.service.source.job_label_keys,
         )
         # The demo opts in explicitly: the policy it just wrote says `actuation: live`
         # (shadow when asked, or when the config says `shadow: true`), and the banner says so.

@@ -6,6 +6,7 @@ writing to its simulated cluster; `shadow` on request).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import yaml
 from dashboards.settings import DashboardConfig
 from errors.config_files import load_yaml_file
 from gpufleet.config import GpufleetConfig
+from gpufleet.service.source_config import SourceConfig
 from metering import MeteringConfig
+from observer.snapshot.job_identity import DEFAULT_JOB_LABEL_KEYS
 from remediations.policy import DEFAULT_POLICY
 from remediations.store import Store
 from remediations.types import Actuation
@@ -73,9 +76,12 @@ def write_config(
     actuation: Actuation = Actuation.LIVE,
     metering: MeteringConfig | None = None,
     prometheus_url: str | None = None,
+    job_label_keys: Sequence[str] = DEFAULT_JOB_LABEL_KEYS,
 ) -> Path:
-    """The config `gpufleet actions|audit|policy --config` read (validated by the model it
-    feeds), and the demo policy it names (`write_policy`)."""
+    """The config `gpufleet actions|audit|policy --config` and the demo's dashboard read
+    (validated by the model it feeds), and the demo policy it names (`write_policy`). Of the
+    service's section it keeps the job-name label keys the demo's collector groups pods by, so
+    the dashboard's What-if names the jobs the demo's service does."""
     write_policy(files, actuation)
     cfg = GpufleetConfig(
         cluster=cluster,
@@ -86,6 +92,8 @@ def write_config(
         dashboard=DashboardConfig(prometheus_url=prometheus_url),
     )
     body = cfg.model_dump(mode="json", exclude={"detectors", "service"})
+    source = SourceConfig(job_label_keys=list(job_label_keys))  # validated like the service's
+    body["service"] = {"source": source.model_dump(mode="json", include={"job_label_keys"})}
     header = "# written by `gpufleet demo` (rewritten at each start)\n"
     files.config.write_text(header + yaml.safe_dump(body, sort_keys=False))
     return files.config

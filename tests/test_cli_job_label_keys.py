@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from dashboards.whatif import SHIPPED, run
 from gpufleet.cli import main
 from gpufleet.commands.dashboard import settings_of
 from gpufleet.config import load_config
+from remediations.store import Store
 from simulator.scenario import Scenario, scenario_from_dict
 from simulator.serve import SimulationHandle, start_simulation
 from tests.prometheus_fixture import PrometheusHandle, served_scenario
+from tests.test_dashboard_pages import app
 
 pytestmark = [pytest.mark.prometheus]
 CUSTOM = "team.example.com/run"
@@ -103,6 +106,30 @@ def test_whatif_names_the_job_by_the_configured_label(
     }
     result = run(prom.url, *window, shards=1)  # the built-in keys, as before
     assert {f.job for f in result.episodes if f.kind == "nccl_hang"} == {"default/train"}
+
+
+def test_whatif_page_names_the_job_by_the_configured_label(
+    prom: PrometheusHandle, scenario: Scenario, tmp_path: Path
+) -> None:
+    """The page, from the settings file `gpufleet dashboard` writes, to the replayed findings."""
+    store = f"sqlite:///{tmp_path / 'journal.db'}"
+    Store.open(store, cluster="default").close()
+    cfg = tmp_path / "gpufleet.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "store_url": store, "dashboard": {"prometheus_url": prom.url},
+        "service": {"source": {"job_label_keys": [CUSTOM]}},
+    }))  # fmt: skip
+    written = settings_of(load_config(cfg)[0], None).write(tmp_path / "settings.json")
+    at = app(written, "page_files/whatif.py")
+    for key, t in (("wi_start", scenario.start + 30), ("wi_end", scenario.end)):
+        at.datetime_input(key=key).set_value(datetime.fromtimestamp(t, UTC).replace(tzinfo=None))
+    at.selectbox(key="wi_policy").set_value("shipped: default")
+    at.button(key="wi_run").click().run(timeout=120)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    found = at.dataframe[0].value
+    assert set(found[found["kind"] == "nccl_hang"]["job"]) == {"default/run-7"}
+    acts = at.dataframe[1].value
+    assert set(acts[acts["playbook"] == "restart_job"]["target"]) == {"job/default/run-7"}
 
 
 def _jobs_of(snapshot: Path) -> set[str]:

@@ -542,9 +542,9 @@ class _ReplayStore(Store):
             rows = self._audits[key] = super().audit_of(kind, key[1])
         return list(rows)
 
-    def _audit_row(self, s: Any, now: float, kind: str, message: str, **fields: Any) -> None:
+    def _audit_row(self, *args: Any, **fields: Any) -> None:
         self._audits.clear()
-        super()._audit_row(s, now, kind, message, **fields)
+        super()._audit_row(*args, **fields)
 
     def insert_audit_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
         self._audits.clear()

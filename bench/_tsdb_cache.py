@@ -61,7 +61,11 @@ def cached_tsdb(
         building = cache / f".{entry.name}.{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
         began = time.perf_counter()
-        meta = dict(build(building / "data"))
+        try:
+            meta = dict(build(building / "data"))
+        except BaseException:  # a failed or interrupted build is never kept
+            shutil.rmtree(building, ignore_errors=True)
+            raise
         meta["build_seconds"] = time.perf_counter() - began
         meta["params"] = params
         (building / "meta.json").write_text(json.dumps(meta, indent=1))

@@ -2,7 +2,8 @@
 
 Backfilling a week of 10k GPUs (~3 billion samples, days of OpenMetrics writing at this
 machine's pace) is not possible here, as the issue allows: the simulator writes `HOURS` of the
-10k-GPU fleet (untimed), and `backtesting.backtest.backtest` — the sequential replay, collection,
+10k-GPU fleet (untimed; kept between runs like bench.backtest_day's), and
+`backtesting.backtest.backtest` — the sequential replay, collection,
 detectors and dry-run policy — replays windows of 1/3, 2/3 and all of it, `REPEATS` times each.
 A straight line through (steps, median seconds) gives the cost per step and the fixed cost; how
 well it fits says whether the cost is linear in steps. The week is then that line at 20,160

@@ -31,7 +31,7 @@ from remediations.playbooks import Plan
 from remediations.policy import Policy, load_policy
 from remediations.staleness import stale_reason
 from remediations.store import ActionRecord, NewAction, Store
-from remediations.store.records import ActionBrief, EngineState, IncidentRecord
+from remediations.store.records import ActionBrief, AuditRecord, EngineState, IncidentRecord
 from remediations.types import ActionState, Actuation, IncidentStatus, Intent, Mode, Verdict
 from remediations.validation import latest_diagnosis, scope
 
@@ -520,10 +520,11 @@ def adopt(
 
 
 class _ReplayStore(Store):
-    """The shadow replay's in-memory journal, remembering its two per-cycle reads (the engine
-    state and the action briefs) between writes. Every write passes through this object and
-    carries its time, so a remembered read is exact: it is asked again after any write that
-    could change it, or once an action written earlier leaves the briefs' time horizon."""
+    """The shadow replay's in-memory journal, remembering its per-cycle reads (the engine
+    state, the action briefs, and the audit rows `verdicts` asks about each held finding's GPU
+    every cycle) between writes. Every write passes through this object and carries its time,
+    so a remembered read is exact: it is asked again after any write that could change it, or
+    once an action written earlier leaves the briefs' time horizon."""
 
     def __init__(self, engine: Any, cluster: str = "default") -> None:
         super().__init__(engine, cluster)
@@ -531,6 +532,23 @@ class _ReplayStore(Store):
         self._briefs: tuple[float, list[ActionBrief]] | None = None
         self._writes: list[float] = []
         """Times of action writes, in order (a replay's clock only moves forward)."""
+        self._audits: dict[tuple[str, tuple[str, ...]], list[AuditRecord]] = {}
+        """audit_of answers since the last audit row was written (any kind, any path)."""
+
+    def audit_of(self, kind: str, targets: Iterable[str]) -> list[AuditRecord]:
+        key = (kind, tuple(targets))
+        rows = self._audits.get(key)
+        if rows is None:
+            rows = self._audits[key] = super().audit_of(kind, key[1])
+        return list(rows)
+
+    def _audit_row(self, *args: Any, **fields: Any) -> None:
+        self._audits.clear()
+        super()._audit_row(*args, **fields)
+
+    def insert_audit_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._audits.clear()
+        super().insert_audit_rows(rows)
 
     def _wrote(self, now: float) -> None:
         self._state, self._briefs = None, None
@@ -563,6 +581,8 @@ class _ReplayStore(Store):
     ) -> int:
         if news:  # denials are audit rows only
             self._wrote(now)
+        if news or denials:  # each writes audit rows
+            self._audits.clear()
         return super().propose_many(news, now, denials)
 
     def update_action(self, action: ActionRecord, now: float, **fields: Any) -> ActionRecord | None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from observer.prometheus.client import PARTIAL_WARNING
-from observer.prometheus.replay.matrix import MalformedAnswer, carry, parse_matrix
+from observer.prometheus.replay.matrix import MalformedAnswer, carry, label_keys, parse_matrix
 
 
 def body(result: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -73,8 +73,12 @@ def test_carry_puts_the_previous_tail_before_each_series() -> None:
         {"metric": b, "values": [[190, "5"]]},
         {"metric": dict(a), "values": [[190, "4"], [220, "5"]]},
     ]))  # fmt: skip
-    out = carry(prev, 130_000, new)
+    out, keys = carry(prev, 130_000, new)
     assert out.labels == [b, a, gone]  # gpu 3 has nothing since 130 s: dropped
+    assert keys == label_keys(out.labels)
+    again, _ = carry(prev, 130_000, new, label_keys(prev.labels))  # the keys the last carry gave
+    assert again.labels == out.labels and again.starts.tolist() == out.starts.tolist()
+    assert again.t_ms.tolist() == out.t_ms.tolist()
     assert out.starts.tolist() == [0, 1, 5, 6]
     assert out.t_ms.tolist() == [190_000, 130_000, 160_000, 190_000, 220_000, 160_000]
     assert out.values.tolist() == [5, 2, 3, 4, 5, 8]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from detectors.findings import FindingKind, Severity
 from harness.fake_cluster import FakeCluster
 from remediations.decision_journal import DecisionJournal, ShadowReplay
@@ -9,6 +11,7 @@ from remediations.executor import Executor
 from remediations.policy import Policy
 from remediations.store import Store
 from remediations.types import OWNER_ANNOTATION, QUARANTINE_TAINT, ActionState, Verdict
+from remediations.validation import DIAGNOSTIC, record_diagnosis
 from tests.remediations.helpers import finding, live_policy
 
 T0 = 1_700_000_000.0
@@ -272,3 +275,20 @@ def test_resolved_incident_expires_its_pending_approvals(store: Store) -> None:
     eng.cycle([], cluster.view(T0 + 60), T0 + 60)
     (a,) = store.actions()
     assert a.state is ActionState.EXPIRED and a.result == "expired: incident resolved"
+
+
+def test_shadow_replay_sees_a_diagnosis_written_between_cycles() -> None:
+    """The replay's journal remembers its audit reads; any audit row written forgets them."""
+    dr = ShadowReplay()
+    cluster = FakeCluster({"a": 10})
+    f = finding(node="a-0001", gpu="GPU-1", first_seen=T0, last_seen=T0)
+    for i in range(3):
+        dr.step([replace(f, last_seen=T0 + 30 * i)], cluster.view(T0 + 30 * i), T0 + 30 * i)
+    assert dr.journal.verdicts([f]) == {}
+    record_diagnosis(dr.store, T0 + 100, "gpu/GPU-1", "passed", node="a-0001")
+    assert dr.journal.verdicts([f]) == {"GPU-1": T0 + 100}
+    row = {"at": T0 + 200, "kind": DIAGNOSTIC, "target": "node/a-0001", "actor": "ops",
+           "message": "waived", "detail": {"outcome": "waived"}}  # fmt: skip
+    dr.store.insert_audit_rows([row])
+    assert dr.journal.verdicts([f]) == {"GPU-1": T0 + 200}
+    dr.close()

@@ -68,28 +68,40 @@ class RawBlock:
         return RawBlock(labels, starts, t_ms, np.concatenate([b.values for b in blocks]))
 
 
-def carry(prev: RawBlock, since_ms: int, new: RawBlock) -> RawBlock:
+LabelKey = tuple[tuple[str, str], ...]
+"""A label set as a hashable value (its items sorted): equal exactly when the dicts are."""
+
+
+def label_keys(labels: Sequence[Mapping[str, str]]) -> list[LabelKey]:
+    return [tuple(sorted(m.items())) for m in labels]
+
+
+def carry(
+    prev: RawBlock, since_ms: int, new: RawBlock, prev_keys: Sequence[LabelKey] | None = None
+) -> tuple[RawBlock, list[LabelKey]]:
     """`new`, each series preceded by `prev`'s samples at or after `since_ms` (series only
     `prev` holds keep those): the next chunk's reach-back without fetching it again. `new`
-    must start after `prev` ends."""
-    index: dict[tuple[tuple[str, str], ...], int] = {}
-    for m in new.labels:
-        index.setdefault(tuple(sorted(m.items())), len(index))
+    must start after `prev` ends. Also the result's label keys, in its series order: the next
+    chunk's `prev_keys` (else they are derived from `prev.labels` again)."""
+    keys = label_keys(new.labels)
+    index: dict[LabelKey, int] = {}
+    for k in keys:
+        index.setdefault(k, len(index))
     labels = list(new.labels)
     lens_prev = np.diff(prev.starts)
     series_prev = np.repeat(np.arange(len(prev)), lens_prev)
     keep = prev.t_ms >= since_ms
     tail_len = np.bincount(series_prev[keep], minlength=len(prev))
-    to = np.empty(len(prev), dtype=np.int64)
-    for i, m in enumerate(prev.labels):
-        if tail_len[i]:
-            k = tuple(sorted(m.items()))
-            if k not in index:
-                index[k] = len(labels)
-                labels.append(m)
-            to[i] = index[k]
-        else:
-            to[i] = -1
+    to = np.full(len(prev), -1, dtype=np.int64)
+    old = label_keys(prev.labels) if prev_keys is None else prev_keys
+    for i in np.flatnonzero(tail_len).tolist():
+        k = old[i]
+        j = index.get(k)
+        if j is None:
+            j = index[k] = len(labels)
+            labels.append(prev.labels[i])
+            keys.append(k)
+        to[i] = j
     n = len(labels)
     lens_new = np.zeros(n, dtype=np.int64)
     lens_new[: len(new)] = np.diff(new.starts)
@@ -109,7 +121,7 @@ def carry(prev: RawBlock, since_ms: int, new: RawBlock) -> RawBlock:
     s_new = new.series_of_sample()
     dest = starts[s_new] + tail_u[s_new] + (np.arange(new.samples) - new.starts[s_new])
     t_ms[dest], values[dest] = new.t_ms, new.values
-    return RawBlock(labels, starts, t_ms, values)
+    return RawBlock(labels, starts, t_ms, values), keys
 
 
 def _ranges(first: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ from observer.prometheus.replay.chunk_grids import (
     values,
     xid_counts,
 )
-from observer.prometheus.replay.matrix import RawBlock, carry
+from observer.prometheus.replay.matrix import LabelKey, RawBlock, carry
 from observer.prometheus.replay.step_grid import newest
 from observer.prometheus.replay.step_metrics import step_metrics
 from observer.prometheus.replay.steps import Chunk, Selected
@@ -155,6 +155,8 @@ class RawReplay:
         self._procs = WorkerPool(workers) if workers > 0 else None
         self._last: dict[str, RawBlock] = {}
         """The previous chunk's blocks (its reach-back is the next chunk's)."""
+        self._last_keys: dict[str, list[LabelKey]] = {}
+        """Label keys of those of `_last`'s blocks that `carry` made (matrix.LabelKey)."""
         self._prev_end: float | None = None
 
     def close(self) -> None:
@@ -168,6 +170,8 @@ class RawReplay:
         reach_ms = round(max(self.lookback, self.s.window) * 1000)
         c0_ms, c1_ms = round(c0 * 1000), round(c1 * 1000)
         last = self._last if self._prev_end is not None else {}
+        last_keys = self._last_keys if self._prev_end is not None else {}
+        keys: dict[str, list[LabelKey]] = {}
         prev_ms = round((self._prev_end or 0.0) * 1000)
 
         def ask(q: RawQuery) -> tuple[RawBlock, Seen]:
@@ -183,11 +187,15 @@ class RawReplay:
                 block, seen, _ = self._procs.fetch(self.s, selector, c1)
             if q.name in _WORKLOAD_BLOCKS or q.name.startswith("raw:values:"):
                 block = self._workload(block)
-            return (block if prev is None else carry(prev, c0_ms - reach_ms, block)), seen
+            if prev is None:
+                return block, seen
+            block, keys[q.name] = carry(prev, c0_ms - reach_ms, block, last_keys.get(q.name))
+            return block, seen
 
         blocks, stats, problems = self.run(ask, self.plan)
         blocks = drop_partial(blocks, stats)  # a partial sparse fetch counts as failed
         self._last = {name: b for name, b in blocks.items() if b is not None}
+        self._last_keys = {name: keys[name] for name in self._last if name in keys}
         self._prev_end = c1
         families: frozenset[str] | None
         try:

@@ -30,10 +30,16 @@ from remediations.cluster_view import ClusterView, SnapshotViews
 from remediations.decision_journal import ShadowReplay
 from remediations.policy import Policy
 
+CORES_PER_SHARD = 2
+"""A shard keeps about one and a half cores busy: its detectors, and beside them its sample
+parsers and the Prometheus answering it (24 h x 1k GPUs, sequential: 89 CPU s in 58 s wall).
+On 2 cores two shards were slower than one (62 s against 58 s, docs/performance.md)."""
+
 
 def default_shards() -> int:
-    """As many shards as this process may use CPUs."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    """One shard per two CPUs this process may use (at least one)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    return max(1, cpus // CORES_PER_SHARD)
 
 
 def shards_worth(shards: int, window: float, warmup: float) -> int:

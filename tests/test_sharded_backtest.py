@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backtesting.backtest_sharded import shards_worth
+from backtesting.backtest_sharded import default_shards, shards_worth
 from backtesting.sharded import warmup_seconds
 from dashboards.whatif import SHIPPED, Eta, run
 from detectors.registry import registry
@@ -137,3 +137,11 @@ def test_unreachable_prometheus_in_a_sharded_backtest_is_the_same_clear_error(
     assert "2 shard(s)" in err and f"Prometheus at {url} is unreachable" in err
     assert "Traceback" not in err and not out.exists()
     assert multiprocessing.active_children() == []
+
+
+def test_the_default_is_one_shard_per_two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard keeps about 1.5 cores busy (its detectors, its parsers, Prometheus): on two
+    cores two shards were slower than one (docs/performance.md, backtest replay)."""
+    for cpus, shards in ((1, 1), (2, 1), (3, 1), (4, 2), (8, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cpus: set(range(n)))
+        assert default_shards() == shards

@@ -69,8 +69,9 @@ def register(sub: Any) -> None:
     p.add_argument("--pod-labels", choices=POD_LABEL_MODES, default="auto",
                    help=POD_LABELS_HELP)  # fmt: skip
     p.add_argument("--shards", type=int, default=default_shards(), metavar="N",
-                   help="replay the window in N time shards on N processes (default: the CPUs "
-                        "here; 1: sequential); fewer when the window is too short for the "
+                   help="replay the window in N time shards on N processes (default: one per "
+                        "two CPUs here, as each keeps its sample parsers and Prometheus busy "
+                        "too; 1: sequential); fewer when the window is too short for the "
                         "detectors' warm-up to pay off")  # fmt: skip
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="per request (30; range requests are larger than live ones)")  # fmt: skip

@@ -13,12 +13,13 @@ FROM ${BASE} AS build
 ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
-# The dependencies first, in their own layer: a code change does not reinstall them.
+COPY pyproject.toml README.md constraints.txt ./
+# The dependencies first, in their own layer: a code change does not reinstall them. Each at the
+# version constraints.txt pins, the one the tests ran with (not whatever PyPI has newest today).
 RUN python3 -m venv /opt/gpufleet \
  && /opt/gpufleet/bin/python3 -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); \
 open('/tmp/deps.txt', 'w').write(chr(10).join(d['project']['dependencies']))" \
- && /opt/gpufleet/bin/pip install -r /tmp/deps.txt
+ && /opt/gpufleet/bin/pip install -c constraints.txt -r /tmp/deps.txt
 COPY errors ./errors
 COPY observer ./observer
 COPY detectors ./detectors

@@ -29,17 +29,30 @@ BUILD_CA ?= $(firstword $(wildcard $(SSL_CERT_FILE) /etc/ssl/certs/ca-certificat
 export STORAGE_DRIVER ?= vfs
 export BUILDAH_ISOLATION ?= chroot
 
-.PHONY: help demo test unit lint typecheck importlint bench system-deps clean image
+.PHONY: help demo test unit lint typecheck importlint bench system-deps clean image constraints
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-$(STAMP): pyproject.toml
-	@echo ">> creating $(VENV) and installing gpufleet with its dev tools"
+# Every package at the version constraints.txt pins (the image installs the same pins), so a test
+# run and the shipped image see the same scikit-learn and numpy whatever PyPI has newest today.
+$(STAMP): pyproject.toml constraints.txt
+	@echo ">> creating $(VENV) and installing gpufleet with its dev tools (pinned: constraints.txt)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --upgrade pip
-	@$(BIN)/pip install -q -e '.[dev]'
+	@$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+# Bumping the pins: a fresh throwaway venv of the current pyproject, unconstrained (the newest
+# versions its bounds allow), frozen into constraints.txt with its header kept. Then run the tests.
+CONSTRAINTS_VENV := build/constraints-venv
+constraints:  ## re-pin constraints.txt from a fresh venv of pyproject.toml (then `make test`)
+	rm -rf $(CONSTRAINTS_VENV) && $(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install -q --upgrade pip
+	$(CONSTRAINTS_VENV)/bin/pip install -q -e '.[dev]'
+	{ grep '^#' constraints.txt; $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable \
+	  | grep -v '^#' | grep -vi '^gpufleet=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(CONSTRAINTS_VENV)
 
 system-deps:  ## install the Debian packages the tests use, when missing
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -32,7 +32,7 @@ def test_every_package_is_copied_and_in_the_context() -> None:
     copied = set(re.findall(r"(?m)^COPY (\w+) \./\1$", DOCKERFILE))
     assert copied == set(packages())
     assert IGNORE[0] != "**" or all(f"!{p}/" in IGNORE for p in packages())
-    for needed in ("pyproject.toml", "README.md"):
+    for needed in ("pyproject.toml", "README.md", "constraints.txt"):
         assert f"!{needed}" in IGNORE and needed in DOCKERFILE
 
 
@@ -46,6 +46,11 @@ def test_runtime_stage_is_non_root_and_read_only_friendly() -> None:
     assert "EXPOSE 8080" in final
     # the runtime dependencies (project.dependencies, never the dev extras), then the project
     assert "['project']['dependencies']" in stages()[0] and "pip install --no-deps ." in stages()[0]
+    # ...at the versions the tests ran with, as the dev venv installs them
+    assert "pip install -c constraints.txt -r /tmp/deps.txt" in stages()[0]
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "pip install -q -c constraints.txt -e '.[dev]'" in makefile
+    assert re.search(r"(?m)^\$\(STAMP\): pyproject\.toml constraints\.txt$", makefile)
     assert ".[dev]" not in DOCKERFILE and "optional-dependencies" not in DOCKERFILE
     assert not re.search(r"(?im)^(ARG|ENV) .*(TOKEN|SECRET|PASSWORD)", DOCKERFILE)
 

@@ -8,6 +8,7 @@ ones reuse the cached base tarball and buildah's layers."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.deploy.pins import differences, pins
 from tests.deploy.rbac_calls import ROOT
 
 pytestmark = pytest.mark.slow
@@ -56,6 +58,19 @@ def test_version_as_the_non_root_user(container: str) -> None:
     assert _run(container, "id", "-u").stdout.strip() == "10001"
     wrote = _run(container, "python3", "-c", "open('/opt/gpufleet/probe', 'w')")
     assert wrote.returncode != 0 and "Permission denied" in wrote.stderr
+
+
+DISTRIBUTIONS = "import importlib.metadata as m, json; \
+print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+"""Every distribution the image's venv has (its dist-info under /opt/gpufleet), name -> version."""
+
+
+def test_the_image_ships_the_pinned_versions(container: str) -> None:
+    listed = _run(container, "/opt/gpufleet/bin/python3", "-c", DISTRIBUTIONS)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    shipped: dict[str, str] = json.loads(listed.stdout)
+    assert "scikit-learn" in shipped and "gpufleet" in shipped
+    assert differences(shipped, pins()) == []
 
 
 def test_the_entrypoint_serves_healthz(container: str) -> None:

@@ -7,8 +7,9 @@ machine's pace) is not possible here, as the issue allows: the simulator writes 
 detectors and dry-run policy — replays windows of 1/3, 2/3 and all of it, `REPEATS` times each.
 A straight line through (steps, median seconds) gives the cost per step and the fixed cost; how
 well it fits says whether the cost is linear in steps. The week is then that line at 20,160
-steps, and the sharded replay (backtesting.backtest_sharded, the command's default) that line at
-each shard's steps plus its warm-up (gpu_idle's 4.5 h), on one core per shard.
+steps, and, where the command's default takes more than one shard (one per two CPUs:
+backtesting.backtest_sharded), that line at each shard's steps plus its warm-up (gpu_idle's
+4.5 h), on one core per shard.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ def run(runs: int = 7, quick: bool = False) -> str:
     week_seq = slope * week_steps + fixed
     k = default_shards()
     warm_steps = int(warmup_seconds(DetectorSuite.default()) // STEP)
-    week_sharded = slope * (week_steps / k + warm_steps) + fixed
+    week_sharded = week_seq if k == 1 else slope * (week_steps / k + warm_steps) + fixed
+    how = (
+        "sequentially (one shard per two CPUs: `gpufleet backtest`'s default here)"
+        if k == 1
+        else f"in {k} shards ({week_steps // k:,} steps + {warm_steps} warm-up each, one core each)"
+    )
     rows = [
         [f"{GPUS:,}", f"{n:,}", f"**{w:.1f}**", f"{min(ws):.1f}–{max(ws):.1f}", f"{c:.1f}",
          f"{1000 * w / n:.0f}", f"{fitted[i]:.1f}"]
@@ -97,8 +103,7 @@ def run(runs: int = 7, quick: bool = False) -> str:
             f"({'linear in steps' if worst <= 0.15 else 'NOT linear: read the rows'}).",
             "",
             f"Target (issue 25): 7 days of 10k GPUs at 30 s ({week_steps:,} steps) <= "
-            f"{TARGET_SECONDS / 60:.0f} min -> extrapolated {week_sharded / 60:.0f} min in {k} "
-            f"shards ({week_steps // k:,} steps + {warm_steps} warm-up each, one core each) "
+            f"{TARGET_SECONDS / 60:.0f} min -> extrapolated {week_sharded / 60:.0f} min {how} "
             f"({met}); sequential {week_seq / 60:.0f} min. Extrapolated from the line above, "
             "not measured.",
             "",

@@ -39,6 +39,7 @@ from bench._tsdb_cache import cached_tsdb
 from bench.performance_doc import median, missed_by, stamp, table
 from bench.prom_collect import fleet_scenario, process_cpu
 from detectors.suite import DetectorSuite
+from gpufleet.children import die_with_this_process
 from lab.local_prometheus import backfill, start_prometheus
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
@@ -115,7 +116,7 @@ def measure(hours: int, tmp: Path, repeats: int) -> list[dict[str, Any]]:
     """Per way of replaying (sequential, sharded): the median of `repeats` timed replays (its
     details), with every run's wall time. The two ways alternate, so both see the same load."""
     sc, data, prep_s, samples = build_tsdb(hours, tmp)
-    prom = start_prometheus(None, tmp, data_dir=data)
+    prom = start_prometheus(None, tmp, data_dir=data, child_setup=die_with_this_process())
     ways = (1, max(2, default_shards()))  # two shards at least, to show what they cost
     runs: dict[int, list[dict[str, Any]]] = {w: [] for w in ways}
     try:

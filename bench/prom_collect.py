@@ -25,6 +25,7 @@ from typing import Any
 import requests
 
 from bench.performance_doc import median, stamp, table
+from gpufleet.children import die_with_this_process
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings, plan
 from simulator.engine import FleetSimulator
@@ -186,7 +187,7 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> dict[str, Any]:
     print(f"   {n_gpus} GPUs: {stats.samples:,} samples, {stats.bytes / 1e6:,.0f} MB OpenMetrics "
           f"in {took:.0f} s; backfilling with promtool ...", flush=True)  # fmt: skip
     t0 = time.perf_counter()
-    prom = start_prometheus(om, tmp / f"p{n_gpus}")
+    prom = start_prometheus(om, tmp / f"p{n_gpus}", child_setup=die_with_this_process())
     backfill_s = time.perf_counter() - t0
     om.unlink()
     print(f"   {n_gpus} GPUs: backfilled and started in {backfill_s:.0f} s", flush=True)

@@ -19,6 +19,7 @@ from typing import Any
 from bench.performance_doc import median, stamp, table
 from bench.prom_collect import STEP, _progress, fleet_scenario
 from detectors.suite import DetectorSuite
+from gpufleet.children import die_with_this_process
 from gpufleet.live_cycle import LiveCycle, prometheus_source
 from observer.prometheus.collector import PrometheusCollector
 from observer.prometheus.plan import PromSettings
@@ -47,7 +48,7 @@ def measure(n_gpus: int, runs: int, tmp: Path) -> list[list[object]]:
     sc = fleet_scenario(n_gpus)
     om = tmp / f"fleet-{n_gpus}.om"
     OpenMetricsWriter(FleetSimulator(sc)).write(om, progress=_progress(f"{n_gpus} GPUs"))
-    prom = start_prometheus(om, tmp / f"p{n_gpus}")
+    prom = start_prometheus(om, tmp / f"p{n_gpus}", child_setup=die_with_this_process())
     om.unlink()
     rows: list[list[object]] = []
     try:

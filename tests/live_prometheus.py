@@ -34,6 +34,15 @@ def scraping_prometheus(handle: SimulationHandle, workdir: Path) -> PrometheusHa
     return lp.start_prometheus(None, workdir, config=SCRAPE_CONFIG.format(targets=targets))
 
 
+def wait_for_every_target(prom: PrometheusHandle, workdir: Path, timeout: float = 60.0) -> None:
+    """Until every exporter `scraping_prometheus` was given has been scraped once: one scraped
+    target is not the fleet (a check that reads fields or pod labels could see only a node
+    whose exporter lacks them, as on a loaded machine)."""
+    groups = json.loads((workdir / "targets.json").read_text())
+    n = sum(len(g["targets"]) for g in groups)
+    wait_for_series(prom, f"count(up == 1) >= {n}", timeout)
+
+
 def wait_for_series(prom: PrometheusHandle, promql: str, timeout: float = 60.0) -> None:
     """Until `promql` returns something at the server's now."""
     deadline = time.monotonic() + timeout

@@ -20,7 +20,7 @@ from harness.k8s_sim import small_scenario
 from harness.slack_server import SlackServer
 from simulator.serve import SimulationHandle, start_simulation
 from tests.alerts.alertmanager_fixture import Alertmanager, alertmanager, available
-from tests.live_prometheus import scraping_prometheus, wait_for_series
+from tests.live_prometheus import scraping_prometheus, wait_for_every_target, wait_for_series
 from tests.prometheus_fixture import PrometheusHandle
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
@@ -39,7 +39,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulationHandle]:
 def prom(
     sim: SimulationHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusHandle]:
-    p = scraping_prometheus(sim, tmp_path_factory.mktemp("doctor-prom"))
+    workdir = tmp_path_factory.mktemp("doctor-prom")
+    p = scraping_prometheus(sim, workdir)
+    wait_for_every_target(p, workdir)
     wait_for_series(p, "DCGM_FI_DEV_FB_USED")
     yield p
     p.stop()
